@@ -1,0 +1,98 @@
+"""Candidate datasets: describing what an attempt produced, and verifying it again before it wins.
+
+A client only has to write Parquet files into `$TAU_OUTPUT_DIR` and exit 0; tau builds the candidate manifest
+itself: every file's relative path, size, sha256 and Parquet row count, and the digest of the shared Arrow schema
+(`sha256` of the schema without metadata, serialised). Imports pyarrow, so only the in-allocation side, tau-winner
+and tau-collect load this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+from taulib.errors import BadInput, Conflict
+
+_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.parquet$")
+CHUNK = 1 << 20
+
+
+def schema_digest(arrow_schema) -> str:
+    return hashlib.sha256(arrow_schema.remove_metadata().serialize().to_pybytes()).hexdigest()
+
+
+def _hash_fd(fd: int) -> tuple[int, str]:
+    h = hashlib.sha256()
+    size = 0
+    os.lseek(fd, 0, os.SEEK_SET)
+    while True:
+        chunk = os.read(fd, CHUNK)
+        if not chunk:
+            break
+        size += len(chunk)
+        h.update(chunk)
+    return size, h.hexdigest()
+
+
+def _parquet_facts(fd: int, shown: str) -> tuple[int, str]:
+    import pyarrow.parquet as pq
+
+    os.lseek(fd, 0, os.SEEK_SET)
+    with os.fdopen(os.dup(fd), "rb") as fh:
+        try:
+            meta = pq.ParquetFile(fh).metadata
+        except Exception as exc:  # pyarrow raises ArrowInvalid / OSError for a file that is not Parquet
+            raise BadInput(f"{shown} is not a readable Parquet file: {exc}", path=shown) from None
+        return meta.num_rows, schema_digest(meta.schema.to_arrow_schema())
+
+
+def describe(run_dir, dataset_rel: str) -> tuple[list[dict], str | None]:
+    """Files of a dataset folder as manifest entries, and their common schema digest (None when empty)."""
+    entries = run_dir.scan(dataset_rel)
+    files = []
+    digests = set()
+    for name, kind in entries:
+        shown = f"{dataset_rel}/{name}"
+        if kind != "file" or not _PART.match(name):
+            raise BadInput(f"dataset {dataset_rel!r} holds {name!r} ({kind}); a candidate may hold only "
+                           "*.parquet files", path=shown)
+        fd = run_dir.open_read(shown)
+        try:
+            os.fchmod(fd, 0o600)  # a candidate is as private as the run's records, whatever the client's umask
+            size, sha = _hash_fd(fd)
+            rows, digest = _parquet_facts(fd, shown)
+        finally:
+            os.close(fd)
+        files.append({"path": name, "size": size, "sha256": sha, "rows": rows})
+        digests.add(digest)
+    if len(digests) > 1:
+        raise BadInput(f"dataset {dataset_rel!r} mixes Parquet files of different schemas", path=dataset_rel)
+    return files, (digests.pop() if digests else None)
+
+
+def verify(run_dir, manifest: dict) -> None:
+    """Re-hash every file of a candidate and compare sizes, digests, row counts and the schema digest."""
+    dataset = manifest["dataset"]
+    present = {name for name, _ in run_dir.scan(dataset)}
+    listed = {f["path"] for f in manifest["files"]}
+    if present != listed:
+        extra, missing = sorted(present - listed), sorted(listed - present)
+        raise Conflict(f"dataset {dataset!r} does not match its manifest (missing {missing}, extra {extra})",
+                       path=dataset)
+    for entry in manifest["files"]:
+        shown = f"{dataset}/{entry['path']}"
+        fd = run_dir.open_read(shown)
+        try:
+            size, sha = _hash_fd(fd)
+            if (size, sha) != (entry["size"], entry["sha256"]):
+                raise Conflict(f"{shown} changed after it was recorded (size {size}, expected {entry['size']}; "
+                               "sha256 differs)" if size != entry["size"] else
+                               f"{shown} changed after it was recorded (sha256 differs)", path=shown)
+            rows, digest = _parquet_facts(fd, shown)
+        finally:
+            os.close(fd)
+        if rows != entry["rows"]:
+            raise Conflict(f"{shown} has {rows} rows, its manifest says {entry['rows']}", path=shown)
+        if digest != manifest["schema_digest"]:
+            raise Conflict(f"{shown} has a schema other than the manifest's", path=shown)

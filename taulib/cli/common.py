@@ -1,0 +1,128 @@
+"""What every tau command shares: error translation, output, stdin, options.
+
+A command module builds a click command with `command(...)`, parses its options, calls one taulib function and
+returns the JSON-able result (or calls `emit`). This module is the only place that turns a TauError (or anything
+unexpected) into the single JSON error object on stderr and an exit code from `taulib.errors.EXIT_CODES`. No
+traceback reaches a user unless TAU_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+import click
+
+from taulib import __version__, jsonio
+from taulib.errors import EXIT_CODES, INTERNAL, USAGE, BadInput, TauError
+
+EPIPE_EXIT = 141  # what a C tool killed by SIGPIPE reports: the reader went away
+
+
+def error_object(command: str, code: int, message: str, details: dict | None = None) -> dict:
+    obj = {"error": EXIT_CODES.get(code, ("error", ""))[0], "code": code, "command": command,
+           "message": message if message.startswith(command + ":") else f"{command}: {message}"}
+    if details:
+        obj["details"] = details
+    return obj
+
+
+def _write_error(command: str, code: int, message: str, details: dict | None = None) -> None:
+    try:
+        sys.stderr.buffer.write(jsonio.canonical(error_object(command, code, message, details)))
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def emit(obj: object) -> None:
+    """Print one JSON document (one line) on stdout."""
+    sys.stdout.buffer.write(jsonio.canonical(obj))
+    sys.stdout.flush()
+
+
+def emit_text(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+
+
+def read_stdin_json(what: str = "standard input") -> object:
+    if sys.stdin is None or sys.stdin.closed:
+        raise BadInput(f"{what} is empty; expected a JSON document")
+    data = sys.stdin.buffer.read()
+    if not data.strip():
+        raise BadInput(f"{what} is empty; expected a JSON document")
+    return jsonio.loads(data, what)
+
+
+def run_command(name: str, cmd: click.Command, argv: list[str] | None = None) -> int:
+    """Run a click command with tau's conventions and return the exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    os.umask(0o077)  # everything tau and its clients create is private: 0600 files, 0700 folders
+    try:
+        cmd.main(args=args, prog_name=name, standalone_mode=False)
+        code = 0
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.exceptions.Abort:
+        _write_error(name, 130, "interrupted")
+        code = 130
+    except click.ClickException as exc:
+        _write_error(name, USAGE, exc.format_message(), None)
+        code = USAGE
+    except TauError as exc:
+        _write_error(name, exc.code, exc.message, exc.details or None)
+        code = exc.code
+    except BrokenPipeError:
+        code = EPIPE_EXIT
+    except KeyboardInterrupt:
+        _write_error(name, 130, "interrupted")
+        code = 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
+        if os.environ.get("TAU_DEBUG") == "1":
+            raise
+        _write_error(name, INTERNAL, f"internal error ({type(exc).__name__}: {exc}); please report it with "
+                     "TAU_DEBUG=1 output")
+        code = INTERNAL
+    return code
+
+
+def main_for(name: str, cmd: click.Command) -> Callable[[], None]:
+    def main() -> None:
+        code = run_command(name, cmd)
+        if code == EPIPE_EXIT:
+            # stdout is gone: make interpreter shutdown's flush quiet too.
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+            except OSError:
+                pass
+        sys.exit(code)
+
+    return main
+
+
+def command(name: str, summary: str, example: str, **settings) -> Callable[[Callable], click.Command]:
+    """Decorator: a click command with --help (summary and example) and --version."""
+
+    def wrap(func: Callable) -> click.Command:
+        epilog = "\b\nExample:\n" + "\n".join("  " + line for line in example.strip().splitlines())
+        epilog += f"\n\nExit codes and records: man {name}; man 5 tau-run."
+        cmd = click.command(name=name, help=summary, epilog=epilog,
+                            context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+                            **settings)(func)
+        cmd = click.version_option(__version__, "--version", prog_name=name,
+                                   message="%(prog)s %(version)s")(cmd)
+        return cmd
+
+    return wrap
+
+
+def output_option(func: Callable) -> Callable:
+    return click.option("-o", "--output", "output", type=click.Choice(["json", "table"]), default="json",
+                        show_default=True, help="json for programs, table for people.")(func)
+
+
+def run_dir_argument(func: Callable) -> Callable:
+    return click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False, path_type=str))(func)

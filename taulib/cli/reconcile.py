@@ -1,0 +1,35 @@
+"""tau-reconcile: apply observations from standard input under locks and print the run status."""
+
+from __future__ import annotations
+
+from taulib import observe
+from taulib.cli import common
+from taulib.run import Run
+
+EXAMPLE = """
+tau-observe runs/demo | tau-reconcile runs/demo -o table
+tau-observe runs/demo | tau-reconcile runs/demo | jq -r '.shards[] | select(.state=="failed") | .id'
+"""
+
+
+@common.command("tau-reconcile", "Apply the tau.observations document on standard input (from tau-observe) to "
+                "RUN_DIR under its locks, then print the run status: the run's state, counts by state, and per "
+                "shard its state, newest attempt, winner and the evidence behind them.", EXAMPLE)
+@common.run_dir_argument
+@common.output_option
+def cli(run_dir: str, output: str) -> None:
+    doc = observe.validate_document(common.read_stdin_json("observations on standard input"))
+    with Run(run_dir) as run:
+        status = observe.apply(run, doc)
+    if output == "table":
+        from taulib import table
+
+        common.emit_text(table.status(status))
+    else:
+        common.emit(status)
+
+
+main = common.main_for("tau-reconcile", cli)
+
+if __name__ == "__main__":
+    main()

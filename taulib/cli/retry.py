@@ -1,0 +1,31 @@
+"""tau-retry: new attempts for the run's retryable shards, as one sparse submission."""
+
+from __future__ import annotations
+
+import click
+
+from taulib import retry
+from taulib.cli import common
+from taulib.run import Run
+
+EXAMPLE = """
+tau-observe runs/demo | tau-reconcile runs/demo >/dev/null && tau-retry runs/demo
+tau-retry runs/demo --shard shard-00003
+"""
+
+
+@common.command("tau-retry", "Submit a new attempt for every retryable shard of RUN_DIR (no winner, newest attempt "
+                "failed or unknown). Sealed shards are never touched; running it again, or concurrently, "
+                "submits nothing twice.", EXAMPLE)
+@common.run_dir_argument
+@click.option("--shard", "shards", multiple=True, metavar="SHARD_ID",
+              help="Retry only these shards (repeatable); shards that are not retryable are reported as skipped.")
+def cli(run_dir: str, shards: tuple[str, ...]) -> None:
+    with Run(run_dir) as run:
+        common.emit(retry.retry(run, list(shards) or None))
+
+
+main = common.main_for("tau-retry", cli)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""tau: the front command; `tau X ARGS` runs `tau-X ARGS`, as git does."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from taulib import __version__
+
+COMMANDS = ("init", "submit", "attempt", "observe", "reconcile", "winner", "retry", "collect")
+USAGE = """usage: tau COMMAND [ARGS]...
+
+Run large sharded batch jobs without a resident controller.
+
+Commands:
+  init       create a run from a plan on standard input
+  submit     submit the first attempt of every shard
+  attempt    the in-allocation side (run by the executor)
+  observe    print normalised observations of the live attempts
+  reconcile  apply observations from standard input; print the run status
+  winner     validate candidates and publish each shard's winner
+  retry      submit new attempts for retryable shards
+  collect    merge every winner into one dataset
+
+Example:
+  tau observe runs/demo | tau reconcile runs/demo -o table
+
+'tau COMMAND --help' and 'man tau-COMMAND' tell more; 'man 5 tau-run' describes a run directory.
+"""
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if not args or args[0] in ("-h", "--help", "help"):
+        sys.stdout.write(USAGE)
+        sys.exit(0 if args else 2)
+    if args[0] == "--version":
+        sys.stdout.write(f"tau {__version__}\n")
+        sys.exit(0)
+    name = args[0]
+    if name not in COMMANDS:
+        from taulib.cli import common
+
+        common._write_error("tau", 2, f"'{name}' is not a tau command; see 'tau --help'")
+        sys.exit(2)
+    module = importlib.import_module(f"taulib.cli.{name}")
+    sys.argv = [f"tau-{name}"] + args[1:]
+    module.main()
+
+
+if __name__ == "__main__":
+    main()

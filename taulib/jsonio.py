@@ -1,0 +1,57 @@
+"""Canonical JSON: the one encoding of every record, and the digests computed over it.
+
+Canonical form is orjson with sorted keys, no insignificant whitespace, and one trailing newline. The same dict
+always gives the same bytes, so a record's sha256 is stable and an identical re-publish is recognisably identical.
+Timestamps are RFC 3339 UTC strings with microseconds and a `Z`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from datetime import datetime, timezone
+
+import orjson
+
+from taulib.errors import BadInput
+
+_DUMP_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+
+
+def canonical(obj: object) -> bytes:
+    """Return the canonical bytes of a JSON-able object."""
+    return orjson.dumps(obj, option=_DUMP_OPTS)
+
+
+def pretty(obj: object) -> bytes:
+    return orjson.dumps(obj, option=_DUMP_OPTS | orjson.OPT_INDENT_2)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest(obj: object) -> str:
+    """sha256 of an object's canonical bytes."""
+    return sha256_hex(canonical(obj))
+
+
+def loads(data: bytes | str, what: str) -> object:
+    """Parse JSON or raise BadInput naming `what` (a file, "standard input")."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise BadInput(f"{what} is not valid JSON: {exc}", source=what) from None
+
+
+def now_rfc3339() -> str:
+    return format_time(time.time())
+
+
+def format_time(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> float:
+    """Epoch seconds of an RFC 3339 UTC timestamp written by `format_time`."""
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()

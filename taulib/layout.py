@@ -1,0 +1,87 @@
+"""Names of everything inside a run directory (documented in tau-run(5)).
+
+RUN/
+  run.json  plan.json                              run.json is published last by tau-init: its presence = the run exists
+  locks/{run,submit,collect,shard-NNNNN,resume-shard-NNNNN}.lock
+  shards/shard-NNNNN/
+    shard.json  winner.json  dataset/              (dataset/ only for resume "always")
+    attempts/attempt-NNNN/
+      attempt.json readiness.json observation.json result.json manifest.json client.log dataset/
+  submissions/submission-NNNN/
+    plan.json status.json
+    local/supervisor.json local/task-NNNNN.json    (local executor only)
+  collections/collection-NNNN/plan.json status.json
+"""
+
+from __future__ import annotations
+
+RUN = "run.json"
+PLAN = "plan.json"
+
+
+def shard_id(index: int) -> str:
+    return f"shard-{index:05d}"
+
+
+def shard_index(sid: str) -> int:
+    return int(sid.split("-", 1)[1])
+
+
+def attempt_id(ordinal: int) -> str:
+    return f"attempt-{ordinal:04d}"
+
+
+def attempt_ordinal(aid: str) -> int:
+    return int(aid.split("-", 1)[1])
+
+
+def submission_id(number: int) -> str:
+    return f"submission-{number:04d}"
+
+
+def collection_id(number: int) -> str:
+    return f"collection-{number:04d}"
+
+
+def shard_dir(sid: str) -> str:
+    return f"shards/{sid}"
+
+
+def shard_record(sid: str) -> str:
+    return f"shards/{sid}/shard.json"
+
+
+def winner(sid: str) -> str:
+    return f"shards/{sid}/winner.json"
+
+
+def shard_dataset(sid: str) -> str:
+    return f"shards/{sid}/dataset"
+
+
+def attempts_dir(sid: str) -> str:
+    return f"shards/{sid}/attempts"
+
+
+def attempt_dir(sid: str, aid: str) -> str:
+    return f"shards/{sid}/attempts/{aid}"
+
+
+def attempt_file(sid: str, aid: str, name: str) -> str:
+    return f"shards/{sid}/attempts/{aid}/{name}"
+
+
+def submission_dir(sub: str) -> str:
+    return f"submissions/{sub}"
+
+
+def local_task(sub: str, task_index: int) -> str:
+    return f"submissions/{sub}/local/task-{task_index:05d}.json"
+
+
+def local_supervisor(sub: str) -> str:
+    return f"submissions/{sub}/local/supervisor.json"
+
+
+def collection_dir(cid: str) -> str:
+    return f"collections/{cid}"

@@ -1,0 +1,177 @@
+"""Creating a run (tau-init) and opening one (every other command).
+
+Reads: the plan request (validated against `plan-request`). Writes: plan.json, shards/*/shard.json, and run.json
+last, so a run exists exactly when run.json does. Identical re-creation is a no-op; a different plan for an
+existing run is a conflict (73). A crash at any step leaves no run.json; running tau-init again finishes the job.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from taulib import __version__, failpoints, jsonio, layout, locks, schema
+from taulib.errors import BadInput, Conflict, NotFound, UsageError
+from taulib.store import RunDir
+
+DEFAULT_WINDOW = 300
+DEFAULT_MAX_PARALLEL = 4
+DEFAULT_ROWS_PER_PARTITION = 1_000_000
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards"}
+
+
+def resolve_plan(request: dict, run_id: str) -> dict:
+    """The resolved plan (a pure function of the request and the run id: no clock, no machine facts)."""
+    schema.validate(request, "plan-request", "plan on standard input")
+    records = request["records"]
+    if "shards" in request and "shard_size" in request:
+        raise BadInput("plan on standard input gives both 'shards' and 'shard_size'; give one")
+    if "shards" in request:
+        count, size = request["shards"], None
+        if count > records:
+            raise BadInput(f"plan on standard input asks for {count} shards of {records} records; every shard "
+                           "needs at least one record")
+    else:
+        size = request["shard_size"]
+        count = -(-records // size)
+    sched = request.get("scheduler", {"profile": "local"})
+    windows = request.get("windows", {})
+    output = request.get("output", {})
+    plan = {
+        "kind": "tau.plan",
+        "schema_version": 1,
+        "run_id": run_id,
+        "records": records,
+        "shard_count": count,
+        "shard_size": size,
+        "command": list(request["command"]),
+        "resume": request.get("resume", "never"),
+        "scheduler": {
+            "profile": sched["profile"],
+            "local": {"max_parallel": sched.get("local", {}).get("max_parallel", DEFAULT_MAX_PARALLEL)},
+            "slurm": dict(sched.get("slurm", {})),
+        },
+        "output": {"format": output.get("format", "parquet"),
+                   "rows_per_partition": output.get("rows_per_partition", DEFAULT_ROWS_PER_PARTITION)},
+        "windows": {key: windows.get(key, DEFAULT_WINDOW) for key in
+                    ("accounting_lag_seconds", "preemption_seconds", "submission_visibility_seconds")},
+        "collection": {"allowed_roots": [os.path.normpath(p) for p in
+                                         request.get("collection", {}).get("allowed_roots", [])]},
+        "env": dict(request.get("env", {})),
+    }
+    schema.validate(plan, "plan")
+    return plan
+
+
+def shard_range(plan: dict, index: int) -> tuple[int, int]:
+    """Half-open record range of shard `index`."""
+    records, count, size = plan["records"], plan["shard_count"], plan["shard_size"]
+    if size is None:
+        return index * records // count, (index + 1) * records // count
+    return index * size, min((index + 1) * size, records)
+
+
+def run_id_for(run_dir: str) -> str:
+    name = os.path.basename(os.path.abspath(run_dir))
+    if not _RUN_ID.match(name):
+        raise UsageError(f"run directory name {name!r} must match [A-Za-z0-9][A-Za-z0-9._-]* (it is the run id)")
+    return name
+
+
+def init(run_dir: str, request: object) -> dict:
+    if not isinstance(request, dict):
+        raise BadInput("plan on standard input must be a JSON object")
+    run_id = run_id_for(run_dir)
+    plan = resolve_plan(request, run_id)
+    plan_bytes = jsonio.canonical(plan)
+    plan_sha = jsonio.sha256_hex(plan_bytes)
+    _refuse_foreign_directory(run_dir)
+    with RunDir(run_dir, create=True) as run, locks.hold(run, "run"):
+        existing = run.read(layout.RUN, "tau.run")
+        if existing is not None:
+            if existing["plan"]["sha256"] != plan_sha:
+                raise Conflict(f"run {run_id!r} already exists with a different plan; choose another run "
+                               "directory", run_dir=run.path, plan_sha256=existing["plan"]["sha256"])
+            return _summary(run, existing, plan, created=False)
+        run.publish_bytes(layout.PLAN, plan_bytes)
+        run.mkdir("shards")
+        for index in range(plan["shard_count"]):
+            start, end = shard_range(plan, index)
+            sid = layout.shard_id(index)
+            run.publish(layout.shard_record(sid), {
+                "kind": "tau.shard", "schema_version": 1, "run_id": run_id, "shard_id": sid, "index": index,
+                "record_start": start, "record_end": end})
+        failpoints.hit("init.shards_written")
+        record = {"kind": "tau.run", "schema_version": 1, "run_id": run_id, "created_at": jsonio.now_rfc3339(),
+                  "plan": {"path": layout.PLAN, "sha256": plan_sha}, "shard_count": plan["shard_count"],
+                  "tau_version": __version__}
+        run.publish(layout.RUN, record)
+        return _summary(run, record, plan, created=True)
+
+
+def _refuse_foreign_directory(run_dir: str) -> None:
+    try:
+        names = set(os.listdir(run_dir))
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        raise Conflict(f"{run_dir!r} exists and is not a folder") from None
+    if names - _RUN_ENTRIES:
+        raise Conflict(f"{run_dir!r} exists and holds files that are not a tau run; choose an empty or new "
+                       "folder", run_dir=os.path.abspath(run_dir))
+
+
+def _summary(run: RunDir, record: dict, plan: dict, created: bool) -> dict:
+    return {"run_id": record["run_id"], "run_dir": run.path, "created": created,
+            "plan_sha256": record["plan"]["sha256"], "records": plan["records"],
+            "shard_count": plan["shard_count"], "scheduler": plan["scheduler"]["profile"]}
+
+
+class Run:
+    """An existing run: its directory, run record and plan, read and validated once."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.dir = RunDir(run_dir)
+        try:
+            record = self.dir.read(layout.RUN, "tau.run")
+            if record is None:
+                raise NotFound(f"{self.dir.path!r} is not a tau run (no run.json); create it with tau-init",
+                               run_dir=self.dir.path)
+            plan_bytes = self.dir.read_bytes(layout.PLAN)
+            if plan_bytes is None or jsonio.sha256_hex(plan_bytes) != record["plan"]["sha256"]:
+                raise Conflict(f"plan.json of run {record['run_id']!r} does not match the digest in run.json",
+                               run_dir=self.dir.path)
+            self.plan = self.dir.decode(layout.PLAN, plan_bytes, "tau.plan")
+        except BaseException:
+            self.dir.close()
+            raise
+        self.record = record
+        self.run_id: str = record["run_id"]
+        self.plan_sha256: str = record["plan"]["sha256"]
+        self.shard_count: int = record["shard_count"]
+        self.path = self.dir.path
+
+    def close(self) -> None:
+        self.dir.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def shard_ids(self) -> list[str]:
+        return [layout.shard_id(i) for i in range(self.shard_count)]
+
+    def check_shard(self, sid: str) -> int:
+        if not re.match(r"^shard-[0-9]{5,}$", sid) or layout.shard_index(sid) >= self.shard_count:
+            raise NotFound(f"run {self.run_id!r} has no shard {sid!r}", shard_id=sid)
+        return layout.shard_index(sid)
+
+    def shard(self, sid: str) -> dict:
+        self.check_shard(sid)
+        return self.dir.require(layout.shard_record(sid), "tau.shard")
+
+    def windows(self) -> dict:
+        return self.plan["windows"]

@@ -1,0 +1,220 @@
+"""Validation of records and inputs against the JSON Schemas in `share/schemas`.
+
+The schemas are ordinary JSON Schema (draft 2020-12) and the test suite checks them and this validator against the
+reference `jsonschema` implementation. At run time tau uses this small validator instead: it supports exactly the
+keywords our schemas use, refuses a schema that uses any other keyword (so nothing is silently unchecked), and
+imports nothing heavy, which keeps fast commands fast.
+
+Reads: `share/schemas/<name>.schema.json`. Writes: nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import lru_cache
+
+import orjson
+
+from taulib.errors import BadInput, Internal
+
+SCHEMA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "share", "schemas")
+
+_META = {"$schema", "$id", "title", "description", "$comment", "default", "examples", "$defs"}
+_KEYWORDS = {
+    "type", "properties", "required", "additionalProperties", "items", "enum", "const", "pattern",
+    "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems", "$ref", "oneOf", "anyOf",
+    "uniqueItems", "minProperties", "patternProperties",
+}
+
+_TYPES = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+class SchemaViolation(BadInput):
+    """An instance does not satisfy its schema; `details` carry the JSON pointer and the schema name."""
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> dict:
+    path = os.path.join(SCHEMA_DIR, f"{name}.schema.json")
+    try:
+        with open(path, "rb") as fh:
+            schema = orjson.loads(fh.read())
+    except FileNotFoundError:
+        raise Internal(f"schema {name!r} is missing from {SCHEMA_DIR!r}") from None
+    _check_keywords(schema, name)
+    return schema
+
+
+@lru_cache(maxsize=None)
+def _regex(pattern: str) -> re.Pattern:
+    return re.compile(pattern)
+
+
+def _check_keywords(node: object, name: str) -> None:
+    if isinstance(node, dict):
+        unknown = set(node) - _KEYWORDS - _META
+        if unknown:
+            raise Internal(f"schema {name!r} uses unsupported keywords {sorted(unknown)}")
+        for key in ("properties", "$defs", "patternProperties"):
+            for sub in node.get(key, {}).values():
+                _check_keywords(sub, name)
+        for key in ("items", "additionalProperties"):
+            if isinstance(node.get(key), dict):
+                _check_keywords(node[key], name)
+        for key in ("oneOf", "anyOf"):
+            for sub in node.get(key, []):
+                _check_keywords(sub, name)
+
+
+def validate(instance: object, name: str, what: str | None = None) -> None:
+    """Raise SchemaViolation naming the first failing location, or return None."""
+    root = load(name)
+    error = _validate(instance, root, root, "")
+    if error is not None:
+        pointer, message = error
+        label = what or name
+        where = pointer or "/"
+        raise SchemaViolation(f"{label} does not match schema {name!r} at {where}: {message}",
+                              schema=name, pointer=where)
+
+
+def is_valid(instance: object, name: str) -> bool:
+    root = load(name)
+    return _validate(instance, root, root, "") is None
+
+
+def _resolve(root: dict, ref: str) -> dict:
+    if not ref.startswith("#/"):
+        if "#" in ref:
+            other, frag = ref.split("#", 1)
+        else:
+            other, frag = ref, ""
+        target = load(other.removesuffix(".schema.json"))
+        return _resolve(target, "#" + frag) if frag else target
+    node: object = root
+    for part in ref[2:].split("/"):
+        node = node[part]  # type: ignore[index]
+    return node  # type: ignore[return-value]
+
+
+def _root_of(ref: str, root: dict) -> dict:
+    if ref.startswith("#"):
+        return root
+    return load(ref.split("#", 1)[0].removesuffix(".schema.json"))
+
+
+def _validate(value: object, schema: dict, root: dict, path: str) -> tuple[str, str] | None:
+    if "$ref" in schema:
+        ref = schema["$ref"]
+        error = _validate(value, _resolve(root, ref), _root_of(ref, root), path)
+        if error is not None:
+            return error
+    expected = schema.get("type")
+    if expected is not None:
+        types = expected if isinstance(expected, list) else [expected]
+        if not any(_TYPES[t](value) for t in types):
+            return path, f"expected {' or '.join(types)}, got {_describe(value)}"
+    if "const" in schema and not _equal(value, schema["const"]):
+        return path, f"expected {schema['const']!r}"
+    if "enum" in schema and not any(_equal(value, e) for e in schema["enum"]):
+        return path, f"{_short(value)} is not one of {schema['enum']}"
+    if isinstance(value, str):
+        if "minLength" in schema and len(value) < schema["minLength"]:
+            return path, f"string shorter than {schema['minLength']}"
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            return path, f"string longer than {schema['maxLength']}"
+        if "pattern" in schema and not _regex(schema["pattern"]).search(value):
+            return path, f"{_short(value)} does not match {schema['pattern']!r}"
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            return path, f"{value} is less than {schema['minimum']}"
+        if "maximum" in schema and value > schema["maximum"]:
+            return path, f"{value} is greater than {schema['maximum']}"
+    elif isinstance(value, list):
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            return path, f"fewer than {schema['minItems']} items"
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            return path, f"more than {schema['maxItems']} items"
+        items = schema.get("items")
+        if isinstance(items, dict):
+            for index, item in enumerate(value):
+                error = _validate(item, items, root, f"{path}/{index}")
+                if error is not None:
+                    return error
+        if schema.get("uniqueItems"):
+            seen = [orjson.dumps(v, option=orjson.OPT_SORT_KEYS) for v in value]
+            if len(set(seen)) != len(seen):
+                return path, "items are not unique"
+    elif isinstance(value, dict):
+        for key in schema.get("required", ()):
+            if key not in value:
+                return path, f"missing required property {key!r}"
+        if "minProperties" in schema and len(value) < schema["minProperties"]:
+            return path, f"fewer than {schema['minProperties']} properties"
+        props = schema.get("properties", {})
+        patterns = schema.get("patternProperties", {})
+        extra = schema.get("additionalProperties", True)
+        for key, item in value.items():
+            sub = props.get(key)
+            matched = False
+            if sub is not None:
+                matched = True
+                error = _validate(item, sub, root, f"{path}/{_escape(key)}")
+                if error is not None:
+                    return error
+            for pattern, psub in patterns.items():
+                if _regex(pattern).search(key):
+                    matched = True
+                    error = _validate(item, psub, root, f"{path}/{_escape(key)}")
+                    if error is not None:
+                        return error
+            if not matched:
+                if extra is False:
+                    return path, f"unexpected property {key!r}"
+                if isinstance(extra, dict):
+                    error = _validate(item, extra, root, f"{path}/{_escape(key)}")
+                    if error is not None:
+                        return error
+    if "anyOf" in schema:
+        errors = [_validate(value, sub, root, path) for sub in schema["anyOf"]]
+        if all(e is not None for e in errors):
+            return min(errors, key=lambda e: -len(e[0]))  # type: ignore[arg-type, return-value]
+    if "oneOf" in schema:
+        errors = [_validate(value, sub, root, path) for sub in schema["oneOf"]]
+        passing = sum(e is None for e in errors)
+        if passing == 0:
+            return min(errors, key=lambda e: -len(e[0]))  # type: ignore[arg-type, return-value]
+        if passing > 1:
+            return path, "matches more than one alternative"
+    return None
+
+
+def _equal(a: object, b: object) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return a == b
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _describe(value: object) -> str:
+    for name, check in _TYPES.items():
+        if name != "number" and check(value):
+            return name
+    return "number"
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,122 @@
+"""Reading a run's persisted state: shards, their latest attempts, evidence, and the rolled-up status.
+
+Reads only records (never scheduler commands, never bulk data); writes nothing. The rules themselves are the pure
+functions of `taulib.reconcile`; this module feeds them records.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from taulib import jsonio, layout, reconcile
+from taulib.errors import Conflict
+from taulib.reconcile import Evidence
+
+
+def evidence_from_record(rec: dict | None) -> Evidence | None:
+    if rec is None:
+        return None
+    deadline = rec.get("deadline")
+    return Evidence(
+        state=rec["state"], source=rec["source"], terminal=rec["terminal"],
+        observed_at=jsonio.parse_time(rec["observed_at"]), changed_at=jsonio.parse_time(rec["changed_at"]),
+        deadline_window=deadline["window"] if deadline else None,
+        deadline_at=jsonio.parse_time(deadline["at"]) if deadline else None,
+        exit_code=rec.get("exit_code"), reason=rec.get("reason"))
+
+
+def evidence_record(ev: Evidence, attempt: dict, revision: int) -> dict:
+    return {
+        "kind": "tau.observation", "schema_version": 1, "run_id": attempt["run_id"],
+        "shard_id": attempt["shard_id"], "attempt_id": attempt["attempt_id"], "revision": revision,
+        "state": ev.state, "source": ev.source, "terminal": ev.terminal,
+        "observed_at": jsonio.format_time(ev.observed_at), "changed_at": jsonio.format_time(ev.changed_at),
+        "deadline": None if ev.deadline_window is None else
+        {"window": ev.deadline_window, "at": jsonio.format_time(ev.deadline_at)},  # type: ignore[arg-type]
+        "exit_code": ev.exit_code, "reason": ev.reason}
+
+
+def attempt_ids(run, sid: str) -> list[str]:
+    """The shard's attempts in order; they must be numbered 1..n without gaps."""
+    names = [n for n in run.dir.listdir(layout.attempts_dir(sid)) if n.startswith("attempt-")]
+    names.sort(key=layout.attempt_ordinal)
+    for position, name in enumerate(names, start=1):
+        if layout.attempt_ordinal(name) != position:
+            raise Conflict(f"attempts of {sid} are not numbered 1..n ({name} at position {position})",
+                           shard_id=sid)
+    return names
+
+
+def latest_attempt(run, sid: str) -> dict | None:
+    """The newest attempt record of a shard whose attempt.json exists (an attempt folder without a record is an
+    interrupted submission that never reached the scheduler)."""
+    for aid in reversed(attempt_ids(run, sid)):
+        record = run.dir.read(layout.attempt_file(sid, aid, "attempt.json"), "tau.attempt")
+        if record is not None:
+            return record
+    return None
+
+
+class ShardView(NamedTuple):
+    shard_id: str
+    winner: dict | None
+    attempt: dict | None
+    evidence: Evidence | None
+    attempt_state: str | None  # effective state of the latest attempt
+    state: str
+    reason: str
+
+
+def shard_view(run, sid: str) -> ShardView:
+    winner = run.dir.read(layout.winner(sid), "tau.winner")
+    attempt = latest_attempt(run, sid)
+    evidence = None
+    effective = None
+    if attempt is not None:
+        evidence = evidence_from_record(run.dir.read(
+            layout.attempt_file(sid, attempt["attempt_id"], "observation.json"), "tau.observation"))
+        effective = reconcile.effective_attempt(attempt, evidence)
+    if winner is not None and attempt is not None and winner["attempt_id"] != attempt["attempt_id"]:
+        # a later attempt exists beside a winner (it was fenced or is still draining): the winner decides
+        attempt = run.dir.read(layout.attempt_file(sid, winner["attempt_id"], "attempt.json"), "tau.attempt")
+        evidence = None
+        effective = ("succeeded", "the winner's attempt")
+    state, reason = reconcile.shard_state(winner is not None, effective)
+    return ShardView(sid, winner, attempt, evidence, effective[0] if effective else None, state, reason)
+
+
+def shard_status(view: ShardView) -> dict:
+    ev = view.evidence
+    return {
+        "id": view.shard_id,
+        "state": view.state,
+        "reason": view.reason,
+        "attempt": view.attempt["attempt_id"] if view.attempt else None,
+        "winner": view.winner["attempt_id"] if view.winner else None,
+        "evidence": {
+            "attempt_state": view.attempt["state"] if view.attempt else None,
+            "effective_state": view.attempt_state,
+            "scheduler": None if view.attempt is None else view.attempt["scheduler"],
+            "observation": None if ev is None else {
+                "state": ev.state, "source": ev.source, "terminal": ev.terminal,
+                "changed_at": jsonio.format_time(ev.changed_at),
+                "deadline": None if ev.deadline_at is None else
+                {"window": ev.deadline_window, "at": jsonio.format_time(ev.deadline_at)},
+                "exit_code": ev.exit_code, "reason": ev.reason},
+        },
+    }
+
+
+def run_status(run, sources: dict | None = None) -> dict:
+    shards = [shard_status(shard_view(run, sid)) for sid in run.shard_ids()]
+    counts = {state: 0 for state in reconcile.SHARD_STATES}
+    for shard in shards:
+        counts[shard["state"]] += 1
+    return {
+        "kind": "tau.status", "schema_version": 1, "run_id": run.run_id, "run_dir": run.path,
+        "state": reconcile.run_state(counts),
+        "counts": counts,
+        "retryable": [s["id"] for s in shards if s["state"] in reconcile.RETRYABLE],
+        "sources": sources,
+        "shards": shards,
+    }

@@ -1,0 +1,25 @@
+"""Plain-text tables for people (`-o table`). Columns are padded to their widest cell; no colours, no wrapping."""
+
+from __future__ import annotations
+
+
+def render(headers: list[str], rows: list[list[object]]) -> str:
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in cells]
+    return "\n".join(lines) + "\n"
+
+
+def status(doc: dict) -> str:
+    counts = ", ".join(f"{k} {v}" for k, v in doc["counts"].items() if v)
+    head = f"run {doc['run_id']}: {doc['state']} ({counts})\n"
+    sources = doc.get("sources")
+    if sources and (sources.get("queue") != "ok" or sources.get("accounting") != "ok"):
+        head += (f"scheduler sources: queue {sources.get('queue')}, accounting {sources.get('accounting')}"
+                 f"{': ' + sources['reason'] if sources.get('reason') else ''}\n")
+    rows = []
+    for shard in doc["shards"]:
+        obs = shard["evidence"]["observation"]
+        rows.append([shard["id"], shard["state"], shard["attempt"], shard["winner"],
+                     obs["state"] if obs else None, shard["reason"]])
+    return head + "\n" + render(["SHARD", "STATE", "ATTEMPT", "WINNER", "SCHEDULER", "REASON"], rows)
