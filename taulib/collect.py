@@ -10,12 +10,12 @@ Order of work (SPEC 8):
   3. journal `collections/collection-NNNN/{plan.json,status.json}` under `collect.lock`;    failpoint collect.planned
   4. stream: each winner's files are re-hashed (size and sha256 against the manifest) and read in bounded batches,
      re-batched into partitions of exactly `rows_per_partition` rows (the last one takes the rest), written to
-     `part-NNNNN.<format>` in a private stage folder beside the destination, with `collection-result.json`
+     `part-NNNNN.<format>` in a private stage folder beside the destination, with `_tau_collection.json`
      (every output file's size, sha256 and rows) last;                                   failpoint collect.staged
   5. publish the stage with renameat2(RENAME_NOREPLACE) (see `taulib.publish`), fsync; failpoint collect.renamed
   6. status succeeded.
 A rerun after a crash removes the exact stage of an unfinished collection and starts it again, or adopts a
-destination that a crashed run had already published (its collection-result.json matches the plan). Nothing is
+destination that a crashed run had already published (its _tau_collection.json matches the plan). Nothing is
 ever overwritten. Under the local executor the worker runs inline; under Slurm it will run as a CPU job.
 """
 
@@ -30,7 +30,7 @@ from taulib.errors import CheckFailed, Conflict, Refused, UsageError
 
 BATCH_ROWS = 65_536
 SUFFIX = {"parquet": "parquet", "csv": "csv", "jsonl": "jsonl"}
-RESULT = "collection-result.json"
+RESULT = "_tau_collection.json"  # leading "_": Arrow, Spark and DuckDB dataset readers skip it
 
 
 # -- 1. winners -------------------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ def status(doc: dict) -> str:
     rows = []
     for shard in doc["shards"]:
         obs = shard["evidence"]["observation"]
-        rows.append([shard["id"], shard["state"], shard["attempt"], shard["winner"],
-                     obs["state"] if obs else None, shard["reason"]])
+        live = shard["evidence"]["attempt_state"] in ("submitted", "running")
+        # once the attempt has finished, non-terminal scheduler evidence is history, not news
+        scheduler = obs["state"] if obs and (live or obs["terminal"]) else None
+        rows.append([shard["id"], shard["state"], shard["attempt"], shard["winner"], scheduler, shard["reason"]])
     return head + "\n" + render(["SHARD", "STATE", "ATTEMPT", "WINNER", "SCHEDULER", "REASON"], rows)

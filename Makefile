@@ -1,0 +1,47 @@
+# tau: every developer task is a target here; .ci/run calls `make check`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SCHEDULER ?= local
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: venv demo check test bats man bench system-deps clean
+
+## venv: the virtual environment .venv with tau installed editable (every other target depends on it)
+venv: $(STAMP)
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+## demo: a complete example run (8 shards, one fails once, retry, winners, collection); SCHEDULER=local|slurm
+demo: venv
+	SCHEDULER=$(SCHEDULER) contrib/demo/run-demo.sh
+
+## system-deps: the system packages the tests need (bats, mandoc, jq), installed when missing (as root)
+system-deps:
+	@contrib/ci/system-deps.sh
+
+## check: every test (pytest and bats); ends with "N passed, N failed"
+check: venv system-deps
+	tests/run-all.sh
+
+test: venv
+	$(PY) -m pytest -q tests
+
+bats: venv system-deps
+	bats tests/bats
+
+## man: render every man page and lint it
+man: venv
+	$(PY) man/build.py
+
+## bench: the benchmarks, with ratios against their baselines measured in the same run
+bench: venv
+	$(PY) bench/run.py
+
+clean:
+	rm -rf demo build .pytest_cache

@@ -1,0 +1,16 @@
+#!/bin/sh
+# Installs the system packages tau's tests need, when they are missing (Debian/Ubuntu, as root).
+set -eu
+need=""
+command -v bats >/dev/null 2>&1 || need="$need bats bats-support bats-assert"
+command -v mandoc >/dev/null 2>&1 || need="$need mandoc"
+command -v jq >/dev/null 2>&1 || need="$need jq"
+[ -n "$need" ] || exit 0
+if [ "$(id -u)" != 0 ]; then
+  echo "system-deps: missing:$need; install them (apt-get install$need) or run as root" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+# shellcheck disable=SC2086
+apt-get install -y -qq $need >/dev/null

@@ -1,0 +1,132 @@
+"""Shared helpers for tau's tests: run commands as real processes, make runs, snapshot run directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / ".venv" / "bin"
+PYTHON = str(BIN / "python") if (BIN / "python").exists() else sys.executable
+CLIENT = str(ROOT / "contrib" / "demo" / "client.py")
+COMMANDS = ("tau-init", "tau-submit", "tau-attempt", "tau-observe", "tau-reconcile", "tau-winner", "tau-retry",
+            "tau-collect")
+
+
+def env_for_tests(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
+    env.setdefault("TAU_LOCK_TIMEOUT", "10")
+    env.pop("TAU_FAILPOINTS", None)
+    if extra:
+        env.update(extra)
+    return env
+
+
+def tau(command: str, *args: str, input: str | bytes | None = None, env: dict | None = None,
+        timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run a tau command (e.g. "tau-init") as a real process; stdout/stderr as text."""
+    if isinstance(input, bytes):
+        input = input.decode()
+    return subprocess.run([str(BIN / command), *args], input=input, capture_output=True, text=True,
+                          env=env_for_tests(env), timeout=timeout)
+
+
+def error_of(proc: subprocess.CompletedProcess) -> dict:
+    """The one JSON error object a failing command printed on stderr (asserts there is exactly one)."""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one JSON error line on stderr, got: {proc.stderr!r}"
+    assert "Traceback" not in proc.stderr
+    return json.loads(lines[0])
+
+
+def plan(records: int = 80, shards: int = 4, fail_first: tuple[str, ...] = (), **extra) -> dict:
+    command = [PYTHON, CLIENT, "--rows-per-file", "10"]
+    for sid in fail_first:
+        command += ["--fail-first", sid]
+    doc = {"records": records, "shards": shards, "command": command,
+           "scheduler": {"profile": "local", "local": {"max_parallel": 4}},
+           "output": {"format": "parquet", "rows_per_partition": 30},
+           "windows": {"accounting_lag_seconds": 5, "preemption_seconds": 5, "submission_visibility_seconds": 5}}
+    doc.update(extra)
+    return doc
+
+
+def init_run(workspace: Path, name: str = "run", **plan_args) -> Path:
+    run_dir = workspace / name
+    proc = tau("tau-init", str(run_dir), input=json.dumps(plan(**plan_args)))
+    assert proc.returncode == 0, proc.stderr
+    return run_dir
+
+
+def status(run_dir: Path) -> dict:
+    obs = tau("tau-observe", str(run_dir))
+    assert obs.returncode == 0, obs.stderr
+    rec = tau("tau-reconcile", str(run_dir), input=obs.stdout)
+    assert rec.returncode == 0, rec.stderr
+    return json.loads(rec.stdout)
+
+
+def wait_settled(run_dir: Path, timeout: float = 120) -> dict:
+    """observe | reconcile until no shard is pending, running or in accounting lag."""
+    deadline = time.monotonic() + timeout
+    while True:
+        doc = status(run_dir)
+        if not any(doc["counts"][k] for k in ("pending", "running", "accounting_lag")):
+            return doc
+        assert time.monotonic() < deadline, f"run did not settle: {doc['counts']}"
+        time.sleep(0.3)
+
+
+def complete_run(workspace: Path, name: str = "run", **plan_args) -> Path:
+    """A run whose shards have all won (submit, settle, retry what failed, settle)."""
+    run_dir = init_run(workspace, name, **plan_args)
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    doc = wait_settled(run_dir)
+    if doc["retryable"]:
+        assert tau("tau-retry", str(run_dir)).returncode == 0
+        doc = wait_settled(run_dir)
+    assert doc["state"] == "succeeded", doc
+    return run_dir
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under root with its type, mode and content, for byte-for-byte comparisons."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                out[rel] = ("link", os.readlink(path))
+            elif path.is_dir():
+                out[rel] = ("dir", st.st_mode)
+            else:
+                out[rel] = ("file", st.st_mode, path.read_bytes())
+    return out
+
+
+@contextmanager
+def hold_lock(run_dir: Path, name: str = "run"):
+    """Hold `locks/<name>.lock` exclusively from another process for the duration of the block."""
+    code = ("import portalocker, sys, time\n"
+            "fh = open(sys.argv[1], 'a')\n"
+            "portalocker.lock(fh, portalocker.LOCK_EX)\n"
+            "print('locked', flush=True)\n"
+            "sys.stdin.read()\n")
+    lock_path = run_dir / "locks" / f"{name}.lock"
+    lock_path.parent.mkdir(mode=0o700, exist_ok=True)
+    proc = subprocess.Popen([PYTHON, "-c", code, str(lock_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every test (pytest, then bats) and ends with one line "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+.venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$out/pytest.xml" tests
+pytest_rc=$?
+
+bats --tap tests/bats | tee "$out/bats.tap"
+bats_rc=${PIPESTATUS[0]}
+
+read -r py_total py_fail py_err py_skip < <(.venv/bin/python - "$out/pytest.xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except Exception:
+    print(0, 1, 0, 0); sys.exit()
+suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+t = sum(int(s.get("tests", 0)) for s in suites); f = sum(int(s.get("failures", 0)) for s in suites)
+e = sum(int(s.get("errors", 0)) for s in suites); k = sum(int(s.get("skipped", 0)) for s in suites)
+print(t, f, e, k)
+PY
+)
+bats_ok=$(grep -c '^ok ' "$out/bats.tap" || true)
+bats_fail=$(grep -c '^not ok ' "$out/bats.tap" || true)
+passed=$(( py_total - py_fail - py_err - py_skip + bats_ok ))
+failed=$(( py_fail + py_err + bats_fail ))
+if [ "$pytest_rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+if [ "$bats_rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
