@@ -7,9 +7,9 @@ Timestamps are RFC 3339 UTC strings with microseconds and a `Z`.
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import time
-from datetime import datetime, timezone
 
 import orjson
 
@@ -49,9 +49,13 @@ def now_rfc3339() -> str:
 
 
 def format_time(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    micros = round(epoch * 1_000_000)
+    seconds, micros = divmod(micros, 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}Z"
 
 
 def parse_time(text: str) -> float:
-    """Epoch seconds of an RFC 3339 UTC timestamp written by `format_time`."""
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+    """Epoch seconds of an RFC 3339 UTC timestamp written by `format_time` (YYYY-MM-DDTHH:MM:SS.ffffffZ)."""
+    seconds = calendar.timegm((int(text[0:4]), int(text[5:7]), int(text[8:10]), int(text[11:13]),
+                               int(text[14:16]), int(text[17:19]), 0, 0, 0))
+    return seconds + int(text[20:26]) / 1_000_000

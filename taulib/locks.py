@@ -17,13 +17,32 @@ portalocker is imported only when a lock is actually taken.
 from __future__ import annotations
 
 import os
+import sys
 import time
+import types
 from contextlib import contextmanager
 from typing import Iterator
 
 from taulib.errors import Busy
 
 DEFAULT_TIMEOUT = 30.0
+
+
+def _portalocker():
+    """Import portalocker without its version lookup.
+
+    portalocker's `__about__` imports importlib.metadata (about 25 ms, half the start-up budget of a fast command)
+    only to learn its own version, which tau never reads. A stand-in for that one module is registered first; the
+    locking code itself is portalocker's own.
+    """
+    if "portalocker" not in sys.modules and "portalocker.__about__" not in sys.modules:
+        about = types.ModuleType("portalocker.__about__")
+        about.__dict__.update(__package_name__="portalocker", __author__="", __email__="", __version__="unknown",
+                              __description__="", __url__="")
+        sys.modules["portalocker.__about__"] = about
+    import portalocker
+
+    return portalocker
 
 
 def timeout_seconds() -> float:
@@ -55,7 +74,7 @@ class _Held:
 @contextmanager
 def hold(run, name: str, shared: bool = False, timeout: float | None = None) -> Iterator[None]:
     """Hold lock `name` of the run (a `store.RunDir`) for the duration of the block."""
-    import portalocker
+    portalocker = _portalocker()
 
     rank = _rank(name)
     if _Held.stack and rank <= _Held.stack[-1]:

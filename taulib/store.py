@@ -25,7 +25,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import secrets
 import stat
 
 from taulib import failpoints, jsonio, schema
@@ -365,7 +364,7 @@ class RunDir:
         return data
 
     def _write_temp(self, dfd: int, data: bytes, protocol: str) -> str:
-        temp = f".tau.{secrets.token_hex(8)}.tmp"
+        temp = f".tau.{os.urandom(8).hex()}.tmp"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                      dir_fd=dfd)
         try:

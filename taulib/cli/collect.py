@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 
-from taulib import collect
 from taulib.cli import common
-from taulib.run import Run
 
 EXAMPLE = """
 tau-collect runs/demo --destination datasets/demo
@@ -23,6 +21,9 @@ tau-collect runs/demo --destination datasets/demo
                    "root of the plan; must not exist.")
 @common.output_option
 def cli(run_dir: str, destination: str, output: str) -> None:
+    from taulib import collect
+    from taulib.run import Run
+
     with Run(run_dir) as run:
         result = collect.collect(run, destination)
     if output == "table":

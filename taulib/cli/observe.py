@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from taulib import observe
 from taulib.cli import common
-from taulib.run import Run
 
 EXAMPLE = """
 tau-observe runs/demo | tau-reconcile runs/demo | jq -r .state
@@ -16,7 +14,8 @@ tau-observe runs/demo | tau-reconcile runs/demo | jq -r .state
                 "tau-reconcile.", EXAMPLE)
 @common.run_dir_argument
 def cli(run_dir: str) -> None:
-    from taulib import locks
+    from taulib import locks, observe
+    from taulib.run import Run
 
     with Run(run_dir) as run, locks.hold(run.dir, "run", shared=True):
         common.emit(observe.observe(run))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from taulib import observe
 from taulib.cli import common
-from taulib.run import Run
 
 EXAMPLE = """
 tau-observe runs/demo | tau-reconcile runs/demo -o table
@@ -18,6 +16,9 @@ tau-observe runs/demo | tau-reconcile runs/demo | jq -r '.shards[] | select(.sta
 @common.run_dir_argument
 @common.output_option
 def cli(run_dir: str, output: str) -> None:
+    from taulib import observe
+    from taulib.run import Run
+
     doc = observe.validate_document(common.read_stdin_json("observations on standard input"))
     with Run(run_dir) as run:
         status = observe.apply(run, doc)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 
-from taulib import retry
 from taulib.cli import common
-from taulib.run import Run
 
 EXAMPLE = """
 tau-observe runs/demo | tau-reconcile runs/demo >/dev/null && tau-retry runs/demo
@@ -21,6 +19,9 @@ tau-retry runs/demo --shard shard-00003
 @click.option("--shard", "shards", multiple=True, metavar="SHARD_ID",
               help="Retry only these shards (repeatable); shards that are not retryable are reported as skipped.")
 def cli(run_dir: str, shards: tuple[str, ...]) -> None:
+    from taulib import retry
+    from taulib.run import Run
+
     with Run(run_dir) as run:
         common.emit(retry.retry(run, list(shards) or None))
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from taulib import retry
 from taulib.cli import common
-from taulib.run import Run
 
 EXAMPLE = """
 tau-submit runs/demo
@@ -16,6 +14,9 @@ tau-submit runs/demo
                 "reported, not submitted again.", EXAMPLE)
 @common.run_dir_argument
 def cli(run_dir: str) -> None:
+    from taulib import retry
+    from taulib.run import Run
+
     with Run(run_dir) as run:
         common.emit(retry.initial(run))
 

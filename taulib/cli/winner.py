@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import click
 
-from taulib import winner
 from taulib.cli import common
 from taulib.errors import CheckFailed
-from taulib.run import Run
 
 EXAMPLE = """
 tau-winner runs/demo
@@ -24,6 +22,9 @@ tau-winner runs/demo --shard shard-00003 -o table
               help="Only these shards (repeatable); default: every shard.")
 @common.output_option
 def cli(run_dir: str, shards: tuple[str, ...], output: str) -> None:
+    from taulib import winner
+    from taulib.run import Run
+
     with Run(run_dir) as run:
         result = winner.publish_many(run, list(shards) or run.shard_ids())
     if output == "table":

@@ -1,0 +1,88 @@
+"""Start-up benchmark: the cost of a fast command against the cost of its two imports.
+
+Measures, in the same run and interleaved (so machine noise hits all alike):
+  baseline   python -c 'import click, orjson'            (the floor any click+orjson command pays)
+  help       tau-reconcile --help
+  reconcile  tau-observe output of a finished 8-shard demo run piped into tau-reconcile RUN
+  observe    tau-observe RUN on the same run
+Prints median and best wall time of each and the ratio of the medians to the baseline (goal: at most 2x).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / ".venv" / "bin"
+PY = str(BIN / "python")
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "30"))
+
+
+def make_demo_run(workspace: Path) -> Path:
+    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
+    run_dir = workspace / "run"
+    plan = {"records": 800, "shards": 8,
+            "command": [PY, str(ROOT / "contrib/demo/client.py"), "--rows-per-file", "40"],
+            "scheduler": {"profile": "local", "local": {"max_parallel": 2}}}
+    subprocess.run([str(BIN / "tau-init"), str(run_dir)], input=json.dumps(plan), text=True, check=True,
+                   env=env, capture_output=True)
+    subprocess.run([str(BIN / "tau-submit"), str(run_dir)], check=True, env=env, capture_output=True)
+    deadline = time.monotonic() + 120
+    while True:
+        obs = subprocess.run([str(BIN / "tau-observe"), str(run_dir)], check=True, env=env, capture_output=True)
+        status = json.loads(subprocess.run([str(BIN / "tau-reconcile"), str(run_dir)], input=obs.stdout,
+                                           check=True, env=env, capture_output=True).stdout)
+        if status["state"] == "succeeded":
+            return run_dir
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: the demo run did not finish: {status['counts']}")
+        time.sleep(0.5)
+
+
+def timed(argv: list[str], stdin: bytes | None) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        workspace = Path(tmp) / "ws"
+        workspace.mkdir(mode=0o700)
+        run_dir = make_demo_run(workspace)
+        observations = subprocess.run([str(BIN / "tau-observe"), str(run_dir)], check=True,
+                                      capture_output=True).stdout
+        cases = {
+            "baseline: python -c 'import click, orjson'": ([PY, "-c", "import click, orjson"], None),
+            "tau-reconcile --help": ([str(BIN / "tau-reconcile"), "--help"], None),
+            "tau-reconcile RUN (8 shards)": ([str(BIN / "tau-reconcile"), str(run_dir)], observations),
+            "tau-observe RUN (8 shards)": ([str(BIN / "tau-observe"), str(run_dir)], None),
+        }
+        samples: dict[str, list[float]] = {name: [] for name in cases}
+        for argv, stdin in cases.values():  # warm the page cache
+            timed(argv, stdin)
+        for _ in range(ROUNDS):
+            for name, (argv, stdin) in cases.items():
+                samples[name].append(timed(argv, stdin))
+    base = statistics.median(samples[next(iter(cases))])
+    print(f"start-up benchmark: {ROUNDS} interleaved rounds, wall time per process")
+    print(f"{'case':46} {'median ms':>10} {'best ms':>9} {'ratio':>7}")
+    results = {}
+    for name, values in samples.items():
+        median = statistics.median(values)
+        results[name] = {"median_ms": round(median * 1000, 1), "best_ms": round(min(values) * 1000, 1),
+                         "ratio": round(median / base, 2)}
+        print(f"{name:46} {median * 1000:10.1f} {min(values) * 1000:9.1f} {median / base:6.2f}x")
+    print(json.dumps({"benchmark": "startup", "rounds": ROUNDS, "results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
