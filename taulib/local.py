@@ -149,6 +149,10 @@ def _reap(run, running: dict, block: bool) -> None:
     if pid == 0 or pid not in running:
         return
     index, record_rel = running.pop(pid)
+    try:
+        os.killpg(pid, signal.SIGKILL)  # like Slurm ending a job step: nothing of the task outlives it
+    except (ProcessLookupError, PermissionError):
+        pass
     record = run.dir.read(record_rel, "tau.local-task")
     if record is None:  # finished before its running record was written
         return

@@ -62,6 +62,8 @@ def apply(run, doc: dict) -> dict:
         seen_by_shard.setdefault(view["shard_id"], []).append(view)
     changes = []
     with locks.hold(run.dir, "run", shared=True):
+        for view in doc["attempts"]:  # refuse the whole document before writing any of it
+            _recorded_attempt(run, view)
         for sid in sorted(seen_by_shard):
             with locks.hold(run.dir, locks.shard_lock_name(sid)):
                 for view in seen_by_shard[sid]:
@@ -74,15 +76,22 @@ def apply(run, doc: dict) -> dict:
     return status
 
 
-def _apply_one(run, view: dict, seen: reconcile.Seen) -> dict | None:
+def _recorded_attempt(run, view: dict) -> dict:
+    """The attempt record a view names, or BadInput when the run has no such attempt under that identity."""
     sid, aid = view["shard_id"], view["attempt_id"]
-    rel = layout.attempt_file(sid, aid, "attempt.json")
-    attempt = run.dir.read(rel, "tau.attempt")
+    attempt = run.dir.read(layout.attempt_file(sid, aid, "attempt.json"), "tau.attempt")
     if attempt is None:
         raise BadInput(f"observations name {sid}/{aid}, which this run does not have", shard_id=sid)
     if attempt["scheduler"] != view["scheduler"]:
         raise BadInput(f"observations give {sid}/{aid} another scheduler identity than the recorded one",
                        shard_id=sid)
+    return attempt
+
+
+def _apply_one(run, view: dict, seen: reconcile.Seen) -> dict | None:
+    sid, aid = view["shard_id"], view["attempt_id"]
+    rel = layout.attempt_file(sid, aid, "attempt.json")
+    attempt = _recorded_attempt(run, view)
     obs_rel = layout.attempt_file(sid, aid, "observation.json")
     prev_record = run.dir.read(obs_rel, "tau.observation")
     prev = state.evidence_from_record(prev_record)

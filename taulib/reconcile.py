@@ -134,11 +134,7 @@ def next_evidence(prev: Evidence | None, seen: Seen, windows: dict) -> tuple[str
     """Apply the first matching rule. Returns (rule name, new evidence); None only when prev was None and kept."""
     for name, when, then in RULES:
         if when(prev, seen):
-            result = then(prev, seen, windows)
-            if prev is not None and result is not None and name != "stale" and result == prev._replace(
-                    observed_at=result.observed_at):
-                return name, prev._replace(observed_at=max(prev.observed_at, seen.observed_at))
-            return name, result
+            return name, then(prev, seen, windows)
     raise AssertionError("the last rule always matches")
 
 
@@ -150,7 +146,7 @@ def effective_attempt(attempt: dict, evidence: Evidence | None) -> tuple[str, st
     states: pending, running, succeeded, failed, accounting_lag, unknown.
     """
     life = attempt["state"]
-    if evidence is not None and evidence.terminal and evidence.state in FAILURE | {"failed"}:
+    if evidence is not None and evidence.terminal and evidence.state in FAILURE:
         return "failed", evidence.reason or f"scheduler reports {evidence.state}" + _exit(evidence.exit_code)
     if life == "failed":
         terminal = attempt.get("terminal") or {}

@@ -17,8 +17,8 @@ from taulib.store import RunDir
 DEFAULT_WINDOW = 300
 DEFAULT_MAX_PARALLEL = 4
 DEFAULT_ROWS_PER_PARTITION = 1_000_000
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards"}
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+_RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards", "submissions", "collections"}
 
 
 def resolve_plan(request: dict, run_id: str) -> dict:
@@ -165,7 +165,7 @@ class Run:
         return [layout.shard_id(i) for i in range(self.shard_count)]
 
     def check_shard(self, sid: str) -> int:
-        if not re.match(r"^shard-[0-9]{5,}$", sid) or layout.shard_index(sid) >= self.shard_count:
+        if not re.match(r"^shard-[0-9]{5,}\Z", sid) or layout.shard_index(sid) >= self.shard_count:
             raise NotFound(f"run {self.run_id!r} has no shard {sid!r}", shard_id=sid)
         return layout.shard_index(sid)
 

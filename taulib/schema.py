@@ -56,6 +56,9 @@ def load(name: str) -> dict:
 
 @lru_cache(maxsize=None)
 def _regex(pattern: str) -> re.Pattern:
+    # ECMA-262 (JSON Schema's dialect) `$` matches only at the very end; Python's also before a final newline.
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
     return re.compile(pattern)
 
 

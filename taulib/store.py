@@ -32,8 +32,8 @@ from taulib.errors import BadInput, Conflict, IOFailure, NotFound, Refused
 
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_TEMP = re.compile(r"^\.tau\.[0-9a-f]{16}\.tmp$")
-_COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_TEMP = re.compile(r"^\.tau\.[0-9a-f]{16}\.tmp\Z")  # \Z: "$" would also match before a final newline
+_COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 def schema_of(kind: str) -> str:
@@ -77,6 +77,10 @@ class RunDir:
                 except FileNotFoundError:
                     raise NotFound(f"run directory {path!r} does not exist", path=self.path) from None
                 except NotADirectoryError:
+                    # O_DIRECTORY|O_NOFOLLOW on a symlink fails with ENOTDIR on Linux, not ELOOP
+                    if _is_symlink(parent_fd, name):
+                        raise Refused(f"run directory {path!r} is a symlink; pass the real path",
+                                      path=self.path) from None
                     raise NotFound(f"run directory {path!r} is not a folder", path=self.path) from None
                 except OSError as exc:
                     if exc.errno == errno.ELOOP:
@@ -430,6 +434,8 @@ def _open_child_dir(parent_fd: int, name: str, create: bool, where: str) -> int:
         os.fsync(parent_fd)
         return fd
     except NotADirectoryError:
+        if _is_symlink(parent_fd, name):  # what Linux reports for O_DIRECTORY|O_NOFOLLOW on a symlink
+            raise Refused(f"{where} is a symlink; tau never follows one inside a run", path=where) from None
         raise Refused(f"{where} is not a folder", path=where) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
@@ -437,6 +443,13 @@ def _open_child_dir(parent_fd: int, name: str, create: bool, where: str) -> int:
         raise
     _check_private_dir(fd, where)
     return fd
+
+
+def _is_symlink(parent_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def _check_private_dir(fd: int, where: str) -> None:

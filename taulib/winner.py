@@ -89,19 +89,22 @@ def publish(run, sid: str, resume_held: bool = False) -> dict:
     from taulib import candidate
 
     run.check_shard(sid)
-    existing = run.dir.read(layout.winner(sid), "tau.winner")
-    if existing is not None:
-        check_chain(run, sid, existing["attempt_id"], winner=existing)
-        return _summary(existing, published=False)
-    with ExitStack() as stack:
-        if run.plan["resume"] == "always" and not resume_held:
-            stack.enter_context(locks.hold(run.dir, locks.resume_lock_name(sid)))
-        stack.enter_context(locks.hold(run.dir, "run", shared=True))
+    with locks.hold(run.dir, "run", shared=True):
+        existing = run.dir.read(layout.winner(sid), "tau.winner")
+        if existing is not None:
+            check_chain(run, sid, existing["attempt_id"], winner=existing)
+            return _summary(existing, published=False)
         with locks.hold(run.dir, locks.shard_lock_name(sid)):
             latest = state.latest_attempt(run, sid)
             if latest is None:
                 raise CheckFailed(f"{sid} has no attempt yet", shard_id=sid)
             aid = latest["attempt_id"]
+            check_chain(run, sid, aid)  # records only: refuse early, before any lease or hashing
+    with ExitStack() as stack:
+        if run.plan["resume"] == "always" and not resume_held:
+            stack.enter_context(locks.hold(run.dir, locks.resume_lock_name(sid)))  # no writer in the workspace
+        stack.enter_context(locks.hold(run.dir, "run", shared=True))
+        with locks.hold(run.dir, locks.shard_lock_name(sid)):
             first = check_chain(run, sid, aid)
         candidate.verify(run.dir, first[2])
         failpoints.hit("winner.validated")

@@ -7,7 +7,7 @@ import click
 from taulib.cli import common
 
 EXAMPLE = """
-tau-collect runs/demo --destination datasets/demo
+tau-collect runs/demo --destination runs/demo-dataset
 """
 
 

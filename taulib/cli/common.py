@@ -36,15 +36,25 @@ def _write_error(command: str, code: int, message: str, details: dict | None = N
         pass
 
 
+class StdoutClosed(Exception):
+    """The reader of stdout went away (EPIPE). Not an OSError, which click itself would turn into exit 1."""
+
+
 def emit(obj: object) -> None:
     """Print one JSON document (one line) on stdout."""
-    sys.stdout.buffer.write(jsonio.canonical(obj))
-    sys.stdout.flush()
+    try:
+        sys.stdout.buffer.write(jsonio.canonical(obj))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise StdoutClosed() from None
 
 
 def emit_text(text: str) -> None:
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise StdoutClosed() from None
 
 
 def read_stdin_json(what: str = "standard input") -> object:
@@ -74,7 +84,7 @@ def run_command(name: str, cmd: click.Command, argv: list[str] | None = None) ->
     except TauError as exc:
         _write_error(name, exc.code, exc.message, exc.details or None)
         code = exc.code
-    except BrokenPipeError:
+    except (BrokenPipeError, StdoutClosed):
         code = EPIPE_EXIT
     except KeyboardInterrupt:
         _write_error(name, 130, "interrupted")

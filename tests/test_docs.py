@@ -1,0 +1,409 @@
+"""The manual is checked against the code: pages exist, options match --help, examples parse, pages lint clean.
+
+The roff sources in man/ are the one source of the manual (man/build.py renders them). These tests fail when a
+command lacks a page, when a page's OPTIONS drift from the options click reports, when an example in EXAMPLES names
+a command or an option that does not exist (or does not parse), when tau(1)'s exit-code table drifts from
+taulib.errors.EXIT_CODES, when tau-run(5) misses a record kind or field of share/schemas, or when mandoc finds a
+warning. They are fast: nothing here runs a command.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import click
+import pytest
+
+from taulib import failpoints
+from taulib.errors import EXIT_CODES
+
+ROOT = Path(__file__).resolve().parent.parent
+MAN = ROOT / "man"
+EPIPE_EXIT = 141
+# `tau` is not a click command: taulib.cli.tau handles exactly these itself.
+FRONT_OPTIONS = {"-h", "--help", "--version"}
+
+
+def scripts() -> dict[str, str]:
+    """command name -> module, from pyproject's [project.scripts]."""
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        table = tomllib.load(fh)["project"]["scripts"]
+    return {name: target.split(":", 1)[0] for name, target in table.items()}
+
+
+COMMANDS = sorted(scripts())
+CLICK_COMMANDS = [name for name in COMMANDS if name != "tau"]
+PAGES = sorted(p for p in MAN.iterdir() if re.fullmatch(r"[a-z][a-z0-9-]*\.[1-8]", p.name))
+
+
+# -- reading roff -----------------------------------------------------------------------------------------------
+
+_ESCAPES = [(r"\(aq", "'"), (r"\(dq", '"'), (r"\(em", "--"), (r"\(en", "-"), (r"\(->", "->"), (r"\(bu", "*"),
+            (r"\-", "-"), (r"\&", ""), (r"\e", "\\"), (r"\ ", " ")]
+_FONT = re.compile(r"\\f(?:[BIRP]|\[[A-Z]*\])")
+
+
+def plain(text: str) -> str:
+    """Roff text without font escapes, with the escapes our pages use turned into characters."""
+    text = _FONT.sub("", text)
+    out = []
+    i = 0
+    while i < len(text):
+        for esc, char in _ESCAPES:
+            if text.startswith(esc, i):
+                out.append(char)
+                i += len(esc)
+                break
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def sections(page: Path) -> dict[str, list[str]]:
+    """The page's source lines grouped by .SH section name."""
+    result: dict[str, list[str]] = {}
+    current = None
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith(".SH"):
+            current = line[3:].strip().strip('"')
+            result[current] = []
+        elif current is not None:
+            result[current].append(line)
+    return result
+
+
+def tags(lines: list[str]) -> list[str]:
+    """The tag line of every .TP paragraph, as plain text without its font macro (".B 0" -> "0")."""
+    found = []
+    for i, line in enumerate(lines[:-1]):
+        if line.strip() == ".TP":
+            tag = lines[i + 1]
+            if tag.startswith("."):
+                tag = tag.split(None, 1)[1] if " " in tag.strip() else ""
+            found.append(plain(tag).replace('"', ""))
+    return found
+
+
+def example_lines(page: Path) -> list[str]:
+    """The displayed lines (.EX ... .EE) of the EXAMPLES section, as plain text."""
+    lines, inside = [], False
+    for line in sections(page).get("EXAMPLES", []):
+        if line.startswith(".EX"):
+            inside = True
+        elif line.startswith(".EE"):
+            inside = False
+        elif inside and not line.startswith("."):
+            lines.append(plain(line))
+    return lines
+
+
+_LONG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+_SHORT = re.compile(r"(?<![\w-])-[A-Za-z](?![\w-])")
+
+
+def page_options(name: str) -> tuple[set[str], set[str]]:
+    """(long, short) options named in the tags of the OPTIONS section of man/<name>.1."""
+    text = " ".join(tags(sections(MAN / f"{name}.1").get("OPTIONS", [])))
+    return set(_LONG.findall(text)), set(_SHORT.findall(text))
+
+
+# -- asking click -----------------------------------------------------------------------------------------------
+
+def click_command(name: str) -> click.Command:
+    return importlib.import_module(scripts()[name]).cli
+
+
+def click_options(cmd: click.Command, name: str) -> set[str]:
+    """Every option string of a command, --help included (help option names come from its context settings)."""
+    ctx = click.Context(cmd, info_name=name, **cmd.context_settings)
+    found: set[str] = set()
+    for param in cmd.get_params(ctx):
+        if isinstance(param, click.Option):
+            found.update(param.opts)
+            found.update(param.secondary_opts)
+    if isinstance(cmd, click.Group):
+        for sub_name, sub in cmd.commands.items():
+            found |= click_options(sub, f"{name} {sub_name}")
+    return found
+
+
+def parse_with_click(name: str, args: list[str]) -> None:
+    """Parse an argument list as the command would, without running it; raises click's errors."""
+    cmd = click_command(name)
+    try:
+        ctx = cmd.make_context(name, list(args))
+        if isinstance(cmd, click.Group):
+            protected = ctx.__dict__.get("_protected_args")
+            if protected is None:  # click < 8.2
+                protected = ctx.protected_args
+            sub_name, sub, rest = cmd.resolve_command(ctx, [*protected, *ctx.args])
+            sub.make_context(sub_name, rest, parent=ctx)
+    except click.exceptions.Exit as exc:  # --help, --version
+        assert exc.exit_code == 0
+
+
+# -- parsing example command lines ------------------------------------------------------------------------------
+
+_REDIRECT = {"<", ">", ">>", ">&", "<&", "&>", "<<", "<<<", ">|"}
+_SEPARATOR = {"|", "||", "&&", ";", "&", "(", ")"}
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def segments(line: str) -> list[list[str]]:
+    """The simple commands of a shell line: split at pipes and lists, redirections and assignments removed."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    tokens = list(lexer)
+    result, current, skip = [], [], False
+    for i, token in enumerate(tokens):
+        if skip:
+            skip = False
+            continue
+        if token in _SEPARATOR:
+            result.append(current)
+            current = []
+        elif token in _REDIRECT:
+            if current and current[-1].isdigit() and i > 0 and tokens[i - 1] == current[-1]:
+                current.pop()  # the file descriptor of 2>&1
+            skip = True
+        elif not current and _ASSIGNMENT.match(token):
+            continue
+        else:
+            current.append(token)
+    result.append(current)
+    return [seg for seg in result if seg]
+
+
+def tau_invocations(line: str) -> list[tuple[str, list[str]]]:
+    """(command, arguments) of every tau command in a shell line; `tau X` becomes `tau-X`."""
+    found = []
+    for seg in segments(line):
+        if seg[0] == "tau":
+            if len(seg) > 1 and not seg[1].startswith("-") and seg[1] != "help":
+                found.append((f"tau-{seg[1]}", seg[2:]))
+            else:
+                found.append(("tau", seg[1:]))
+        elif seg[0].startswith("tau-"):
+            found.append((seg[0], seg[1:]))
+    return found
+
+
+def all_examples() -> list[tuple[str, str]]:
+    return [(page.name, line) for page in PAGES for line in example_lines(page)]
+
+
+# -- the pages exist --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_has_a_section_1_page(name):
+    assert (MAN / f"{name}.1").is_file(), f"man/{name}.1 is missing; every command in [project.scripts] has a page"
+
+
+def test_the_run_directory_has_a_section_5_page():
+    assert (MAN / "tau-run.5").is_file()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_page_has_the_sections_a_reader_expects(page):
+    names = list(sections(page))
+    expected = ["NAME", "SYNOPSIS", "DESCRIPTION", "EXAMPLES", "SEE ALSO"]
+    if page.suffix == ".1":
+        expected += ["OPTIONS", "EXIT STATUS"]
+    missing = [s for s in expected if s not in names]
+    assert not missing, f"{page.name} lacks the sections {missing}"
+    name_line = " ".join(sections(page)["NAME"])
+    assert plain(name_line).startswith(page.stem + " - "), f"{page.name}: NAME must be '{page.stem} - summary'"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_page_refers_only_to_pages_that_exist(page):
+    text = plain(page.read_text(encoding="utf-8"))
+    ours = set(re.findall(r"\b(tau(?:-[a-z]+)?)\s*\(([1-8])\)", text))
+    missing = sorted(f"{n}({s})" for n, s in ours if not (MAN / f"{n}.{s}").is_file())
+    assert not missing, f"{page.name} refers to pages that do not exist: {missing}"
+
+
+# -- options match --help ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", CLICK_COMMANDS)
+def test_the_long_options_of_a_page_are_those_click_reports(name):
+    long_on_page, _ = page_options(name)
+    long_in_click = {o for o in click_options(click_command(name), name) if o.startswith("--")}
+    assert long_on_page == long_in_click, (
+        f"man/{name}.1 OPTIONS drifted from --help: only on the page {sorted(long_on_page - long_in_click)}, "
+        f"only in the command {sorted(long_in_click - long_on_page)}")
+
+
+@pytest.mark.parametrize("name", CLICK_COMMANDS)
+def test_the_short_options_of_a_page_are_those_click_reports(name):
+    _, short_on_page = page_options(name)
+    short_in_click = {o for o in click_options(click_command(name), name) if not o.startswith("--")}
+    assert short_on_page == short_in_click, (
+        f"man/{name}.1 OPTIONS drifted from --help: only on the page {sorted(short_on_page - short_in_click)}, "
+        f"only in the command {sorted(short_in_click - short_on_page)}")
+
+
+def test_the_front_command_page_lists_the_options_tau_handles():
+    long_on_page, short_on_page = page_options("tau")
+    assert long_on_page | short_on_page == FRONT_OPTIONS
+    source = Path(importlib.import_module(scripts()["tau"]).__file__).read_text(encoding="utf-8")
+    for option in FRONT_OPTIONS:
+        assert f'"{option}"' in source, f"taulib/cli/tau.py no longer handles {option}; update tau.1 and this test"
+
+
+# -- exit codes -------------------------------------------------------------------------------------------------
+
+def test_the_exit_status_table_of_tau_1_is_the_code_table():
+    codes = {int(tag.split()[0]) for tag in tags(sections(MAN / "tau.1")["EXIT STATUS"])}
+    assert codes == set(EXIT_CODES) | {EPIPE_EXIT}
+
+
+def test_the_exit_status_table_names_each_code_as_the_error_object_does():
+    lines = sections(MAN / "tau.1")["EXIT STATUS"]
+    checked = 0
+    for i, line in enumerate(lines[:-2]):
+        if line.strip() == ".TP":
+            code = int(tags(lines[i:i + 2])[0].split()[0])
+            if code in EXIT_CODES:
+                assert plain(lines[i + 2]).startswith(EXIT_CODES[code][0] + ":"), f"exit status {code}"
+                checked += 1
+    assert checked == len(EXIT_CODES)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_page_refers_to_the_table_in_tau_1(name):
+    text = plain(" ".join(sections(MAN / f"{name}.1")["EXIT STATUS"]))
+    if name != "tau":
+        assert "tau (1)" in text or "tau(1)" in text
+
+
+@pytest.mark.parametrize("name", CLICK_COMMANDS)
+def test_the_codes_a_command_page_names_are_in_the_table(name):
+    text = plain(" ".join(sections(MAN / f"{name}.1")["EXIT STATUS"]))
+    named = {int(n) for n in re.findall(r"(?<![\w.(-])(\d{1,3})(?= (?:when|on|if)\b)", text)}
+    named |= {int(n) for n in re.findall(r"exits (\d{1,3})", text)}
+    assert named, f"man/{name}.1 EXIT STATUS names no code"
+    assert named <= set(EXIT_CODES) | {EPIPE_EXIT}, sorted(named - set(EXIT_CODES) - {EPIPE_EXIT})
+
+
+# -- the run directory page covers the schemas ------------------------------------------------------------------
+
+SCHEMAS = sorted(p for p in (ROOT / "share" / "schemas").glob("*.schema.json") if p.name != "common.schema.json")
+
+
+@pytest.mark.parametrize("schema_path", SCHEMAS, ids=lambda p: p.name.split(".")[0])
+def test_tau_run_5_names_every_record_kind_and_field(schema_path):
+    schema = json.loads(schema_path.read_text(encoding="utf-8"))
+    text = plain((MAN / "tau-run.5").read_text(encoding="utf-8"))
+    kind = schema["properties"].get("kind", {}).get("const")
+    if kind:
+        assert kind in text, f"tau-run(5) does not describe the record kind {kind}"
+    missing = [field for field in schema["properties"] if not re.search(rf"\b{re.escape(field)}\b", text)]
+    assert not missing, f"tau-run(5) does not describe the fields {missing} of {schema_path.name}"
+
+
+def test_tau_1_lists_every_failpoint():
+    text = plain((MAN / "tau.1").read_text(encoding="utf-8"))
+    missing = [name for name in failpoints.NAMES if name not in text]
+    assert not missing, f"tau(1) ENVIRONMENT does not list the failpoints {missing}"
+
+
+# -- examples ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_page_shows_a_tau_command_in_its_examples(page):
+    assert any(tau_invocations(line) for line in example_lines(page)), f"{page.name} EXAMPLES shows no command"
+
+
+@pytest.mark.parametrize("page_name,line", all_examples(),
+                         ids=[f"{page}:{n}" for n, (page, _) in enumerate(all_examples())])
+def test_every_example_names_real_commands_and_options(page_name, line):
+    try:
+        invocations = tau_invocations(line)
+    except ValueError as exc:  # unbalanced quotes: only an error when the line is a command
+        assert not line.lstrip().startswith("tau"), f"{page_name}: cannot parse example {line!r}: {exc}"
+        return
+    for name, args in invocations:
+        assert name in COMMANDS, f"{page_name}: example {line!r} runs {name}, which is not a tau command"
+        if name == "tau":
+            assert set(args) <= FRONT_OPTIONS | {"help"}, f"{page_name}: {line!r}"
+            continue
+        known = click_options(click_command(name), name)
+        for arg in args:
+            if arg.startswith("-") and arg != "-":
+                option = arg.split("=", 1)[0]
+                assert option in known, f"{page_name}: example {line!r}: {name} has no option {option}"
+        try:
+            parse_with_click(name, args)
+        except click.ClickException as exc:
+            pytest.fail(f"{page_name}: example {line!r} does not parse: {exc.format_message()}")
+
+
+def test_the_example_parser_sees_through_pipes_redirections_and_assignments():
+    line = ("TAU_LOCK_TIMEOUT=5 tau-observe runs/demo 2>/dev/null | tau reconcile runs/demo -o table "
+            ">out.txt && tau-retry runs/demo --shard=shard-00001 | jq -r .state")
+    assert tau_invocations(line) == [("tau-observe", ["runs/demo"]), ("tau-reconcile", ["runs/demo", "-o", "table"]),
+                                     ("tau-retry", ["runs/demo", "--shard=shard-00001"])]
+
+
+def test_an_example_with_an_unknown_option_is_caught():
+    with pytest.raises(click.ClickException):
+        parse_with_click("tau-collect", ["runs/demo", "--dest", "x"])
+    with pytest.raises(click.ClickException):
+        parse_with_click("tau-attempt", ["run", "runs/demo"])  # --submission is required
+
+
+# -- lint -------------------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("mandoc") is None,
+                    reason="mandoc is not installed (make check installs it: contrib/ci/system-deps.sh)")
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_page_lints_clean(page):
+    proc = subprocess.run(["mandoc", "-Tlint", "-Wwarning", str(page)], capture_output=True, text=True)
+    assert proc.returncode == 0 and not (proc.stdout + proc.stderr).strip(), proc.stdout + proc.stderr
+
+
+# -- README -----------------------------------------------------------------------------------------------------
+
+def readme_commands() -> list[str]:
+    """Command lines of README.md's fenced shell blocks, in order (comments, prompts and output left out)."""
+    lines, fence = [], None
+    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fence = None if fence is not None else line[3:].strip()
+            continue
+        if fence in ("sh", "shell", "bash", "console") and line.strip() and not line.startswith("#"):
+            lines.append(line.strip().removeprefix("$ "))
+    return lines
+
+
+def test_readme_starts_with_make_demo_and_make_check():
+    assert readme_commands()[:2] == ["make demo", "make check"]
+
+
+def test_every_make_target_in_the_readme_exists():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z][a-z-]*):", makefile, flags=re.M))
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"\bmake ([a-z][a-z-]*)", text))
+    assert named and named <= targets, sorted(named - targets)
+
+
+def test_every_tau_command_line_in_the_readme_parses():
+    for line in readme_commands():
+        for name, args in tau_invocations(line):
+            assert name in COMMANDS, line
+            if name != "tau":
+                try:
+                    parse_with_click(name, args)
+                except click.ClickException as exc:
+                    pytest.fail(f"README.md: {line!r} does not parse: {exc.format_message()}")

@@ -1,0 +1,291 @@
+"""share/schemas and taulib.schema: valid Draft 2020-12, and tau's small validator agrees with `jsonschema`."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from helpers import complete_run, init_run, plan, tau, wait_settled
+from taulib import jsonio, schema
+from taulib.store import RunDir, schema_of
+
+SCHEMA_DIR = Path(schema.SCHEMA_DIR)
+ALL = sorted(p.name.removesuffix(".schema.json") for p in SCHEMA_DIR.glob("*.schema.json"))
+RECORDS = [name for name in ALL if name != "common"]
+
+
+def _raw(name: str) -> dict:
+    return json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text())
+
+
+REGISTRY = Registry().with_resources(
+    (_raw(name)["$id"], Resource.from_contents(_raw(name), default_specification=DRAFT202012)) for name in ALL)
+VALIDATORS = {name: Draft202012Validator(_raw(name), registry=REGISTRY) for name in RECORDS}
+
+
+def reference_valid(instance: object, name: str) -> bool:
+    return VALIDATORS[name].is_valid(instance)
+
+
+def agree(instance: object, name: str) -> bool:
+    """Both validators' verdict, asserting they agree."""
+    ours = schema.is_valid(instance, name)
+    theirs = reference_valid(instance, name)
+    assert ours == theirs, (
+        f"taulib.schema says {ours}, jsonschema says {theirs} for {name}: {json.dumps(instance)[:400]}\n"
+        f"jsonschema: {[e.message for e in VALIDATORS[name].iter_errors(instance)][:3]}")
+    return ours
+
+
+# -- the schemas themselves -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_schema_is_a_valid_draft_2020_12_schema(name):
+    raw = _raw(name)
+    assert raw["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert raw["$id"] == f"https://tau.invalid/schemas/{name}.schema.json"
+    Draft202012Validator.check_schema(raw)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_schema_uses_only_keywords_taulib_schema_checks(name):
+    assert schema.load(name) == _raw(name)
+
+
+def test_every_reference_resolves_in_the_registry():
+    def refs(node):
+        if isinstance(node, dict):
+            if "$ref" in node:
+                yield node["$ref"]
+            for value in node.values():
+                yield from refs(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from refs(value)
+
+    for name in ALL:
+        resolver = REGISTRY.resolver(base_uri=_raw(name)["$id"])
+        for ref in refs(_raw(name)):
+            assert resolver.lookup(ref).contents is not None, (name, ref)
+
+
+# -- samples from a real run ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict:
+    """A real completed run (with a retried shard and a collection) and a run observed while live.
+
+    `files`: (run folder, record file) of every record they wrote; `by_name`: schema name -> valid instances,
+    their records plus the documents that travel on pipes (observations, the plan request, the collection result).
+    """
+    ws = tmp_path_factory.mktemp("schema") / "ws"
+    ws.mkdir(mode=0o700)
+    by_name: dict[str, list] = {name: [] for name in RECORDS}
+
+    run_dir = complete_run(ws, "run", fail_first=("shard-00001",))
+    proc = tau("tau-collect", str(run_dir), "--destination", str(ws / "out"))
+    assert proc.returncode == 0, proc.stderr
+    by_name["collection-result"].append(json.loads((ws / "out" / "_tau_collection.json").read_bytes()))
+
+    # observations with live attempts: hold each attempt a moment after it marks itself running
+    live = init_run(ws, "live", records=20, shards=2)
+    assert tau("tau-submit", str(live), env={"TAU_FAILPOINTS": "attempt.running=delay:1"}).returncode == 0
+    seen = tau("tau-observe", str(live))
+    assert seen.returncode == 0, seen.stderr
+    observations = json.loads(seen.stdout)
+    assert observations["attempts"], observations
+    by_name["observations"].append(observations)
+    wait_settled(live)
+    by_name["observations"].append(json.loads(tau("tau-observe", str(live)).stdout))
+
+    files = []
+    for root in (run_dir, live):
+        for dirpath, _, names in os.walk(root):
+            files += [(str(root), os.path.join(dirpath, n)) for n in names if n.endswith(".json")]
+    for _, path in files:
+        record = json.loads(Path(path).read_bytes())
+        by_name[schema_of(record["kind"])].append(record)
+
+    by_name["plan-request"] += [
+        plan(),
+        plan(fail_first=("shard-00001",)),
+        {"records": 10, "shard_size": 3, "command": ["/bin/true"]},
+        {"records": 5, "shards": 5, "command": ["x"], "resume": "always", "env": {"MY_VAR": "1"},
+         "collection": {"allowed_roots": ["/data"]},
+         "scheduler": {"profile": "slurm", "slurm": {"partition": "gpu", "mem": "16G", "time": "1-00:00:00",
+                                                     "extra": ["--gres=gpu:1", "--exclusive"]}}},
+    ]
+    return {"files": files, "by_name": by_name}
+
+
+@pytest.fixture(scope="module")
+def samples(corpus) -> dict[str, list]:
+    return corpus["by_name"]
+
+
+def test_every_record_file_of_a_completed_run_validates_with_both_validators(corpus):
+    kinds = set()
+    for root, path in corpus["files"]:
+        rel = os.path.relpath(path, root)
+        with RunDir(root) as run_dir:
+            record = run_dir.read(rel)  # taulib: schema, canonical form, ownership and mode
+        assert record is not None
+        name = schema_of(record["kind"])
+        kinds.add(name)
+        assert reference_valid(record, name), (rel, [e.message for e in VALIDATORS[name].iter_errors(record)])
+    assert kinds >= {"run", "plan", "shard", "attempt", "readiness", "observation", "result", "manifest",
+                     "winner", "submission-plan", "submission-status", "local-supervisor", "local-task",
+                     "collection-plan", "collection-status"}
+
+
+def test_there_is_a_real_valid_sample_for_every_record_schema(samples):
+    for name in RECORDS:
+        assert samples[name], f"no sample for {name}"
+        for instance in samples[name]:
+            assert agree(instance, name) is True, name
+
+
+def _invalid_variants(name: str, valid: dict) -> list[tuple[str, object]]:
+    raw = _raw(name)
+    out: list[tuple[str, object]] = [("not an object", []), ("a string", "x"), ("null", None),
+                                     ("empty object", {})]
+    out.append(("unknown property", dict(valid, zz_unknown=1)))
+    for key in raw.get("required", []):
+        out.append((f"without {key}", {k: v for k, v in valid.items() if k != key}))
+    if "kind" in valid:
+        out.append(("another kind", dict(valid, kind="tau.other")))
+        out.append(("kind of wrong type", dict(valid, kind=1)))
+    if "schema_version" in valid:
+        out.append(("schema version 2", dict(valid, schema_version=2)))
+        out.append(("schema version true", dict(valid, schema_version=True)))
+    for key in ("run_id", "shard_id", "attempt_id"):
+        if key in valid:
+            out.append((f"{key} breaks its pattern", dict(valid, **{key: "../" + valid[key]})))
+            out.append((f"{key} is a number", dict(valid, **{key: 7})))
+    for key in ("revision", "ordinal"):
+        if key in valid:
+            out.append((f"{key} is zero", dict(valid, **{key: 0})))
+            out.append((f"{key} is a float", dict(valid, **{key: 1.5})))
+            out.append((f"{key} is a boolean", dict(valid, **{key: True})))
+    for key in ("created_at", "updated_at", "observed_at", "published_at", "completed_at"):
+        if isinstance(valid.get(key), str):
+            out.append((f"{key} without microseconds", dict(valid, **{key: valid[key][:19] + "Z"})))
+    if name == "plan-request":
+        out.append(("both shards and shard_size", dict(valid, shards=2, shard_size=3)))
+        out.append(("neither shards nor shard_size",
+                    {k: v for k, v in valid.items() if k not in ("shards", "shard_size")}))
+        out.append(("lowercase env name", dict(valid, env={"lower": "x"})))
+        out.append(("records as a string", dict(valid, records="10")))
+    return out
+
+
+@pytest.mark.parametrize("name", RECORDS)
+def test_invalid_samples_are_refused_by_both_validators(samples, name):
+    valid = samples[name][0]
+    variants = _invalid_variants(name, valid)
+    assert len(variants) >= 6
+    for label, instance in variants:
+        assert agree(instance, name) is False, f"{name}: {label} was accepted"
+    with pytest.raises(schema.SchemaViolation) as err:
+        schema.validate(dict(valid, zz_unknown=1), name, "sample")
+    assert err.value.code == 65
+    assert f"sample does not match schema {name!r} at /: unexpected property 'zz_unknown'" == err.value.message
+
+
+# -- property: both validators agree on mutated records -------------------------------------------------------
+
+OTHER_VALUES = [None, True, False, 0, -1, 7, 1.5, "", "x", "tau.other", "ZZ top", [], [1], {}, {"a": 1}]
+
+
+def _containers(node: object, path: tuple = ()) -> list[tuple]:
+    out = [path] if isinstance(node, (dict, list)) else []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out += _containers(value, path + (key,))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            out += _containers(value, path + (index,))
+    return out
+
+
+def _leaves(node: object, path: tuple = ()) -> list[tuple]:
+    if isinstance(node, dict):
+        return [p for key, value in node.items() for p in _leaves(value, path + (key,))]
+    if isinstance(node, list):
+        return [p for index, value in enumerate(node) for p in _leaves(value, path + (index,))]
+    return [path] if path else []
+
+
+def _at(node: object, path: tuple) -> object:
+    for part in path:
+        node = node[part]  # type: ignore[index]
+    return node
+
+
+def _set(node: object, path: tuple, value: object) -> None:
+    _at(node, path[:-1])[path[-1]] = value  # type: ignore[index]
+
+
+@st.composite
+def mutated(draw, samples: dict) -> tuple[str, object, str]:
+    name = draw(st.sampled_from(RECORDS))
+    record = copy.deepcopy(draw(st.sampled_from(samples[name])))
+    how = draw(st.sampled_from(["drop", "add", "retype", "break-pattern"]))
+    if how == "drop":
+        dicts = [p for p in _containers(record) if isinstance(_at(record, p), dict) and _at(record, p)]
+        path = draw(st.sampled_from(dicts))
+        node = _at(record, path)
+        del node[draw(st.sampled_from(sorted(node)))]
+    elif how == "add":
+        dicts = [p for p in _containers(record) if isinstance(_at(record, p), dict)]
+        path = draw(st.sampled_from(dicts))
+        key = draw(st.sampled_from(["zz_unknown", "kind", "state", "revision", "path", "X_Y", "lower"]))
+        _at(record, path)[key] = draw(st.sampled_from(OTHER_VALUES))
+    elif how == "retype":
+        path = draw(st.sampled_from(_leaves(record)))
+        old = _at(record, path)
+        candidates = [v for v in OTHER_VALUES if type(v) is not type(old)]
+        _set(record, path, draw(st.sampled_from(candidates)))
+    else:
+        strings = [p for p in _leaves(record) if isinstance(_at(record, p), str)]
+        path = draw(st.sampled_from(strings))
+        old = _at(record, path)
+        new = draw(st.sampled_from([old + "#", "#" + old, "", old.upper(), old + " x", "/" + old, old[:-1],
+                                    old.replace("-", "_"), old.replace("0", "a"), "a" * 600]))
+        _set(record, path, new)
+    return name, record, how
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_both_validators_agree_on_mutated_records(samples, data):
+    name, record, how = data.draw(mutated(samples))
+    agree(record, name)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_dropping_a_required_top_level_key_or_adding_an_unknown_one_is_always_invalid(samples, data):
+    name = data.draw(st.sampled_from(RECORDS))
+    record = copy.deepcopy(data.draw(st.sampled_from(samples[name])))
+    required = [k for k in _raw(name).get("required", []) if k in record]
+    if required and data.draw(st.booleans()):
+        del record[data.draw(st.sampled_from(required))]
+    else:
+        record[data.draw(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8)) + "_zz"] = 1
+    assert agree(record, name) is False
+
+
+def test_canonical_bytes_of_every_sample_round_trip(samples):
+    for name in RECORDS:
+        for instance in samples[name]:
+            assert json.loads(jsonio.canonical(instance)) == instance
