@@ -10,7 +10,7 @@ Runs inside the allocation (a Slurm array task, or a task of the local executor)
   3. under the shard lock: attempt.json -> running, readiness.json revision 1 "starting";   failpoint attempt.running
   4. prepare the dataset folder (per attempt, or the shard-owned workspace under its resume lock);
   5. readiness "running", run the client (argument vector from the plan) with TAU_* variables, its output
-     appended to client.log; SIGTERM/SIGINT are passed on to the client;
+     appended to client.log; SIGTERM, SIGINT and SIGHUP are passed on to the client;
   6. result.json (always), manifest.json (when the client exited 0 and wrote Parquet), attempt.json -> succeeded
      or failed, readiness "stopped" or "failed";             failpoints attempt.result_written, attempt.manifest_written
   7. unless --no-winner, publish the shard's winner.

@@ -165,7 +165,7 @@ def _collect_locked(run, winners: list[dict], dest: str, parent_fd: int, name: s
         failpoints.hit("collect.planned")
     else:
         plan, status = resumed
-        for planned, w in zip(plan["shards"], winners):
+        for planned, w in zip(plan["shards"], winners, strict=True):
             if (planned["shard_id"], planned["winner_sha256"]) != (w["shard_id"], w["winner_sha256"]):
                 raise Conflict(f"the winner of {w['shard_id']} changed since collection {plan['collection_id']} "
                                "was planned", shard_id=w["shard_id"])

@@ -1,7 +1,7 @@
 """The one exit-code table and the typed errors that carry its codes.
 
 Library code raises these; the command wrapper (`taulib.cli.common`) is the only place that turns them into the
-single JSON error object on stderr and the process exit status. The table is documented in tau(7) and every
+single JSON error object on stderr and the process exit status. The table is documented in tau(1) and every
 command's man page; changing a number breaks scripts, so never renumber.
 """
 

@@ -2,14 +2,15 @@
 
 RUN/
   run.json  plan.json                              run.json is published last by tau-init: its presence = the run exists
-  locks/{run,submit,collect,shard-NNNNN,resume-shard-NNNNN}.lock
+  locks/{run,submit,collect,shard-NNNNN,resume-shard-NNNNN,local-submission-NNNN}.lock
   shards/shard-NNNNN/
     shard.json  winner.json  dataset/              (dataset/ only for resume "always")
     attempts/attempt-NNNN/
       attempt.json readiness.json observation.json result.json manifest.json client.log dataset/
   submissions/submission-NNNN/
     plan.json status.json
-    local/supervisor.json local/task-NNNNN.json    (local executor only)
+    local/supervisor.json local/supervisor.log     (local executor only)
+    local/task-NNNNN.json local/task-NNNNN.log
   collections/collection-NNNN/plan.json status.json
 """
 

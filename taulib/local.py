@@ -31,6 +31,7 @@ from taulib import jsonio, layout, locks
 from taulib.errors import Busy, TauError
 
 CANCEL_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+STARTUP_WAIT = 5.0
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -56,11 +57,19 @@ def spawn_supervisor(run, submission_id: str) -> None:
     """Start the detached supervisor of a submission (it exits at once if one already runs)."""
     log = run.dir.open_append(f"submissions/{submission_id}/local/supervisor.log")
     try:
-        subprocess.Popen([sys.executable, "-m", "taulib.local", run.path, submission_id],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                         close_fds=True)
+        proc = subprocess.Popen([sys.executable, "-m", "taulib.local", run.path, submission_id],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                close_fds=True)
     finally:
         os.close(log)
+    # Wait (briefly) until it has recorded itself, so that an observation right after tau-submit sees its tasks
+    # pending instead of absent. A supervisor that exits at once (another one runs) ends the wait too.
+    deadline = time.monotonic() + STARTUP_WAIT
+    while time.monotonic() < deadline and proc.poll() is None:
+        record = run.dir.read(layout.local_supervisor(submission_id), "tau.local-supervisor")
+        if record is not None and record["pid"] == proc.pid:
+            return
+        time.sleep(0.01)
 
 
 def supervise(run_dir: str, submission_id: str) -> int:

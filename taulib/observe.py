@@ -11,7 +11,7 @@ directory and the document.
 from __future__ import annotations
 
 from taulib import jsonio, layout, locks, reconcile, schema, state
-from taulib.errors import BadInput
+from taulib.errors import BadInput, NotFound
 
 
 def live_attempts(run) -> list[dict]:
@@ -58,7 +58,11 @@ def apply(run, doc: dict) -> dict:
     accounting_ok = doc["sources"]["accounting"] == "ok"
     seen_by_shard: dict[str, list[dict]] = {}
     for view in doc["attempts"]:
-        run.check_shard(view["shard_id"])
+        try:
+            run.check_shard(view["shard_id"])
+        except NotFound:
+            raise BadInput(f"observations name {view['shard_id']}, which run {run.run_id!r} does not have",
+                           shard_id=view["shard_id"]) from None
         seen_by_shard.setdefault(view["shard_id"], []).append(view)
     changes = []
     with locks.hold(run.dir, "run", shared=True):

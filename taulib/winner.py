@@ -128,6 +128,8 @@ def publish(run, sid: str, resume_held: bool = False) -> dict:
 
 
 def publish_many(run, shard_ids: list[str]) -> dict:
+    for sid in shard_ids:
+        run.check_shard(sid)  # an unknown shard is an error (66), not a shard without a winner
     results = []
     for sid in shard_ids:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -73,24 +74,61 @@ def status(run_dir: Path) -> dict:
 
 
 def wait_settled(run_dir: Path, timeout: float = 120) -> dict:
-    """observe | reconcile until no shard is pending, running or in accounting lag."""
+    """observe | reconcile until no shard is pending, running, in accounting lag or waiting for its winner."""
     deadline = time.monotonic() + timeout
     while True:
         doc = status(run_dir)
-        if not any(doc["counts"][k] for k in ("pending", "running", "accounting_lag")):
+        if not any(doc["counts"][k] for k in ("pending", "running", "accounting_lag", "candidate")):
             return doc
         assert time.monotonic() < deadline, f"run did not settle: {doc['counts']}"
         time.sleep(0.3)
+
+
+def quiesce(run_dir: Path, timeout: float = 60) -> None:
+    """Wait until the local supervisor of every submission has started and exited (it writes supervisor.json under
+    a lock it holds for its lifetime): then every attempt process has ended and nothing writes into the run behind
+    the test's back."""
+    import portalocker
+
+    deadline = time.monotonic() + timeout
+    submissions = run_dir / "submissions"
+    for sub in sorted(submissions.iterdir()) if submissions.exists() else []:
+        while not (sub / "local" / "supervisor.json").exists():
+            assert time.monotonic() < deadline, f"the supervisor of {sub} did not start"
+            time.sleep(0.02)
+        with open(run_dir / "locks" / f"local-{sub.name}.lock", "a") as fh:
+            while True:
+                try:
+                    portalocker.lock(fh, portalocker.LOCK_EX | portalocker.LOCK_NB)
+                    portalocker.unlock(fh)
+                    break
+                except portalocker.exceptions.LockException:
+                    assert time.monotonic() < deadline, f"the supervisor of {sub} did not exit"
+                    time.sleep(0.02)
+
+
+def settle(run_dir: Path) -> dict:
+    """Wait for the run's attempt processes (which publish winners) to end, then observe | reconcile until
+    settled (an attempt that vanished waits out the accounting-lag window)."""
+    quiesce(run_dir)
+    return wait_settled(run_dir)
+
+
+def copy_run(src: Path, parent: Path) -> Path:
+    parent.mkdir(mode=0o700)
+    dst = parent / src.name
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
 
 
 def complete_run(workspace: Path, name: str = "run", **plan_args) -> Path:
     """A run whose shards have all won (submit, settle, retry what failed, settle)."""
     run_dir = init_run(workspace, name, **plan_args)
     assert tau("tau-submit", str(run_dir)).returncode == 0
-    doc = wait_settled(run_dir)
+    doc = settle(run_dir)
     if doc["retryable"]:
         assert tau("tau-retry", str(run_dir)).returncode == 0
-        doc = wait_settled(run_dir)
+        doc = settle(run_dir)
     assert doc["state"] == "succeeded", doc
     return run_dir
 

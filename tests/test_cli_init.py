@@ -1,0 +1,156 @@
+"""tau-init: a run from a plan on standard input; identical re-creation is a no-op, a different plan a conflict,
+and a plan that fails validation touches nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from helpers import error_of, init_run, plan, snapshot, tau
+
+
+def test_init_creates_a_private_run_and_prints_its_summary(workspace):
+    run_dir = workspace / "run"
+    proc = tau("tau-init", str(run_dir), input=json.dumps(plan()))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {k: doc[k] for k in ("run_id", "run_dir", "created", "records", "shard_count", "scheduler")} == {
+        "run_id": "run", "run_dir": str(run_dir), "created": True, "records": 80, "shard_count": 4,
+        "scheduler": "local"}
+    assert proc.stderr == ""
+    assert sorted(os.listdir(run_dir / "shards")) == [f"shard-0000{i}" for i in range(4)]
+    for path in [run_dir, *run_dir.rglob("*")]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        assert mode == (0o700 if path.is_dir() else 0o600), path
+    ranges = [json.loads((run_dir / "shards" / f"shard-0000{i}" / "shard.json").read_text()) for i in range(4)]
+    assert [(r["record_start"], r["record_end"]) for r in ranges] == [(0, 20), (20, 40), (40, 60), (60, 80)]
+
+
+def test_an_identical_re_init_is_a_no_op(workspace):
+    run_dir = init_run(workspace)
+    before = snapshot(run_dir)
+    proc = tau("tau-init", str(run_dir), input=json.dumps(plan()))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["created"] is False
+    assert snapshot(run_dir) == before
+
+
+def test_an_identical_re_init_of_a_submitted_run_is_a_no_op(workspace):
+    run_dir = init_run(workspace, records=20, shards=2)
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    proc = tau("tau-init", str(run_dir), input=json.dumps(plan(records=20, shards=2)))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["created"] is False
+
+
+def test_a_different_plan_for_an_existing_run_exits_73(workspace):
+    run_dir = init_run(workspace)
+    before = snapshot(run_dir)
+    proc = tau("tau-init", str(run_dir), input=json.dumps(plan(records=81)))
+    assert proc.returncode == 73
+    err = error_of(proc)
+    assert (err["code"], err["error"]) == (73, "conflict")
+    assert err["message"] == ("tau-init: run 'run' already exists with a different plan; choose another run "
+                              "directory")
+    assert proc.stdout == ""
+    assert snapshot(run_dir) == before
+
+
+def test_a_folder_that_holds_foreign_files_exits_73(workspace):
+    folder = workspace / "run"
+    folder.mkdir(mode=0o700)
+    (folder / "notes.txt").write_text("mine\n")
+    before = snapshot(folder)
+    proc = tau("tau-init", str(folder), input=json.dumps(plan()))
+    assert proc.returncode == 73
+    assert error_of(proc)["message"] == (f"tau-init: {str(folder)!r} exists and holds files that are not a tau run; "
+                                         "choose an empty or new folder")
+    assert snapshot(folder) == before
+
+
+def test_an_existing_empty_folder_becomes_the_run(workspace):
+    folder = workspace / "run"
+    folder.mkdir(mode=0o700)
+    proc = tau("tau-init", str(folder), input=json.dumps(plan()))
+    assert proc.returncode == 0, proc.stderr
+    assert (folder / "run.json").is_file()
+
+
+def test_more_shards_than_records_exits_65_and_creates_nothing(workspace):
+    run_dir = workspace / "run"
+    proc = tau("tau-init", str(run_dir), input=json.dumps(plan(records=4, shards=5)))
+    assert proc.returncode == 65
+    assert error_of(proc)["message"] == ("tau-init: plan on standard input asks for 5 shards of 4 records; every "
+                                         "shard needs at least one record")
+    assert not run_dir.exists()
+
+
+def test_a_run_directory_name_that_is_not_a_run_id_exits_2(workspace):
+    run_dir = workspace / "my run"
+    proc = tau("tau-init", str(run_dir), input=json.dumps(plan()))
+    assert proc.returncode == 2
+    assert error_of(proc)["message"] == ("tau-init: run directory name 'my run' must match "
+                                         "[A-Za-z0-9][A-Za-z0-9._-]* (it is the run id)")
+    assert not run_dir.exists()
+
+
+# -- standard input that is not a valid plan ----------------------------------------------------------------------
+
+def _without(key: str) -> str:
+    doc = plan()
+    del doc[key]
+    return json.dumps(doc)
+
+
+def _with(**changes) -> str:
+    doc = plan()
+    doc.update(changes)
+    return json.dumps(doc)
+
+
+# (case id, stdin, expected message after "tau-init: ", expected details.pointer or None)
+BAD_PLANS = [
+    ("invalid-json", '{"records": 80, "shards": 4,', "plan on standard input is not valid JSON: ", None),
+    ("empty", "", "plan on standard input is empty; expected a JSON document", None),
+    ("blank", " \n\t\n", "plan on standard input is empty; expected a JSON document", None),
+    ("not-an-object", "[1, 2, 3]", "plan on standard input must be a JSON object", None),
+    ("missing-command", _without("command"),
+     "plan on standard input does not match schema 'plan-request' at /: missing required property 'command'", "/"),
+    ("records-of-wrong-type", _with(records="80"),
+     "plan on standard input does not match schema 'plan-request' at /records: expected integer, got string",
+     "/records"),
+    ("unknown-field", _with(colour="blue"),
+     "plan on standard input does not match schema 'plan-request' at /: unexpected property 'colour'", "/"),
+    ("bad-output-format", _with(output={"format": "xml"}),
+     "plan on standard input does not match schema 'plan-request' at /output/format: 'xml' is not one of ",
+     "/output/format"),
+    ("bad-scheduler-profile", _with(scheduler={"profile": "pbs"}),
+     "plan on standard input does not match schema 'plan-request' at /scheduler/profile: 'pbs' is not one of "
+     "['local', 'slurm']", "/scheduler/profile"),
+    ("zero-records", _with(records=0),
+     "plan on standard input does not match schema 'plan-request' at /records: 0 is less than 1", "/records"),
+    ("shards-and-shard-size", _with(shard_size=10),
+     "plan on standard input does not match schema 'plan-request' at /: matches more than one alternative", "/"),
+]
+
+
+@pytest.mark.parametrize("target", ["existing-run", "new-path"])
+@pytest.mark.parametrize("stdin,message,pointer", [c[1:] for c in BAD_PLANS], ids=[c[0] for c in BAD_PLANS])
+def test_a_plan_that_is_not_valid_exits_65_and_touches_nothing(workspace, target, stdin, message, pointer):
+    run_dir = init_run(workspace) if target == "existing-run" else workspace / "new"
+    before = snapshot(workspace)
+    proc = tau("tau-init", str(run_dir), input=stdin)
+    assert proc.returncode == 65, proc.stderr
+    err = error_of(proc)
+    assert (err["code"], err["command"], err["error"]) == (65, "tau-init", "bad_input")
+    assert err["message"].startswith("tau-init: " + message), err["message"]
+    if pointer is not None:
+        assert err["details"] == {"pointer": pointer, "schema": "plan-request"}
+    assert proc.stdout == ""
+    assert snapshot(workspace) == before
+    if target == "new-path":
+        assert not Path(run_dir).exists()

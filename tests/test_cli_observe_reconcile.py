@@ -1,0 +1,214 @@
+"""tau-observe (read-only, prints normalised observations) and tau-reconcile (validates them, applies them under
+locks, prints the run status). Observations that are malformed or name another run or attempt change nothing."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import CLIENT, PYTHON, copy_run, error_of, init_run, settle, snapshot, tau
+
+
+@pytest.fixture(scope="module")
+def settled(tmp_path_factory) -> Path:
+    """A settled run of 4 shards whose shard-00001 failed its first attempt (not retried). Copy it to change it."""
+    ws = tmp_path_factory.mktemp("observe") / "ws"
+    ws.mkdir(mode=0o700)
+    run_dir = init_run(ws, fail_first=("shard-00001",))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    settle(run_dir)
+    return run_dir
+
+
+def observation(run_id: str = "run", shard: str = "shard-00001", attempt: str = "attempt-0001",
+                task_index: int = 1) -> dict:
+    """A valid observations document: the local executor's accounting says the attempt failed."""
+    return {"kind": "tau.observations", "schema_version": 1, "run_id": run_id,
+            "observed_at": "2030-01-01T00:00:00.000000Z", "executor": "local",
+            "sources": {"queue": "ok", "accounting": "ok", "reason": None},
+            "attempts": [{"shard_id": shard, "attempt_id": attempt,
+                          "scheduler": {"executor": "local", "job_id": "submission-0001", "task_index": task_index},
+                          "queue": None,
+                          "accounting": {"state": "failed", "raw": "FAILED", "exit_code": 3,
+                                         "reason": "exited with status 3"}}]}
+
+
+# -- tau-observe --------------------------------------------------------------------------------------------------
+
+def test_observe_prints_one_observations_document_and_writes_nothing(settled):
+    before = snapshot(settled)
+    proc = tau("tau-observe", str(settled))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\n") == 1
+    doc = json.loads(proc.stdout)
+    assert (doc["kind"], doc["schema_version"], doc["run_id"], doc["executor"]) == (
+        "tau.observations", 1, "run", "local")
+    assert doc["sources"] == {"queue": "ok", "accounting": "ok", "reason": None}
+    assert doc["attempts"] == []  # every attempt has finished: nothing is live
+    assert snapshot(settled) == before
+
+
+def test_observe_lists_the_live_attempts_of_a_running_run(workspace):
+    run_dir = init_run(workspace, records=20, shards=2, command=[PYTHON, CLIENT, "--sleep", "1"])
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    deadline = time.monotonic() + 10
+    while True:  # until the local supervisor has started: before that the attempts are absent from its queue
+        proc = tau("tau-observe", str(run_dir))
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads(proc.stdout)
+        if all(view["queue"] is not None for view in doc["attempts"]):
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert [(a["shard_id"], a["attempt_id"], a["scheduler"]) for a in doc["attempts"]] == [
+        ("shard-00000", "attempt-0001", {"executor": "local", "job_id": "submission-0001", "task_index": 0}),
+        ("shard-00001", "attempt-0001", {"executor": "local", "job_id": "submission-0001", "task_index": 1})]
+    for view in doc["attempts"]:
+        assert view["accounting"] is None
+        assert view["queue"]["state"] in ("pending", "running")
+    assert settle(run_dir)["state"] == "succeeded"
+
+
+# -- tau-reconcile ------------------------------------------------------------------------------------------------
+
+def test_observe_piped_into_reconcile_prints_the_run_status(settled):
+    obs = tau("tau-observe", str(settled))
+    proc = tau("tau-reconcile", str(settled), input=obs.stdout)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["kind"], doc["run_id"], doc["state"]) == ("tau.status", "run", "failed")
+    assert {k: v for k, v in doc["counts"].items() if v} == {"succeeded": 3, "failed": 1}
+    assert doc["retryable"] == ["shard-00001"]
+    failed = [s for s in doc["shards"] if s["state"] == "failed"]
+    assert [(s["id"], s["attempt"], s["winner"], s["reason"]) for s in failed] == [
+        ("shard-00001", "attempt-0001", None, "the client exited with status 3")]
+    assert doc["changes"] == []
+
+
+def test_reconcile_as_a_table_has_a_header_and_one_line_per_shard(settled):
+    obs = tau("tau-observe", str(settled))
+    proc = tau("tau-reconcile", str(settled), "-o", "table", input=obs.stdout)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "run run: failed (succeeded 3, failed 1)"
+    assert lines[2].split() == ["SHARD", "STATE", "ATTEMPT", "WINNER", "SCHEDULER", "REASON"]
+    assert [line.split()[:2] for line in lines[3:]] == [
+        ["shard-00000", "succeeded"], ["shard-00001", "failed"], ["shard-00002", "succeeded"],
+        ["shard-00003", "succeeded"]]
+
+
+def test_reconcile_records_the_evidence_it_is_given(settled, tmp_path):
+    run_dir = copy_run(settled, tmp_path / "copy")
+    path = run_dir / "shards/shard-00001/attempts/attempt-0001/observation.json"
+    previous = json.loads(path.read_text()) if path.exists() else None
+    proc = tau("tau-reconcile", str(run_dir), input=json.dumps(observation()))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["changes"] == [{"shard_id": "shard-00001", "attempt_id": "attempt-0001", "rule": "accounting-terminal",
+                               "from": previous and previous["state"], "to": "failed"}]
+    record = json.loads(path.read_text())
+    assert (record["state"], record["source"], record["terminal"], record["exit_code"], record["revision"]) == (
+        "failed", "accounting", True, 3, 1 + (previous["revision"] if previous else 0))
+    again = tau("tau-reconcile", str(run_dir), input=json.dumps(observation()))
+    assert again.returncode == 0 and json.loads(again.stdout)["changes"] == []
+
+
+# -- observations that must be refused ----------------------------------------------------------------------------
+
+def _changed(**changes) -> str:
+    doc = observation()
+    for path, value in changes.items():
+        node = doc
+        keys = path.split("__")
+        for key in keys[:-1]:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        if value is _DELETE:
+            del node[keys[-1]]
+        else:
+            node[keys[-1]] = value
+    return json.dumps(doc)
+
+
+_DELETE = object()
+_SCHEMA = "observations on standard input does not match schema 'observations' at "
+
+# (case id, stdin, message after "tau-reconcile: ", details.pointer or None)
+BAD_OBSERVATIONS = [
+    ("invalid-json", '{"kind": "tau.observations",', "observations on standard input is not valid JSON: ", None),
+    ("empty", "", "observations on standard input is empty; expected a JSON document", None),
+    ("not-an-object", '"running"', "observations on standard input must be one JSON object (the output of "
+     "tau-observe)", None),
+    ("missing-sources", _changed(sources=_DELETE), _SCHEMA + "/: missing required property 'sources'", "/"),
+    ("missing-attempt-field", _changed(attempts__0__scheduler=_DELETE),
+     _SCHEMA + "/attempts/0: missing required property 'scheduler'", "/attempts/0"),
+    ("attempts-of-wrong-type", _changed(attempts={}), _SCHEMA + "/attempts: expected array, got object",
+     "/attempts"),
+    ("unknown-field", _changed(verdict="fine"), _SCHEMA + "/: unexpected property 'verdict'", "/"),
+    ("bad-executor", _changed(executor="pbs"), _SCHEMA + "/executor: 'pbs' is not one of ['local', 'slurm']",
+     "/executor"),
+    ("bad-scheduler-state", _changed(attempts__0__accounting__state="exploded"),
+     _SCHEMA + "/attempts/0/accounting/state: 'exploded' is not one of ", "/attempts/0/accounting/state"),
+    ("bad-kind", _changed(kind="tau.status"), _SCHEMA + "/kind: expected 'tau.observations'", "/kind"),
+    ("bad-timestamp", _changed(observed_at="yesterday"), _SCHEMA + "/observed_at: 'yesterday' does not match ",
+     "/observed_at"),
+]
+
+
+@pytest.mark.parametrize("stdin,message,pointer", [c[1:] for c in BAD_OBSERVATIONS],
+                         ids=[c[0] for c in BAD_OBSERVATIONS])
+def test_observations_that_are_not_valid_exit_65_and_change_nothing(settled, stdin, message, pointer):
+    before = snapshot(settled)
+    proc = tau("tau-reconcile", str(settled), input=stdin)
+    assert proc.returncode == 65, proc.stderr
+    err = error_of(proc)
+    assert (err["code"], err["command"], err["error"]) == (65, "tau-reconcile", "bad_input")
+    assert err["message"].startswith("tau-reconcile: " + message), err["message"]
+    if pointer is not None:
+        assert err["details"] == {"pointer": pointer, "schema": "observations"}
+    assert proc.stdout == ""
+    assert snapshot(settled) == before
+
+
+def test_observations_for_another_run_exit_65_and_change_nothing(settled):
+    before = snapshot(settled)
+    proc = tau("tau-reconcile", str(settled), input=json.dumps(observation(run_id="other")))
+    assert proc.returncode == 65
+    assert error_of(proc)["message"] == ("tau-reconcile: observations on standard input are for run 'other', "
+                                         "not 'run'")
+    assert snapshot(settled) == before
+
+
+def test_observations_naming_an_attempt_the_run_does_not_have_exit_65_and_change_nothing(settled):
+    before = snapshot(settled)
+    proc = tau("tau-reconcile", str(settled), input=json.dumps(observation(attempt="attempt-0009")))
+    assert proc.returncode == 65
+    assert error_of(proc)["message"] == ("tau-reconcile: observations name shard-00001/attempt-0009, which this run "
+                                         "does not have")
+    assert snapshot(settled) == before
+
+
+def test_observations_with_another_scheduler_identity_exit_65_and_change_nothing(settled):
+    before = snapshot(settled)
+    proc = tau("tau-reconcile", str(settled), input=json.dumps(observation(task_index=3)))
+    assert proc.returncode == 65
+    assert error_of(proc)["message"] == ("tau-reconcile: observations give shard-00001/attempt-0001 another "
+                                         "scheduler identity than the recorded one")
+    assert snapshot(settled) == before
+
+
+def test_one_unknown_attempt_among_valid_ones_refuses_the_whole_document(settled):
+    doc = observation(shard="shard-00000", task_index=0)
+    bogus = copy.deepcopy(doc["attempts"][0])
+    bogus.update(shard_id="shard-00001", attempt_id="attempt-0009")
+    bogus["scheduler"]["task_index"] = 1
+    doc["attempts"].append(bogus)
+    before = snapshot(settled)
+    proc = tau("tau-reconcile", str(settled), input=json.dumps(doc))
+    assert proc.returncode == 65
+    assert error_of(proc)["message"] == ("tau-reconcile: observations name shard-00001/attempt-0009, which this run "
+                                         "does not have")
+    assert snapshot(settled) == before
