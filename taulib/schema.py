@@ -95,7 +95,18 @@ def is_valid(instance: object, name: str) -> bool:
     return _validate(instance, root, root, "") is None
 
 
+_RESOLVED: dict[tuple[int, str], dict] = {}
+
+
 def _resolve(root: dict, ref: str) -> dict:
+    key = (id(root), ref)
+    node = _RESOLVED.get(key)
+    if node is None:
+        node = _RESOLVED[key] = _resolve_uncached(root, ref)
+    return node
+
+
+def _resolve_uncached(root: dict, ref: str) -> dict:
     if not ref.startswith("#/"):
         if "#" in ref:
             other, frag = ref.split("#", 1)

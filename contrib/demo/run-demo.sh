@@ -8,7 +8,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 export PATH="$here/.venv/bin:$PATH"
 py="$here/.venv/bin/python"
 scheduler=${SCHEDULER:-local}
-work="$here/demo"
+work="${DEMO_DIR:-$here/demo}"
 records=800
 shards=8
 
