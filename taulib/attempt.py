@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from contextlib import ExitStack
 
 from taulib import failpoints, jsonio, layout, locks, state
@@ -80,6 +81,24 @@ def _fence(run: Run, sid: str, aid: str, identity: dict, restarts: int) -> dict:
     raise Refused(f"{where} is already {attempt['state']}; a duplicate allocation writes nothing", shard_id=sid)
 
 
+def _await_binding(run: Run, submission_id: str) -> None:
+    """Wait until the submission is bound to its job (a Slurm allocation can start before tau-submit has recorded
+    the job id). A retired submission, or one not bound in time, means this allocation is late: Refused."""
+    limit = time.monotonic() + float(os.environ.get("TAU_BINDING_WAIT", "300"))
+    rel = f"submissions/{submission_id}/status.json"
+    while True:
+        status = run.dir.read(rel, "tau.submission-status")
+        if status is not None and status["state"] == "submitted":
+            return
+        if status is not None and status["state"] == "failed":
+            raise Refused(f"submission {submission_id} was retired ({status['reason']}); this late allocation "
+                          "writes nothing", submission_id=submission_id)
+        if time.monotonic() > limit:
+            raise Refused(f"submission {submission_id} was not bound to a job in time; this allocation writes "
+                          "nothing", submission_id=submission_id)
+        time.sleep(1.0)
+
+
 def _readiness(run: Run, attempt: dict, state_name: str, message: str | None) -> None:
     rel = layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "readiness.json")
     current = run.dir.read(rel, "tau.readiness")
@@ -108,6 +127,7 @@ def run_task(run_dir: str, submission_id: str, publish_winner: bool = True, env:
         if not tasks:
             raise Refused(f"submission {submission_id!r} has no task {identity['task_index']}")
         sid, aid = tasks[0]["shard_id"], tasks[0]["attempt_id"]
+        _await_binding(run, submission_id)
         restarts = _restart_count(env)
         with ExitStack() as stack:
             if run.plan["resume"] == "always":

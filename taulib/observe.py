@@ -31,11 +31,17 @@ def observe(run) -> dict:
     executor = run.plan["scheduler"]["profile"]
     sources = {"queue": "ok", "accounting": "ok", "reason": None}
     local_attempts = [a for a in attempts if a["scheduler"]["executor"] == "local"]
+    slurm_attempts = [a for a in attempts if a["scheduler"]["executor"] == "slurm"]
     views = []
     if local_attempts:
         from taulib import local
 
         views.extend(local.observe(run, local_attempts))
+    if slurm_attempts:
+        from taulib.slurm import observe as slurm_observe
+
+        slurm_views, sources = slurm_observe.observe(slurm_attempts)
+        views.extend(slurm_views)
     doc = {"kind": "tau.observations", "schema_version": 1, "run_id": run.run_id, "observed_at": observed_at,
            "executor": executor, "sources": sources, "attempts": views}
     schema.validate(doc, "observations")

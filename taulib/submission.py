@@ -2,22 +2,37 @@
 
 Protocol, under `run.lock` (shared) then `submit.lock`:
   1. settle the newest journal: a folder without status.json never reached the executor and is removed; a
-     PREPARED one is finished (local) or resolved (Slurm, by exact job name) before anything new is planned;
-  2. publish `submissions/submission-NNNN/plan.json` (the shards, their next attempt ids, task indices);
+     PREPARED one is finished (local) or resolved (Slurm, by exact job name, see `_resolve`) before anything new
+     is planned;
+  2. publish `submissions/submission-NNNN/plan.json` (the shards, their next attempt ids, task indices, the job
+     name derived from the run id, the plan digest and the submission number);
   3. publish status PREPARED (revision 1) with a visibility deadline;            failpoint submit.prepared
-  4. hand the tasks to the executor and learn the job id;
+  4. hand the tasks to the executor and learn the job id: the local executor's job id is the submission id; for
+     Slurm, the rendered script is published as `job.sh` and submitted with `sbatch --parsable` as one job array.
+     A definite refusal marks the journal FAILED (exit 69); an ambiguous outcome (timeout, lost reply, unparsable
+     reply) leaves it PREPARED and exits 75: the next call resolves it, and never submits blindly again;
   5. publish each attempt.json (state submitted, bound to the job id and task) under its shard lock;
                                                                                   failpoint submit.attempts_published
   6. replace status with SUBMITTED (revision 2);                                 failpoint submit.submitted
   7. local executor: start the supervisor.
 A crash at any step is finished by the next tau-submit or tau-retry; no step is ever done twice with a different
 outcome: attempts are published with bytes derived from the plan, so re-publishing them is idempotent.
+
+Resolving a PREPARED Slurm journal (`_resolve`): ask squeue (all states) and sacct for jobs of this user with the
+exact job name submitted since the plan was made. One job whose tasks are exactly the planned indices is adopted.
+No job, or only some of its tasks visible: wait (exit 75) until the visibility deadline, then retire the journal
+(FAILED) so that the caller submits a replacement; allocations of a retired job are fenced by tau-attempt. More
+than one job, or a job of another shape, is a conflict (73) for a person to look at.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import time
+
 from taulib import failpoints, jsonio, layout, local, locks, state
-from taulib.errors import Conflict, Unavailable
+from taulib.errors import Busy, Conflict
 
 
 def _journal_ids(run) -> list[str]:
@@ -26,7 +41,7 @@ def _journal_ids(run) -> list[str]:
 
 
 def _job_name(run, sub_id: str) -> str:
-    return f"tau-{run.run_id}-{run.plan_sha256[:8]}-{sub_id.split('-')[1]}"[:128]
+    return f"tau-{run.run_id[:100]}-{run.plan_sha256[:8]}-{sub_id.split('-')[1]}"
 
 
 def read_journal(run, sub_id: str) -> tuple[dict, dict | None]:
@@ -44,7 +59,7 @@ def journals(run) -> list[tuple[dict, dict | None]]:
 
 
 def _settle(run) -> None:
-    """Finish or discard the newest journal (caller holds submit.lock)."""
+    """Finish, resolve or discard the newest journal (caller holds submit.lock)."""
     ids = _journal_ids(run)
     if not ids:
         return
@@ -55,21 +70,81 @@ def _settle(run) -> None:
     plan, status = read_journal(run, newest)
     if status is None or status["state"] != "prepared":
         return
-    _finish(run, plan, status)
+    _resolve(run, plan, status)
 
 
-def _finish(run, plan: dict, status: dict) -> dict:
-    """Steps 4-7 for a PREPARED journal."""
-    if plan["executor"] != "local":
-        raise Unavailable("the slurm executor is not available in this version of tau")
-    job_id = plan["submission_id"]  # the local executor's job id is the submission id
+def _status_path(plan: dict) -> str:
+    return f"submissions/{plan['submission_id']}/status.json"
+
+
+def _hand_off(run, plan: dict, status: dict) -> dict:
+    """Step 4 for a new PREPARED journal, then bind."""
+    if plan["executor"] == "local":
+        return _bind(run, plan, status, plan["submission_id"])
+    from taulib.slurm import commands, script
+
+    text = script.render(job_name=plan["job_name"], run_dir=run.path, submission_id=plan["submission_id"],
+                         task_indices=[t["task_index"] for t in plan["tasks"]], python=sys.executable,
+                         profile=run.plan["scheduler"]["slurm"])
+    script_rel = f"submissions/{plan['submission_id']}/job.sh"
+    run.dir.publish_bytes(script_rel, text.encode())
+    try:
+        job_id = commands.sbatch(os.path.join(run.path, script_rel))
+    except commands.SubmitRefused as exc:
+        _retire(run, plan, status, exc.message)
+        raise
+    return _bind(run, plan, status, job_id)
+
+
+def _retire(run, plan: dict, status: dict, reason: str) -> dict:
+    status = dict(status, revision=status["revision"] + 1, state="failed", updated_at=jsonio.now_rfc3339(),
+                  reason=reason[:500])
+    run.dir.replace(_status_path(plan), status)
+    return status
+
+
+def _resolve(run, plan: dict, status: dict) -> dict:
+    """Settle a PREPARED journal: local ones are finished; Slurm ones are found by exact name or retired."""
+    if plan["executor"] == "local":
+        return _bind(run, plan, status, plan["submission_id"])
+    from taulib.slurm import commands
+
+    created = jsonio.parse_time(plan["created_at"])
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(created - 60))
+    found = commands.find_by_name(plan["job_name"], os.getuid(), since)
+    expected = {t["task_index"] for t in plan["tasks"]}
+    deadline = status["deadline"]
+    past_deadline = jsonio.now_rfc3339() > deadline
+    if len(found) > 1:
+        raise Conflict(f"{len(found)} Slurm jobs are named {plan['job_name']!r} (ids {sorted(found)}); tau adopts "
+                       "only one: cancel the extra ones, then run tau-submit again", job_ids=sorted(found))
+    if len(found) == 1:
+        job_id, seen = next(iter(found.items()))
+        if None in seen or not seen <= expected:
+            raise Conflict(f"Slurm job {job_id} is named {plan['job_name']!r} but its tasks {sorted(map(str, seen))} "
+                           "are not the submission's; refusing to adopt it", job_id=job_id)
+        if seen == expected:
+            return _bind(run, plan, status, job_id)
+        if not past_deadline:
+            raise Busy(f"only some tasks of Slurm job {job_id} are visible yet; the submission is resolved by "
+                       f"{deadline}: try again", job_id=job_id)
+        return _retire(run, plan, status, f"only tasks {sorted(seen)} of job {job_id} were visible by the deadline")
+    if not past_deadline:
+        raise Busy(f"submission {plan['submission_id']} is not visible in Slurm yet (its sbatch reply was lost); "
+                   f"it is resolved by {deadline}: try again", submission_id=plan["submission_id"])
+    return _retire(run, plan, status, "no job with its name was visible in Slurm by the visibility deadline")
+
+
+def _bind(run, plan: dict, status: dict, job_id: str) -> dict:
+    """Steps 5-7."""
     _publish_attempts(run, plan, job_id)
     failpoints.hit("submit.attempts_published")
     status = dict(status, revision=status["revision"] + 1, state="submitted", job_id=job_id,
                   updated_at=jsonio.now_rfc3339())
-    run.dir.replace(f"submissions/{plan['submission_id']}/status.json", status)
+    run.dir.replace(_status_path(plan), status)
     failpoints.hit("submit.submitted")
-    local.spawn_supervisor(run, plan["submission_id"])
+    if plan["executor"] == "local":
+        local.spawn_supervisor(run, plan["submission_id"])
     return status
 
 
@@ -123,8 +198,6 @@ def submit(run, purpose: str, select) -> dict:
                 "submission_id": sub_id, "purpose": purpose, "plan_sha256": run.plan_sha256, "created_at": now,
                 "executor": run.plan["scheduler"]["profile"], "job_name": _job_name(run, sub_id),
                 "tasks": tasks}
-        if plan["executor"] != "local":
-            raise Unavailable("the slurm executor is not available in this version of tau")
         plan_bytes = jsonio.canonical(plan)
         run.dir.publish(f"submissions/{sub_id}/plan.json", plan)
         deadline = jsonio.format_time(jsonio.parse_time(now) + run.plan["windows"]["submission_visibility_seconds"])
@@ -135,7 +208,7 @@ def submit(run, purpose: str, select) -> dict:
                   "job_id": None, "reason": None}
         run.dir.replace(f"submissions/{sub_id}/status.json", status)
         failpoints.hit("submit.prepared")
-        status = _finish(run, plan, status)
+        status = _hand_off(run, plan, status)
         return dict(_summary(plan, status, created=True), skipped=skipped)
 
 

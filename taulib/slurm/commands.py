@@ -1,0 +1,126 @@
+"""Running Slurm's commands: always by name from PATH, always with a timeout, never through a shell.
+
+Each call returns parsed rows or raises: `Unavailable` (69) when the command cannot be asked (not installed,
+controller or database down, timed out), `Ambiguous` when `sbatch` may or may not have submitted the job (a
+timeout, a lost reply, unparsable output, a communication error), `Refused` when sbatch definitely refused the job.
+Job ids are passed with `--jobs` in chunks (never a query without ids, never the whole cluster).
+Timeouts: TAU_SLURM_TIMEOUT seconds for queries (default 30), TAU_SBATCH_TIMEOUT for sbatch (default 60).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from taulib.errors import Busy, TauError, Unavailable
+from taulib.slurm import parse
+
+CHUNK = 500
+SACCT_FORMAT = "JobID,JobIDRaw,JobName%200,State,ExitCode,Submit,Start,End"
+_TRANSIENT = ("timed out", "timeout", "unable to contact", "zero bytes were transmitted", "connection refused",
+              "connection reset", "socket", "temporarily unavailable", "try again")
+
+
+class Ambiguous(Busy):
+    """sbatch may have submitted the job: the journal stays PREPARED and is resolved by name later."""
+
+
+class SubmitRefused(TauError):
+    code = 69
+
+
+def _seconds(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise Unavailable(f"{argv[0]} is not installed or not on PATH") from None
+    except subprocess.TimeoutExpired:
+        raise Unavailable(f"{argv[0]} did not answer within {timeout:g}s") from None
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def squeue(job_ids: list[str]) -> list[parse.Row]:
+    rows: list[parse.Row] = []
+    for start in range(0, len(job_ids), CHUNK):
+        chunk = job_ids[start:start + CHUNK]
+        proc = _run(["squeue", "--noheader", "--array", "--format=%i|%T|%r", f"--jobs={','.join(chunk)}"],
+                    _seconds("TAU_SLURM_TIMEOUT", 30))
+        if proc.returncode != 0:
+            if "Invalid job id specified" in proc.stderr:
+                continue  # every id of the chunk has left slurmctld's memory
+            raise Unavailable(f"squeue failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
+        try:
+            rows.extend(parse.squeue(proc.stdout))
+        except parse.ParseError as exc:
+            raise Unavailable(f"squeue printed something tau cannot read: {exc}") from None
+    return rows
+
+
+def sacct(job_ids: list[str], arrays: set[str]) -> list[parse.Row]:
+    rows: list[parse.Row] = []
+    for start in range(0, len(job_ids), CHUNK):
+        chunk = job_ids[start:start + CHUNK]
+        proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", "--duplicates",
+                     f"--format={SACCT_FORMAT}", f"--jobs={','.join(chunk)}"], _seconds("TAU_SLURM_TIMEOUT", 30))
+        if proc.returncode != 0:
+            raise Unavailable(f"sacct failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
+        try:
+            rows.extend(parse.sacct(proc.stdout, arrays))
+        except parse.ParseError as exc:
+            raise Unavailable(f"sacct printed something tau cannot read: {exc}") from None
+    return rows
+
+
+def sbatch(script_path: str) -> str:
+    """Submit; return the job id. Raises Ambiguous or SubmitRefused."""
+    timeout = _seconds("TAU_SBATCH_TIMEOUT", 60)
+    try:
+        proc = subprocess.run(["sbatch", "--parsable", script_path], capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise SubmitRefused("sbatch is not installed or not on PATH") from None
+    except subprocess.TimeoutExpired:
+        raise Ambiguous(f"sbatch did not answer within {timeout:g}s; the job may exist: tau resolves it by its "
+                        "exact name on the next tau-submit or tau-retry") from None
+    if proc.returncode != 0:
+        message = _short(proc.stderr) or f"exit {proc.returncode}"
+        if any(word in proc.stderr.lower() for word in _TRANSIENT):
+            raise Ambiguous(f"sbatch failed in a way that may still have submitted the job ({message}); tau "
+                            "resolves it by its exact name on the next tau-submit or tau-retry")
+        raise SubmitRefused(f"sbatch refused the job: {message}")
+    try:
+        return parse.sbatch_job_id(proc.stdout)
+    except parse.ParseError:
+        raise Ambiguous(f"sbatch printed {proc.stdout.strip()!r}, not a job id; tau resolves the submission by "
+                        "its exact name on the next tau-submit or tau-retry") from None
+
+
+def find_by_name(name: str, uid: int, since_local: str) -> dict[str, set[int | None]]:
+    """Jobs of this user with exactly this name, from squeue and sacct: job id -> task indices seen."""
+    found: dict[str, set[int | None]] = {}
+    proc = _run(["squeue", "--noheader", "--array", "--states=all", f"--user={uid}", f"--name={name}",
+                 "--format=%i|%j"], _seconds("TAU_SLURM_TIMEOUT", 30))
+    if proc.returncode != 0:
+        raise Unavailable(f"squeue failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
+    for job, tasks, seen_name in parse.name_rows(proc.stdout, 2):
+        if seen_name == name:
+            found.setdefault(job, set()).update(tasks)
+    proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", f"--uid={uid}", f"--name={name}",
+                 f"--starttime={since_local}", "--format=JobID,JobName%200"], _seconds("TAU_SLURM_TIMEOUT", 30))
+    if proc.returncode != 0:
+        raise Unavailable(f"sacct failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
+    for job, tasks, seen_name in parse.name_rows(proc.stdout, 2):
+        if seen_name == name:
+            found.setdefault(job, set()).update(tasks)
+    return found

@@ -1,0 +1,193 @@
+"""Strict parsers of Slurm's text output (22.05 and later), one function per format, and the state map.
+
+squeue  `squeue --noheader --array --format=%i|%T|%r --jobs=...`
+        rows `JOB_TASK|STATE|REASON`; an array not yet split prints `JOB_[1,3-5%2]|PENDING|...`, expanded here;
+        a plain job prints `JOB|STATE|REASON` (task None).
+sacct   `sacct --noheader --parsable2 --allocations --duplicates
+         --format=JobID,JobIDRaw,JobName,State,ExitCode,Submit,Start,End --jobs=...`
+        rows `JOB_TASK|RAW|NAME|STATE|EXIT:SIGNAL|SUBMIT|START|END`. With --duplicates a requeued or preempted task
+        has several rows (REQUEUED/PREEMPTED first); the newest (latest Submit, then Start, then row order) is its
+        state and the others count its restarts. Placeholder rows written during accounting lag (JobName
+        `allocation`, or an array job's id without `_task`) are recognised and dropped: that task is simply not in
+        accounting yet. Step rows (`123_4.batch`) never appear with --allocations and are refused if they do.
+sbatch  `sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER`.
+States: the long names map to tau's vocabulary; a trailing `+` is dropped, `CANCELLED by <uid>` is CANCELLED;
+an unknown spelling maps to `unknown` and is never guessed. `sacct --json` is never used: its exit codes are wrong
+in 22.05.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+STATE_MAP = {
+    "BOOT_FAIL": "failed", "DEADLINE": "failed", "FAILED": "failed", "REVOKED": "failed", "SPECIAL_EXIT": "failed",
+    "CANCELLED": "cancelled",
+    "COMPLETED": "completed",
+    "COMPLETING": "running", "RESIZING": "running", "RUNNING": "running", "SIGNALING": "running",
+    "STAGE_OUT": "running", "STOPPED": "running", "SUSPENDED": "running",
+    "CONFIGURING": "pending", "PENDING": "pending", "REQUEUE_FED": "pending", "REQUEUE_HOLD": "pending",
+    "RESV_DEL_HOLD": "pending",
+    "NODE_FAIL": "node_failed",
+    "OUT_OF_MEMORY": "out_of_memory",
+    "PREEMPTED": "preempted",
+    "REQUEUED": "requeued",
+    "TIMEOUT": "timed_out",
+}
+
+_JOB = re.compile(r"^(?P<job>[0-9]+)(?:_(?P<task>[0-9]+|\[(?P<spec>[0-9,\-%]+)\]))?\Z")
+
+
+class ParseError(ValueError):
+    """Output that does not have the documented shape: never guessed around."""
+
+
+class Row(NamedTuple):
+    job_id: str
+    task: int | None
+    state: str  # tau's vocabulary
+    raw: str  # Slurm's spelling
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str | None = None
+    submit: str = ""
+    start: str = ""
+    name: str = ""
+
+
+def normalise_state(raw: str) -> str:
+    text = raw.strip()
+    if text.endswith("+"):
+        text = text[:-1]
+    if text.startswith("CANCELLED"):
+        return "cancelled"
+    return STATE_MAP.get(text, "unknown")
+
+
+def expand_array_spec(spec: str) -> list[int]:
+    """`1,3-5%2` -> [1, 3, 4, 5] (the `%N` throttle is dropped)."""
+    spec = spec.split("%", 1)[0]
+    out: list[int] = []
+    for part in spec.split(","):
+        if not part:
+            raise ParseError(f"empty element in array spec {spec!r}")
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ParseError(f"bad array spec {spec!r}")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first:
+            raise ParseError(f"bad array range {part!r}")
+        out.extend(range(first, last + 1))
+    return out
+
+
+def compress_indices(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> `0-2,5,7-8` (sorted, no duplicates); an empty list is refused, because an empty
+    `--array=` silently submits a job that is not an array."""
+    values = sorted(set(indices))
+    if not values:
+        raise ValueError("an array needs at least one task index")
+    parts, start, prev = [], values[0], values[0]
+    for value in values[1:] + [None]:  # type: ignore[list-item]
+        if value is not None and value == prev + 1:
+            prev = value
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if value is not None:
+            start = prev = value
+    return ",".join(parts)
+
+
+def _job_fields(text: str) -> tuple[str, list[int | None]]:
+    match = _JOB.match(text)
+    if match is None:
+        raise ParseError(f"unexpected job id {text!r}")
+    if match["spec"] is not None:
+        return match["job"], list(expand_array_spec(match["spec"]))
+    if match["task"] is not None:
+        return match["job"], [int(match["task"])]
+    return match["job"], [None]
+
+
+def squeue(text: str) -> list[Row]:
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != 3:
+            raise ParseError(f"squeue row has {len(fields)} fields, expected 3: {line!r}")
+        job, tasks = _job_fields(fields[0].strip())
+        raw = fields[1].strip()
+        for task in tasks:
+            rows.append(Row(job, task, normalise_state(raw), raw, reason=fields[2].strip() or None))
+    return rows
+
+
+def _exit(text: str) -> tuple[int | None, int | None]:
+    code, sep, sig = text.partition(":")
+    if not sep or not code.isdigit() or not sig.isdigit():
+        raise ParseError(f"unexpected ExitCode {text!r}")
+    return int(code), int(sig)
+
+
+def sacct(text: str, arrays: set[str] | None = None) -> list[Row]:
+    """All allocation rows, placeholders dropped. `arrays` are job ids known to be arrays (their id without a task
+    is a placeholder)."""
+    arrays = arrays or set()
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != 8:
+            raise ParseError(f"sacct row has {len(fields)} fields, expected 8: {line!r}")
+        jobid, _raw_id, name, state, exit_text, submit, start, _end = (f.strip() for f in fields)
+        if "." in jobid:
+            raise ParseError(f"unexpected step row {line!r} (sacct must run with --allocations)")
+        job, tasks = _job_fields(jobid)
+        if name == "allocation" or (tasks == [None] and job in arrays):
+            continue  # accounting-lag placeholder: this task is not in accounting yet
+        code, sig = _exit(exit_text)
+        for task in tasks:
+            rows.append(Row(job, task, normalise_state(state), state, code, sig, None, submit, start, name))
+    return rows
+
+
+def latest_by_task(rows: list[Row]) -> dict[tuple[str, int | None], tuple[Row, int]]:
+    """Per (job, task): its newest row and how many earlier (requeued/preempted) rows it has."""
+    grouped: dict[tuple[str, int | None], list[tuple[int, Row]]] = {}
+    for order, row in enumerate(rows):
+        grouped.setdefault((row.job_id, row.task), []).append((order, row))
+    out = {}
+    for key, items in grouped.items():
+        items.sort(key=lambda item: (item[1].submit, item[1].start if item[1].start not in ("None", "Unknown")
+                                     else "", item[0]))
+        out[key] = (items[-1][1], len(items) - 1)
+    return out
+
+
+def sbatch_job_id(stdout: str) -> str:
+    text = stdout.strip()
+    match = re.match(r"^([0-9]+)(?:;[A-Za-z0-9_.-]+)?\Z", text)
+    if match is None:
+        raise ParseError(f"unexpected sbatch --parsable output {text!r}")
+    return match.group(1)
+
+
+def name_rows(text: str, fields: int) -> list[tuple[str, list[int | None], str]]:
+    """Rows of `JOBID|NAME` (squeue %i|%j, or sacct JobID,JobName) for exact-name recovery."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|")
+        if len(parts) != fields:
+            raise ParseError(f"row has {len(parts)} fields, expected {fields}: {line!r}")
+        jobid = parts[0].strip()
+        if "." in jobid:
+            continue
+        job, tasks = _job_fields(jobid)
+        out.append((job, tasks, parts[1].strip()))
+    return out
