@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SCHEDULER ?= local
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: venv demo check test bats man bench system-deps clean
+.PHONY: venv demo check test bats man bench system-deps slurm-up slurm-down clean
 
 ## venv: the virtual environment .venv with tau installed editable (every other target depends on it)
 venv: $(STAMP)
@@ -24,6 +24,13 @@ demo: venv
 ## system-deps: the system packages the tests need (bats, mandoc, jq), installed when missing (as root)
 system-deps:
 	@contrib/ci/system-deps.sh
+
+## slurm-up / slurm-down: the single-node test cluster (installs Slurm, munge, MariaDB when missing; as root)
+slurm-up:
+	contrib/slurm/cluster-up.sh
+
+slurm-down:
+	contrib/slurm/cluster-down.sh
 
 ## check: every test (pytest and bats); ends with "N passed, N failed"
 check: venv system-deps

@@ -10,7 +10,9 @@ Runs inside the allocation (a Slurm array task, or a task of the local executor)
   3. under the shard lock: attempt.json -> running, readiness.json revision 1 "starting";   failpoint attempt.running
   4. prepare the dataset folder (per attempt, or the shard-owned workspace under its resume lock);
   5. readiness "running", run the client (argument vector from the plan) with TAU_* variables, its output
-     appended to client.log; SIGTERM, SIGINT and SIGHUP are passed on to the client;
+     appended to client.log; SIGTERM, SIGINT and SIGHUP are passed on to the client, and then nothing more is
+     recorded but readiness "stopped": a stop signal comes from the scheduler (scancel, time limit, requeue,
+     preemption), whose evidence alone says which; the process ends by the same signal;
   6. result.json (always), manifest.json (when the client exited 0 and wrote Parquet), attempt.json -> succeeded
      or failed, readiness "stopped" or "failed";             failpoints attempt.result_written, attempt.manifest_written
   7. unless --no-winner, publish the shard's winner.
@@ -27,6 +29,14 @@ from contextlib import ExitStack
 from taulib import failpoints, jsonio, layout, locks, state
 from taulib.errors import BadInput, NotFound, Refused, TauError
 from taulib.run import Run
+
+
+class Interrupted(Exception):
+    """The allocation received a stop signal; the command ends by that same signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by signal {signum}")
+        self.signum = signum
 
 
 def allocation_identity(env: dict) -> dict:
@@ -145,6 +155,13 @@ def run_task(run_dir: str, submission_id: str, publish_winner: bool = True, env:
                         run.dir.remove_tree(attempt["dataset"])  # a requeued allocation starts clean
                 run.dir.mkdir(attempt["dataset"])
             outcome = _run_client(run, attempt, env)
+            if outcome.get("interrupted"):
+                # The scheduler stopped this allocation (scancel, time limit, requeue, preemption): it alone knows
+                # which, so no result is recorded here and the attempt stays running; its evidence decides.
+                with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, locks.shard_lock_name(sid)):
+                    _readiness(run, attempt, "stopped", f"stopped by signal {outcome['interrupted']}; the "
+                               "scheduler's evidence decides the attempt")
+                raise Interrupted(outcome["interrupted"])
             summary = _finish(run, attempt, outcome)
             if summary["state"] == "succeeded" and publish_winner:
                 from taulib import winner
@@ -205,7 +222,7 @@ def _run_client(run: Run, attempt: dict, env: dict) -> dict:
         for s, handler in previous.items():
             signal.signal(s, handler)
     return {"started_at": started, "exit_code": code if code >= 0 else None,
-            "signal": -code if code < 0 else received["signal"], "error": None}
+            "signal": -code if code < 0 else received["signal"], "error": None, "interrupted": received["signal"]}
 
 
 def _finish(run: Run, attempt: dict, outcome: dict) -> dict:

@@ -182,7 +182,7 @@ def terminal_classification(evidence: Evidence) -> str:
 
 
 def _exit(code: int | None) -> str:
-    return "" if code is None else f" (exit code {code})"
+    return "" if not code else f" (exit code {code})"
 
 
 # -- roll-up --------------------------------------------------------------------------------------------------

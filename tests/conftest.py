@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "integration"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 

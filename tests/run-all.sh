@@ -4,7 +4,19 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+cluster_started=0
+cleanup() {
+  if [ "$cluster_started" = 1 ]; then contrib/slurm/cluster-down.sh || true; fi
+  rm -rf "$out"
+}
+trap cleanup EXIT
+
+# The Slurm test cluster for tests/integration (stopped again on exit, also when tests fail). As root only;
+# elsewhere the Slurm tests fail with a message saying how to start it.
+# A cluster that is already up (make slurm-up) is used as it is and left running.
+if [ "$(id -u)" = 0 ] && ! { command -v scontrol >/dev/null && scontrol ping 2>/dev/null | grep -q 'is UP'; }; then
+  if FRESH=1 contrib/slurm/cluster-up.sh; then cluster_started=1; else echo "run-all: the Slurm test cluster did not start" >&2; fi
+fi
 
 .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$out/pytest.xml" tests
 pytest_rc=$?

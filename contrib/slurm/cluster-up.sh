@@ -115,11 +115,16 @@ CONF
 chown slurm:slurm /etc/slurm/slurmdbd.conf
 chmod 600 /etc/slurm/slurmdbd.conf
 
-# the EpilogSlurmctld hook: a no-op until a test installs tau's recipe (contrib/slurm/epilog-slurmctld.sh)
-if [ ! -e "$EPILOG_CTLD" ]; then
-  printf '#!/bin/sh\nexit 0\n' > "$EPILOG_CTLD"
-  chmod 755 "$EPILOG_CTLD"
-fi
+# the EpilogSlurmctld hook: tau's recipe, installed beside slurm.conf (the checkout may not be readable by the slurm
+# user), reconciling as the job's user through sudo with this checkout's commands
+here=$(cd "$(dirname "$0")" && pwd)
+install -m 755 "$here/epilog-slurmctld.sh" "$EPILOG_CTLD"
+sed "s|^bin=\${TAU_BIN:-\$here/.venv/bin}|bin=\${TAU_BIN:-$(dirname "$(dirname "$here")")/.venv/bin}|" \
+  "$here/tau-reconcile-run" > /etc/slurm/tau-reconcile-run
+chmod 755 /etc/slurm/tau-reconcile-run
+command -v sudo >/dev/null || apt-get install -y -qq --no-install-recommends sudo >/dev/null
+printf 'slurm ALL=(ALL) NOPASSWD: /etc/slurm/tau-reconcile-run\n' > /etc/sudoers.d/tau-epilog
+chmod 440 /etc/sudoers.d/tau-epilog
 
 cat > /etc/mysql/mariadb.conf.d/99-tau-slurm.cnf <<'CONF'
 [mysqld]

@@ -31,10 +31,18 @@ def cli() -> None:
               help="The submission whose task this allocation runs (the task index comes from the scheduler).")
 @click.option("--no-winner", is_flag=True, help="Do not publish the winner here; leave it to tau-winner.")
 def run_cmd(run_dir: str, submission_id: str, no_winner: bool) -> None:
+    import os
+    import signal
+
     from taulib import attempt
     from taulib.errors import CheckFailed
 
-    summary = attempt.run_task(run_dir, submission_id, publish_winner=not no_winner)
+    try:
+        summary = attempt.run_task(run_dir, submission_id, publish_winner=not no_winner)
+    except attempt.Interrupted as exc:  # end by the signal that stopped the allocation, as the client did
+        signal.signal(exc.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), exc.signum)
+        raise
     common.emit(summary)
     if summary["state"] != "succeeded":
         raise CheckFailed(f"attempt {summary['shard_id']}/{summary['attempt_id']} failed: {summary['error']}")

@@ -14,15 +14,15 @@ from taulib.slurm import commands, parse
 
 
 def _view(row: parse.Row, restarts: int = 0) -> dict:
-    reason = None
+    reason = row.raw
     if row.signal:
-        reason = f"{row.raw}, signal {row.signal}"
+        reason += f", signal {row.signal}"
     elif row.exit_code:
-        reason = f"{row.raw}, exit code {row.exit_code}"
-    elif row.reason and row.reason not in ("None", ""):
-        reason = f"{row.raw} ({row.reason})"
+        reason += f", exit code {row.exit_code}"
+    if row.reason and row.reason not in ("None", ""):
+        reason += f" ({row.reason})"
     if restarts:
-        reason = f"{reason or row.raw}; requeued {restarts} time(s)"
+        reason += f"; requeued {restarts} time(s) before"
     return {"state": row.state, "raw": row.raw, "exit_code": row.exit_code, "reason": reason}
 
 
