@@ -1,6 +1,5 @@
 """`make demo`'s script, end to end, in a private folder: the whole story must pass on every check."""
 
-import os
 import stat
 import subprocess
 from pathlib import Path
