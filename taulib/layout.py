@@ -2,7 +2,8 @@
 
 RUN/
   run.json  plan.json                              run.json is published last by tau-init: its presence = the run exists
-  locks/{run,submit,collect,shard-NNNNN,resume-shard-NNNNN,local-submission-NNNN}.lock
+  locks/{run,submit,collect,index,shard-NNNNN,resume-shard-NNNNN,local-submission-NNNN}.lock
+  index/sealed.json                                the sealed-shard index (a cache of winners, see taulib.index)
   shards/shard-NNNNN/
     shard.json  winner.json  dataset/              (dataset/ only for resume "always")
     attempts/attempt-NNNN/

@@ -7,6 +7,7 @@ Order (a process that holds a lock may only take locks that come later in this l
   2. `run.lock`             shared by every command; exclusive only while a run is created
   3. `submit.lock`          the submission journal (tau-submit, tau-retry)
      `collect.lock`         the collection journal (tau-collect)
+     `index.lock`           the sealed-shard index (tau-reconcile)
   4. `shard-<NNNNN>.lock`   one shard's records, in ascending shard order when several are held
 
 A lock not granted within the timeout (`TAU_LOCK_TIMEOUT` seconds, default 30) raises Busy (exit 75).
@@ -60,7 +61,7 @@ def _rank(name: str) -> tuple[int, str]:
         return (1, name)
     if name == "run":
         return (2, name)
-    if name in ("submit", "collect"):
+    if name in ("submit", "collect", "index"):
         return (3, name)
     return (4, name)
 

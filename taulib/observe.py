@@ -16,7 +16,7 @@ from taulib.errors import BadInput, NotFound
 
 def live_attempts(run) -> list[dict]:
     out = []
-    for sid in run.shard_ids():
+    for sid in state.unsealed_shards(run):
         if run.dir.exists(layout.winner(sid)):
             continue
         attempt = state.latest_attempt(run, sid)
@@ -81,7 +81,7 @@ def apply(run, doc: dict) -> dict:
                                                                   queue_ok, accounting_ok))
                     if change:
                         changes.append(change)
-        status = state.run_status(run, sources=doc["sources"])
+        status = state.run_status(run, sources=doc["sources"], update_index=True)
     status["changes"] = changes
     return status
 

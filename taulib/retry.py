@@ -20,7 +20,7 @@ def retry(run, explicit: list[str] | None = None) -> dict:
 
     def select(run_) -> tuple[list[str], list[dict]]:
         chosen, skipped = [], []
-        for sid in wanted if wanted is not None else run_.shard_ids():
+        for sid in wanted if wanted is not None else state.unsealed_shards(run_):
             view = state.shard_view(run_, sid)
             if view.state in reconcile.RETRYABLE:
                 chosen.append(sid)

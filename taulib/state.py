@@ -107,8 +107,32 @@ def shard_status(view: ShardView) -> dict:
     }
 
 
-def run_status(run, sources: dict | None = None) -> dict:
-    shards = [shard_status(shard_view(run, sid)) for sid in run.shard_ids()]
+def sealed_status(sid: str, ordinal: int) -> dict:
+    aid = layout.attempt_id(ordinal)
+    return {"id": sid, "state": "succeeded", "reason": "sealed by its winner", "attempt": aid, "winner": aid,
+            "evidence": None}
+
+
+def run_status(run, sources: dict | None = None, update_index: bool = False) -> dict:
+    """The rolled-up status. Sealed shards come from the sealed-shard index (`taulib.index`), so only unsealed
+    shards are read; with `update_index`, shards found sealed are added to it (the caller holds the run lock)."""
+    from taulib import index
+
+    sealed = index.load(run)
+    found: dict[int, int] = {}
+    shards = []
+    for position, sid in enumerate(run.shard_ids()):
+        if sealed[position]:
+            shards.append(sealed_status(sid, sealed[position]))
+            continue
+        view = shard_view(run, sid)
+        if view.winner is not None:
+            found[position] = view.winner["ordinal"]
+            shards.append(sealed_status(sid, view.winner["ordinal"]))
+        else:
+            shards.append(shard_status(view))
+    if update_index:
+        index.add(run, found)
     counts = {state: 0 for state in reconcile.SHARD_STATES}
     for shard in shards:
         counts[shard["state"]] += 1
@@ -120,3 +144,11 @@ def run_status(run, sources: dict | None = None) -> dict:
         "sources": sources,
         "shards": shards,
     }
+
+
+def unsealed_shards(run) -> list[str]:
+    """Shard ids the sealed-shard index does not list (they may still have a winner: check it)."""
+    from taulib import index
+
+    sealed = index.load(run)
+    return [sid for position, sid in enumerate(run.shard_ids()) if not sealed[position]]

@@ -19,8 +19,9 @@ def status(doc: dict) -> str:
                  f"{': ' + sources['reason'] if sources.get('reason') else ''}\n")
     rows = []
     for shard in doc["shards"]:
-        obs = shard["evidence"]["observation"]
-        live = shard["evidence"]["attempt_state"] in ("submitted", "running")
+        evidence = shard["evidence"] or {}
+        obs = evidence.get("observation")
+        live = evidence.get("attempt_state") in ("submitted", "running")
         # once the attempt has finished, non-terminal scheduler evidence is history, not news
         scheduler = obs["state"] if obs and (live or obs["terminal"]) else None
         rows.append([shard["id"], shard["state"], shard["attempt"], shard["winner"], scheduler, shard["reason"]])
