@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["startup.py"]
+BENCHMARKS = ["startup.py", "reconcile_scale.py"]
 
 if __name__ == "__main__":
     code = 0

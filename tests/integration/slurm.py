@@ -6,11 +6,12 @@ import json
 import os
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from helpers import CLIENT, PYTHON, ROOT, tau
+from helpers import BIN, CLIENT, PYTHON, ROOT, tau
 
 CLUSTER_UP = str(ROOT / "contrib" / "slurm" / "cluster-up.sh")
 CLUSTER_DOWN = str(ROOT / "contrib" / "slurm" / "cluster-down.sh")
@@ -92,3 +93,190 @@ def env_with(**values: str) -> dict:
     env = dict(os.environ)
     env.update(values)
     return env
+
+
+# -- helpers for the scenario tests (test_slurm_*.py) --------------------------------------------------------------
+
+SLURM_DAEMONS = {
+    # name: (pid file, start command, readiness check)
+    "slurmdbd": ("/run/slurm/slurmdbd.pid", ["/usr/sbin/slurmdbd"], ["sacctmgr", "-n", "list", "cluster"]),
+    "slurmctld": ("/run/slurm/slurmctld.pid", ["/usr/sbin/slurmctld"], ["scontrol", "ping"]),
+}
+
+
+def run_cmd(*argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+    """Run a Slurm (or other) command; with `check`, a failure fails the test with its stderr."""
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr}"
+    return proc
+
+
+def wait_until(predicate, timeout: float, what: str, pause: float = 0.5):
+    """Poll predicate() until it returns something truthy; returns that value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: not reached in {timeout}s"
+        time.sleep(pause)
+
+
+def task_states(job: str) -> dict[int, str]:
+    """squeue's view of an array job: task index -> state (tasks it no longer shows are absent)."""
+    out = {}
+    for line in squeue_tasks(job):
+        ident, state = line.split("|")
+        _, _, task = ident.partition("_")
+        if task.isdigit():
+            out[int(task)] = state
+    return out
+
+
+def wait_task_state(job: str, task: int, state: str, timeout: float = 60) -> None:
+    wait_until(lambda: task_states(job).get(task) == state, timeout, f"task {job}_{task} {state} in squeue",
+               pause=0.3)
+
+
+def wait_job_gone(job: str, timeout: float = 60) -> None:
+    wait_until(lambda: not squeue_tasks(job), timeout, f"job {job} gone from squeue", pause=0.5)
+
+
+def sacct_rows(job: str) -> list[dict]:
+    """Every accounting row of a job (with requeue/preemption history: --duplicates), as dicts."""
+    proc = run_cmd("sacct", "--noheader", "--parsable2", "--allocations", "--duplicates",
+                   "--format=JobID,JobIDRaw,JobName%200,State,ExitCode", f"--jobs={job}")
+    rows = []
+    for line in proc.stdout.splitlines():
+        if line.strip():
+            jobid, raw, name, state, exit_code = line.split("|")
+            rows.append({"job": jobid, "raw": raw, "name": name, "state": state, "exit_code": exit_code})
+    return rows
+
+
+def jobs_named(name: str) -> tuple[set[str], set[str]]:
+    """Ids of the jobs with exactly this name, as squeue (all states) and sacct see them."""
+    queue = run_cmd("squeue", "--noheader", "--array", "--states=all", f"--name={name}", "--format=%i|%j")
+    acct = run_cmd("sacct", "--noheader", "--parsable2", "--allocations", f"--name={name}",
+                   "--starttime=now-1hour", "--format=JobID,JobName%200")
+    seen = []
+    for text in (queue.stdout, acct.stdout):
+        ids = set()
+        for line in text.splitlines():
+            if line.strip() and line.split("|")[1].strip() == name:
+                ids.add(line.split("|")[0].strip().split("_")[0])
+        seen.append(ids)
+    return seen[0], seen[1]
+
+
+def record(run_dir: Path, rel: str) -> dict:
+    return json.loads((run_dir / rel).read_text())
+
+
+def attempt_record(run_dir: Path, sid: str, aid: str = "attempt-0001", name: str = "attempt.json") -> dict:
+    return record(run_dir, f"shards/{sid}/attempts/{aid}/{name}")
+
+
+def observation_of(status: dict, sid: str) -> dict | None:
+    evidence = shard(status, sid)["evidence"]
+    return None if evidence is None else evidence["observation"]
+
+
+def run_job_ids(run_dir: Path) -> list[str]:
+    out = []
+    for path in sorted((run_dir / "submissions").glob("submission-*/status.json")):
+        job = json.loads(path.read_text()).get("job_id")
+        if job:
+            out.append(job)
+    return out
+
+
+def cancel_jobs(job_ids) -> None:
+    """scancel these jobs (by id) and wait until squeue no longer shows them."""
+    ids = sorted({str(j) for j in job_ids if j})
+    if not ids:
+        return
+    subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=30)
+    for job in ids:
+        wait_job_gone(job, timeout=60)
+
+
+def cancel_workspace_jobs(workspace: Path, extra=()) -> None:
+    """Teardown: cancel every job recorded by the runs under workspace, plus `extra` ids."""
+    ids = list(extra)
+    for run_dir in workspace.iterdir():
+        if (run_dir / "submissions").is_dir():
+            ids.extend(run_job_ids(run_dir))
+    cancel_jobs(ids)
+
+
+def _pid(pid_file: str) -> int | None:
+    try:
+        pid = int(Path(pid_file).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    return pid
+
+
+def stop_daemon(name: str, timeout: float = 30) -> None:
+    """SIGTERM the daemon by the pid in its pid file and wait until it has exited."""
+    pid_file = SLURM_DAEMONS[name][0]
+    pid = _pid(pid_file)
+    assert pid is not None, f"{name} is not running (pid file {pid_file})"
+    os.kill(pid, 15)
+    wait_until(lambda: _pid_gone(pid), timeout, f"{name} ({pid}) exits after SIGTERM", pause=0.1)
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def start_daemon(name: str, timeout: float = 60) -> None:
+    """Start a stopped daemon again (it forks) and wait until it answers."""
+    pid_file, start, ready = SLURM_DAEMONS[name]
+    if _pid(pid_file) is None:
+        subprocess.run(start, capture_output=True, text=True, timeout=60)
+
+    def answers() -> bool:
+        proc = subprocess.run(ready, capture_output=True, text=True, timeout=30)
+        return proc.returncode == 0 and (name != "slurmctld" or "is UP" in proc.stdout)
+
+    wait_until(answers, timeout, f"{name} answers again", pause=0.3)
+    if name == "slurmctld":
+        def node_usable() -> bool:
+            proc = subprocess.run(["sinfo", "--noheader", "--nodes=localhost", "--format=%T"], capture_output=True,
+                                  text=True, timeout=30)
+            return proc.returncode == 0 and proc.stdout.strip().split("\n")[0] in ("idle", "mixed", "allocated")
+
+        wait_until(node_usable, timeout, "the node is usable again", pause=0.3)
+
+
+@contextmanager
+def daemon_stopped(name: str):
+    """Stop a Slurm daemon for the block; it is always started again afterwards."""
+    stop_daemon(name)
+    try:
+        yield
+    finally:
+        start_daemon(name)
+
+
+def fake_sbatch(folder: Path, body: str) -> dict:
+    """Write `body` as an executable `sbatch` in folder; returns the env that puts it first on PATH (for tau())."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    script = folder / "sbatch"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o700)
+    return {"PATH": f"{folder}:{BIN}:{os.environ.get('PATH', '')}"}
+
+
+LOST_REPLY = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"

@@ -1,0 +1,105 @@
+"""taulib.slurm.parse: fixture pairs of real Slurm 22.05 text output and the rows tau reads from them.
+
+Accept an intended change with: TAU_ACCEPT_GOLDEN=1 .venv/bin/python -m pytest tests/test_slurm_parse.py
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from taulib.slurm import parse
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
+
+
+def rows_json(rows) -> list[dict]:
+    return [row._asdict() for row in rows]
+
+
+def check_fixture(name: str, value) -> None:
+    path = FIXTURES / f"{name}.json"
+    if os.environ.get("TAU_ACCEPT_GOLDEN") == "1":
+        path.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
+    assert json.loads(path.read_text()) == value, f"{name} differs from its fixture (TAU_ACCEPT_GOLDEN=1 accepts)"
+
+
+def test_squeue_rows_expand_unsplit_arrays_and_keep_plain_jobs():
+    rows = parse.squeue((FIXTURES / "squeue-arrays.txt").read_text())
+    check_fixture("squeue-arrays", rows_json(rows))
+    assert [(r.job_id, r.task) for r in rows if r.job_id == "2"] == [("2", 1), ("2", 3), ("2", 7)]
+    assert [r.task for r in rows if r.job_id == "11"] == list(range(10))
+    assert next(r for r in rows if r.job_id == "12") .task is None
+
+
+def test_sacct_drops_the_placeholders_written_during_accounting_lag():
+    rows = parse.sacct((FIXTURES / "sacct-placeholders.txt").read_text(), arrays={"1", "2", "3"})
+    check_fixture("sacct-placeholders", rows_json(rows))
+    assert [(r.job_id, r.task, r.state) for r in rows] == [("3", 0, "completed")]
+
+
+def test_sacct_duplicates_give_each_task_its_newest_row_and_a_restart_count():
+    rows = parse.sacct((FIXTURES / "sacct-requeue-preempt.txt").read_text(), arrays={"12", "13"})
+    latest = parse.latest_by_task(rows)
+    check_fixture("sacct-requeue-preempt", {f"{k[0]}_{k[1]}": [v[0]._asdict(), v[1]] for k, v in latest.items()})
+    assert latest[("12", 0)][0].state == "completed" and latest[("12", 0)][1] == 1
+    assert latest[("13", 0)][0].state == "completed" and latest[("13", 0)][1] == 1
+    assert latest[("13", 1)][1] == 0
+
+
+def test_sacct_terminal_states_exit_codes_signals_and_unknown_spellings():
+    rows = parse.sacct((FIXTURES / "sacct-terminal-states.txt").read_text(), arrays={"9", "10"})
+    check_fixture("sacct-terminal-states", rows_json(rows))
+    by_task = {(r.job_id, r.task): r for r in rows}
+    assert (by_task["9", 0].state, by_task["9", 0].exit_code) == ("failed", 3)
+    assert by_task["9", 1].state == "timed_out"
+    assert by_task["9", 2].state == "cancelled" and by_task["9", 2].raw == "CANCELLED by 0"
+    assert (by_task["9", 3].state, by_task["9", 3].signal) == ("failed", 9)
+    assert by_task["9", 4].state == "out_of_memory"
+    assert by_task["9", 5].state == "node_failed"
+    assert by_task["9", 6].state == "unknown"  # never guessed: observation reports the source unavailable
+    assert sorted(t for (j, t) in by_task if j == "10") == [2, 9, 10, 11]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("1_0|RUNNING\n", "fields"),
+    ("abc|RUNNING|None\n", "job id"),
+    ("1_[3-1]|PENDING|None\n", "range"),
+])
+def test_squeue_output_of_another_shape_is_refused_not_guessed(text, message):
+    with pytest.raises(parse.ParseError, match=message):
+        parse.squeue(text)
+
+
+def test_a_step_row_in_sacct_output_is_refused():
+    with pytest.raises(parse.ParseError, match="step row"):
+        parse.sacct("9.batch|9.batch|batch|FAILED|3:0|a|b|c\n")
+
+
+@pytest.mark.parametrize("raw, state", [
+    ("RUNNING", "running"), ("COMPLETING", "running"), ("PENDING", "pending"), ("REQUEUE_HOLD", "pending"),
+    ("CANCELLED+", "cancelled"), ("CANCELLED by 64030", "cancelled"), ("PREEMPTED", "preempted"),
+    ("REQUEUED", "requeued"), ("BOOT_FAIL", "failed"), ("DEADLINE", "failed"), ("SOMETHING_NEW", "unknown"),
+])
+def test_state_spellings_map_to_taus_vocabulary(raw, state):
+    assert parse.normalise_state(raw) == state
+
+
+@pytest.mark.parametrize("stdout, job", [("42\n", "42"), ("42;cluster1\n", "42")])
+def test_sbatch_parsable_output_gives_the_job_id(stdout, job):
+    assert parse.sbatch_job_id(stdout) == job
+
+
+@pytest.mark.parametrize("stdout", ["", "Submitted batch job 42", "42 43", "sbatch: error"])
+def test_sbatch_output_that_is_not_a_job_id_is_an_error(stdout):
+    with pytest.raises(parse.ParseError):
+        parse.sbatch_job_id(stdout)
+
+
+def test_array_indices_compress_and_expand_back():
+    indices = [0, 1, 2, 5, 7, 8, 9, 20]
+    assert parse.compress_indices(indices) == "0-2,5,7-9,20"
+    assert parse.expand_array_spec(parse.compress_indices(indices)) == indices
+    with pytest.raises(ValueError):
+        parse.compress_indices([])

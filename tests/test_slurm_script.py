@@ -1,0 +1,78 @@
+"""The sbatch script is a pure function of validated fields, pinned by golden files.
+
+Accept an intended change with: TAU_ACCEPT_GOLDEN=1 .venv/bin/python -m pytest tests/test_slurm_script.py
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from taulib.errors import BadInput
+from taulib.slurm.script import render
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+BASE = dict(job_name="tau-demo-6ddb4c9a-0001", run_dir="/scratch/alice/runs/demo", submission_id="submission-0001",
+            python="/opt/tau/.venv/bin/python")
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("TAU_ACCEPT_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}; run with TAU_ACCEPT_GOLDEN=1 to create it"
+    assert text == path.read_text(), f"{name} differs from its golden file (TAU_ACCEPT_GOLDEN=1 accepts it)"
+
+
+def test_a_full_array_with_every_profile_field_renders_its_golden_script():
+    text = render(**BASE, task_indices=list(range(8)),
+                  profile={"partition": "gpu", "account": "proj1", "qos": "normal", "time": "1-02:00:00",
+                           "mem": "16G", "cpus_per_task": 4, "max_parallel": 3, "extra": ["--nice=10"]})
+    check_golden("sbatch-full-array.sh", text)
+
+
+def test_a_sparse_retry_array_reuses_each_shards_task_index():
+    text = render(**{**BASE, "submission_id": "submission-0002", "job_name": "tau-demo-6ddb4c9a-0002"},
+                  task_indices=[7, 1, 3, 4, 5], profile={"partition": "debug"})
+    check_golden("sbatch-sparse-retry.sh", text)
+    assert "#SBATCH --array=1,3-5,7\n" in text
+
+
+def test_sbatch_lines_are_sorted_and_the_body_is_an_argument_vector():
+    text = render(**BASE, task_indices=[0, 1], profile={"time": "10:00", "partition": "debug"})
+    lines = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+    assert lines == sorted(lines)
+    assert text.rstrip().splitlines()[-1] == ("exec /opt/tau/.venv/bin/python -m taulib.cli.attempt run "
+                                              "/scratch/alice/runs/demo --submission submission-0001")
+
+
+def test_the_same_fields_always_give_the_same_bytes():
+    args = dict(**BASE, task_indices=[2, 0, 1], profile={"partition": "debug", "max_parallel": 2})
+    assert render(**args) == render(**args)
+
+
+def test_an_empty_array_is_refused_because_slurm_would_submit_a_plain_job():
+    with pytest.raises(BadInput, match="empty --array"):
+        render(**BASE, task_indices=[], profile={})
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("partition", "debug;rm -rf /", "partition"),
+    ("time", "1 hour", "time"),
+    ("mem", "16 GB", "mem"),
+    ("account", "$(whoami)", "account"),
+])
+def test_a_profile_field_that_could_inject_is_refused(field, value, message):
+    with pytest.raises(BadInput, match=message):
+        render(**BASE, task_indices=[0], profile={field: value})
+
+
+@pytest.mark.parametrize("extra", ["--array=0-9", "--output=/tmp/x", "--job-name=other", "--wrap=id"])
+def test_an_extra_option_cannot_override_what_tau_sets(extra):
+    with pytest.raises(BadInput, match="override"):
+        render(**BASE, task_indices=[0], profile={"extra": [extra]})
+
+
+def test_a_run_directory_with_a_space_is_refused():
+    with pytest.raises(BadInput, match="run directory"):
+        render(**{**BASE, "run_dir": "/scratch/my runs/demo"}, task_indices=[0], profile={})
