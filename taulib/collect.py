@@ -26,7 +26,7 @@ import os
 import stat
 
 from taulib import failpoints, jsonio, layout, locks, publish, winner
-from taulib.errors import CheckFailed, Conflict, Refused, UsageError
+from taulib.errors import Busy, CheckFailed, Conflict, Refused, Unavailable, UsageError
 
 BATCH_ROWS = 65_536
 SUFFIX = {"parquet": "parquet", "csv": "csv", "jsonl": "jsonl"}
@@ -110,20 +110,43 @@ def _exists(parent_fd: int, name: str) -> bool:
 
 # -- 3-6. journal and work --------------------------------------------------------------------------------------
 
-def collect(run, destination: str) -> dict:
+def collect(run, destination: str, wait: bool = False) -> dict:
+    """Plan a collection and run it: inline under the local executor, as a CPU job under Slurm (returned as
+    `submitted`; with `wait`, follow it to its end)."""
     winners = validate_winners(run)
     dest, real_parent, name = authorise(run, destination)
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"):
         parent_fd = _open_parent(real_parent)
         try:
-            return _collect_locked(run, winners, dest, parent_fd, name)
+            summary = _coordinate(run, winners, dest, parent_fd, name)
         finally:
             os.close(parent_fd)
+    if wait and summary["state"] in ("submitted", "running"):
+        summary = _wait(run, summary["collection_id"], destination)
+    return summary
 
 
-def _collect_locked(run, winners: list[dict], dest: str, parent_fd: int, name: str) -> dict:
-    ids = sorted((n for n in run.dir.listdir("collections") if n.startswith("collection-")),
-                 key=lambda n: int(n.split("-")[1]))
+def _journal(run) -> list[str]:
+    return sorted((n for n in run.dir.listdir("collections") if n.startswith("collection-")),
+                  key=lambda n: int(n.split("-")[1]))
+
+
+def _status_rel(plan: dict) -> str:
+    return f"collections/{plan['collection_id']}/status.json"
+
+
+def _set(run, plan: dict, status: dict, **changes) -> dict:
+    status = dict(status, revision=status["revision"] + 1, updated_at=jsonio.now_rfc3339(), **changes)
+    run.dir.replace(_status_rel(plan), status)
+    return status
+
+
+def _job_name(run, collection_id: str) -> str:
+    return f"tau-{run.run_id[:100]}-{run.plan_sha256[:8]}-c{collection_id.split('-')[1]}"
+
+
+def _coordinate(run, winners: list[dict], dest: str, parent_fd: int, name: str) -> dict:
+    ids = _journal(run)
     resumed = None
     if ids:
         newest = ids[-1]
@@ -132,13 +155,20 @@ def _collect_locked(run, winners: list[dict], dest: str, parent_fd: int, name: s
         if plan is None or status is None:
             run.dir.remove_tree(f"collections/{newest}")  # never reached its journal: nothing was written
             ids.pop()
-        elif plan["destination"] == dest:
-            if status["state"] == "succeeded":
-                result = _read_result(parent_fd, name)
-                if result is not None and jsonio.digest(result) == status["result_sha256"]:
-                    return _summary(plan, status, result, created=False)
-            elif status["state"] in ("prepared", "running"):
+        elif status["state"] == "succeeded" and plan["destination"] == dest:
+            result = _read_result(parent_fd, name)
+            if result is not None and jsonio.digest(result) == status["result_sha256"]:
+                return _summary(plan, status, result, created=False)
+        elif status["state"] in ("prepared", "submitted", "running"):
+            if plan["destination"] != dest:
+                raise Busy(f"collection {plan['collection_id']} to {plan['destination']!r} is not finished; "
+                           "run tau-collect for that destination first", collection_id=plan["collection_id"])
+            if run.plan["scheduler"]["profile"] == "local":
                 resumed = (plan, status)
+            else:
+                settled = _settle_job(run, plan, status, parent_fd, name)
+                if settled["state"] != "failed":
+                    return settled
     publish.recover_reservation(parent_fd, name)
     if resumed is not None:
         plan, status = resumed
@@ -149,29 +179,40 @@ def _collect_locked(run, winners: list[dict], dest: str, parent_fd: int, name: s
         raise Conflict(f"destination {dest!r} already exists; tau never overwrites a dataset", destination=dest)
     if resumed is None:
         cid = layout.collection_id(int(ids[-1].split("-")[1]) + 1 if ids else 1)
+        now = jsonio.now_rfc3339()
         plan = {"kind": "tau.collection-plan", "schema_version": 1, "run_id": run.run_id, "collection_id": cid,
-                "plan_sha256": run.plan_sha256, "created_at": jsonio.now_rfc3339(), "destination": dest,
+                "plan_sha256": run.plan_sha256, "created_at": now, "destination": dest,
                 "format": run.plan["output"]["format"],
                 "rows_per_partition": run.plan["output"]["rows_per_partition"], "records": run.plan["records"],
                 "schema_digest": winners[0]["manifest"]["schema_digest"],
                 "shards": [{"shard_id": w["shard_id"], "winner_sha256": w["winner_sha256"]} for w in winners]}
         run.dir.publish(f"collections/{cid}/plan.json", plan)
+        deadline = jsonio.format_time(jsonio.parse_time(now) + run.plan["windows"]["submission_visibility_seconds"])
         status = {"kind": "tau.collection-status", "schema_version": 1, "run_id": run.run_id,
                   "collection_id": cid, "plan": {"path": f"collections/{cid}/plan.json",
                                                  "sha256": jsonio.digest(plan)},
-                  "revision": 1, "state": "prepared", "updated_at": plan["created_at"], "result_sha256": None,
-                  "reason": None}
-        run.dir.replace(f"collections/{cid}/status.json", status)
+                  "revision": 1, "state": "prepared", "updated_at": now, "result_sha256": None,
+                  "reason": None, "job_id": None, "deadline": deadline}
+        run.dir.replace(_status_rel(plan), status)
         failpoints.hit("collect.planned")
+        if run.plan["scheduler"]["profile"] != "local":
+            return _submit_job(run, plan, status)
     else:
-        plan, status = resumed
-        for planned, w in zip(plan["shards"], winners, strict=True):
-            if (planned["shard_id"], planned["winner_sha256"]) != (w["shard_id"], w["winner_sha256"]):
-                raise Conflict(f"the winner of {w['shard_id']} changed since collection {plan['collection_id']} "
-                               "was planned", shard_id=w["shard_id"])
-    status = dict(status, revision=status["revision"] + 1, state="running", updated_at=jsonio.now_rfc3339())
-    run.dir.replace(f"collections/{plan['collection_id']}/status.json", status)
-    stage = f".{name}.tau-stage-{jsonio.digest(plan)[:16]}"
+        _check_winners(plan, winners)
+    return _work(run, plan, status, winners, parent_fd, name)
+
+
+def _check_winners(plan: dict, winners: list[dict]) -> None:
+    for planned, w in zip(plan["shards"], winners, strict=True):
+        if (planned["shard_id"], planned["winner_sha256"]) != (w["shard_id"], w["winner_sha256"]):
+            raise Conflict(f"the winner of {w['shard_id']} changed since collection {plan['collection_id']} "
+                           "was planned", shard_id=w["shard_id"])
+
+
+def _work(run, plan: dict, status: dict, winners: list[dict], parent_fd: int, name: str) -> dict:
+    """The worker's part (inline, or inside the CPU job): stream, stage, publish. Caller holds collect.lock."""
+    status = _set(run, plan, status, state="running")
+    stage = _stage_name(plan)
     _remove_stage(parent_fd, stage)
     try:
         result = _write_stage(run, plan, winners, parent_fd, stage)
@@ -188,16 +229,170 @@ def _collect_locked(run, winners: list[dict], dest: str, parent_fd: int, name: s
     return _finish(run, plan, status, result)
 
 
+def _stage_name(plan: dict) -> str:
+    return f".{os.path.basename(plan['destination'])}.tau-stage-{jsonio.digest(plan)[:16]}"
+
+
+# -- the CPU job (Slurm) ----------------------------------------------------------------------------------------
+
+def _submit_job(run, plan: dict, status: dict) -> dict:
+    import sys
+
+    from taulib.slurm import commands, script
+
+    text = script.render_collection(job_name=_job_name(run, plan["collection_id"]), run_dir=run.path,
+                                    collection_id=plan["collection_id"], python=sys.executable,
+                                    profile=run.plan["scheduler"]["slurm"])
+    script_rel = f"collections/{plan['collection_id']}/job.sh"
+    run.dir.publish_bytes(script_rel, text.encode())
+    try:
+        job_id = commands.sbatch(os.path.join(run.path, script_rel))
+    except commands.SubmitRefused as exc:
+        _fail(run, plan, status, exc.message)
+        raise
+    status = _set(run, plan, status, state="submitted", job_id=job_id)
+    return _progress(plan, status)
+
+
+def _progress(plan: dict, status: dict) -> dict:
+    return {"kind": "tau.collection", "schema_version": 1, "run_id": plan["run_id"],
+            "collection_id": plan["collection_id"], "state": status["state"], "created": True,
+            "destination": plan["destination"], "format": plan["format"], "records": plan["records"],
+            "partitions": None, "files": [], "job_id": status["job_id"]}
+
+
+def _settle_job(run, plan: dict, status: dict, parent_fd: int, name: str) -> dict:
+    """Where is an unfinished Slurm collection? Returns a summary; state "failed" means start a new one."""
+    import time as _time
+
+    from taulib.slurm import commands
+
+    if status["state"] == "prepared":  # sbatch's reply was lost: find the job by its exact name, or retire it
+        created = jsonio.parse_time(plan["created_at"])
+        since = _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(created - 60))
+        found = commands.find_by_name(_job_name(run, plan["collection_id"]), os.getuid(), since)
+        if len(found) > 1 or any(tasks != {None} for tasks in found.values()):
+            raise Conflict(f"Slurm jobs {sorted(found)} carry the name of collection {plan['collection_id']}; "
+                           "cancel the extra ones and run tau-collect again")
+        if found:
+            status = _set(run, plan, status, state="submitted", job_id=next(iter(found)))
+            return _progress(plan, status)
+        if jsonio.now_rfc3339() <= status["deadline"]:
+            raise Busy(f"collection {plan['collection_id']} is not visible in Slurm yet; try again")
+        _fail(run, plan, status, "its job was not visible in Slurm by the visibility deadline")
+        return {"state": "failed"}
+    job = status["job_id"]
+    queue = commands.squeue([job])
+    if any(row.job_id == job for row in queue):
+        return _progress(plan, status)
+    accounting = parse_latest(commands.sacct([job], arrays=set()), job)
+    result = _read_result(parent_fd, name)
+    if result is not None and result["plan_sha256"] == jsonio.digest(plan):
+        status = run.dir.read(_status_rel(plan), "tau.collection-status") or status
+        if status["state"] != "succeeded":
+            return _finish(run, plan, status, result)
+        return _summary(plan, status, result, created=False)
+    if accounting is None and jsonio.now_rfc3339() <= _grace(status):
+        return _progress(plan, status)  # not in accounting yet: accounting lag, not a verdict
+    _remove_stage(parent_fd, _stage_name(plan))
+    verdict = accounting.raw if accounting is not None else "absent from the queue and from accounting"
+    _fail(run, plan, status, f"its Slurm job {job} ended ({verdict}) without publishing the dataset")
+    return {"state": "failed"}
+
+
+def parse_latest(rows, job: str):
+    mine = [r for r in rows if r.job_id == job]
+    return mine[-1] if mine else None
+
+
+def _grace(status: dict) -> str:
+    return jsonio.format_time(jsonio.parse_time(status["updated_at"]) + 60)
+
+
+def _wait(run, collection_id: str, destination: str) -> dict:
+    """Follow a Slurm collection until it succeeds or fails (reads its status; asks squeue every 10 s)."""
+    import time as _time
+
+    from taulib.slurm import commands
+
+    rel = f"collections/{collection_id}/status.json"
+    gone_since = None
+    next_check = _time.monotonic() + 10
+    while True:
+        _time.sleep(1)
+        status = run.dir.require(rel, "tau.collection-status")
+        if status["state"] == "succeeded":
+            return collect(run, destination)
+        if status["state"] == "failed":
+            raise CheckFailed(f"collection {collection_id} failed: {status['reason']}", collection_id=collection_id)
+        if _time.monotonic() < next_check:
+            continue
+        next_check = _time.monotonic() + 10
+        try:
+            queued = any(row.job_id == status["job_id"] for row in commands.squeue([status["job_id"]]))
+        except Unavailable:
+            continue
+        if queued:
+            gone_since = None
+        elif gone_since is None:
+            gone_since = _time.monotonic()
+        elif _time.monotonic() - gone_since > 90:  # the job is gone and never finished: let tau-collect say why
+            summary = collect(run, destination)
+            if summary["state"] == "succeeded":
+                return summary
+            raise CheckFailed(f"collection {collection_id} failed: its job ended without publishing the dataset",
+                              collection_id=collection_id)
+
+
+def work(run_dir: str, collection_id: str, env: dict | None = None) -> dict:
+    """The CPU job's side: fence on SLURM_JOB_ID, then stream, stage and publish."""
+    import time as _time
+
+    from taulib.run import Run
+
+    env = dict(os.environ) if env is None else env
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        raise Refused("tau-collect --worker runs only inside its Slurm job (SLURM_JOB_ID is unset); on a login "
+                      "node, run tau-collect RUN --destination PATH")
+    with Run(run_dir) as run:
+        plan = run.dir.require(f"collections/{collection_id}/plan.json", "tau.collection-plan")
+        limit = _time.monotonic() + float(env.get("TAU_BINDING_WAIT", "300"))
+        while True:  # the job can start before tau-collect has recorded its id
+            status = run.dir.require(_status_rel(plan), "tau.collection-status")
+            if status["state"] in ("submitted", "running") and status["job_id"] == job:
+                break
+            if status["state"] != "prepared" or _time.monotonic() > limit:
+                raise Refused(f"Slurm job {job} is not the recorded job of collection {collection_id} "
+                              f"({status['state']}, job {status['job_id']}); this late or duplicate worker writes "
+                              "nothing", collection_id=collection_id)
+            _time.sleep(1.0)
+        winners = validate_winners(run)
+        _check_winners(plan, winners)
+        dest = plan["destination"]
+        _, real_parent, name = authorise(run, dest)
+        with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"):
+            status = run.dir.require(_status_rel(plan), "tau.collection-status")
+            if status["job_id"] != job or status["state"] not in ("submitted", "running"):
+                raise Refused(f"collection {collection_id} is no longer bound to job {job}; writing nothing")
+            parent_fd = _open_parent(real_parent)
+            try:
+                if _exists(parent_fd, name):
+                    result = _read_result(parent_fd, name)
+                    if result is not None and result["plan_sha256"] == jsonio.digest(plan):
+                        return _finish(run, plan, status, result)
+                    raise Conflict(f"destination {dest!r} already exists; tau never overwrites a dataset")
+                return _work(run, plan, status, winners, parent_fd, name)
+            finally:
+                os.close(parent_fd)
+
+
 def _fail(run, plan: dict, status: dict, reason: str) -> None:
-    run.dir.replace(f"collections/{plan['collection_id']}/status.json",
-                    dict(status, revision=status["revision"] + 1, state="failed", updated_at=jsonio.now_rfc3339(),
-                         reason=reason))
+    _set(run, plan, status, state="failed", reason=reason[:500])
 
 
 def _finish(run, plan: dict, status: dict, result: dict) -> dict:
-    status = dict(status, revision=status["revision"] + 1, state="succeeded", updated_at=jsonio.now_rfc3339(),
-                  result_sha256=jsonio.digest(result))
-    run.dir.replace(f"collections/{plan['collection_id']}/status.json", status)
+    status = _set(run, plan, status, state="succeeded", result_sha256=jsonio.digest(result))
     return _summary(plan, status, result, created=True)
 
 
@@ -205,7 +400,7 @@ def _summary(plan: dict, status: dict, result: dict, created: bool) -> dict:
     return {"kind": "tau.collection", "schema_version": 1, "run_id": plan["run_id"],
             "collection_id": plan["collection_id"], "state": status["state"], "created": created,
             "destination": plan["destination"], "format": plan["format"], "records": result["records"],
-            "partitions": len(result["files"]), "files": result["files"]}
+            "partitions": len(result["files"]), "files": result["files"], "job_id": status.get("job_id")}
 
 
 def _read_result(parent_fd: int, name: str) -> dict | None:

@@ -8,27 +8,44 @@ from taulib.cli import common
 
 EXAMPLE = """
 tau-collect runs/demo --destination runs/demo-dataset
+tau-collect runs/demo --destination runs/demo-dataset --wait -o table   # a Slurm run: wait for the CPU job
 """
 
 
 @common.command("tau-collect", "Validate every shard's winner, then stream the winners in planned order into a "
                 "deterministic dataset (the run's output format, a fixed row count per partition), staged beside "
                 "DESTINATION and published atomically. Never overwrites: an existing DESTINATION is refused "
-                "(exit 73).", EXAMPLE)
+                "(exit 73). Under the local executor the work runs here; under Slurm it runs as a CPU job "
+                "without GPUs (reported as submitted; --wait follows it to its end).", EXAMPLE)
 @common.run_dir_argument
-@click.option("--destination", required=True, metavar="PATH",
+@click.option("--destination", metavar="PATH",
               help="Where the dataset goes: below the run's workspace (the run directory's parent) or an allowed "
                    "root of the plan; must not exist.")
+@click.option("--wait", is_flag=True, help="Under Slurm, wait until the collection job has finished.")
+@click.option("--worker", "worker", metavar="COLLECTION_ID",
+              help="Run as the collection's CPU job (inside the Slurm job tau-collect submitted; never by hand).")
 @common.output_option
-def cli(run_dir: str, destination: str, output: str) -> None:
+def cli(run_dir: str, destination: str | None, wait: bool, worker: str | None, output: str) -> None:
     from taulib import collect
+    from taulib.errors import UsageError
     from taulib.run import Run
 
+    if worker:
+        if destination or wait:
+            raise UsageError("--worker takes neither --destination nor --wait")
+        common.emit(collect.work(run_dir, worker))
+        return
+    if not destination:
+        raise UsageError("missing option '--destination'")
     with Run(run_dir) as run:
-        result = collect.collect(run, destination)
+        result = collect.collect(run, destination, wait=wait)
     if output == "table":
         from taulib import table
 
+        if result["state"] != "succeeded":
+            common.emit_text(f"collection {result['collection_id']}: {result['state']} as Slurm job "
+                             f"{result['job_id']}; run tau-collect again (or with --wait) to follow it")
+            return
         common.emit_text(f"collection {result['collection_id']}: {result['records']} records in "
                          f"{result['partitions']} {result['format']} file(s) at {result['destination']}\n\n"
                          + table.render(["FILE", "ROWS", "BYTES", "SHA256"],
