@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 
 ## demo: a complete example run (8 shards, one fails once, retry, winners, collection); SCHEDULER=local|slurm
 demo: venv
+	@if [ "$(SCHEDULER)" = slurm ]; then contrib/slurm/cluster-up.sh; fi
 	SCHEDULER=$(SCHEDULER) contrib/demo/run-demo.sh
 
 ## system-deps: the system packages the tests need (bats, mandoc, jq), installed when missing (as root)

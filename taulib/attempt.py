@@ -91,10 +91,17 @@ def _fence(run: Run, sid: str, aid: str, identity: dict, restarts: int) -> dict:
     raise Refused(f"{where} is already {attempt['state']}; a duplicate allocation writes nothing", shard_id=sid)
 
 
-def _await_binding(run: Run, submission_id: str) -> None:
+def _seconds(env: dict, name: str, default: float) -> float:
+    try:
+        return float(env.get(name, default))
+    except ValueError:
+        return default
+
+
+def _await_binding(run: Run, submission_id: str, env: dict) -> None:
     """Wait until the submission is bound to its job (a Slurm allocation can start before tau-submit has recorded
     the job id). A retired submission, or one not bound in time, means this allocation is late: Refused."""
-    limit = time.monotonic() + float(os.environ.get("TAU_BINDING_WAIT", "300"))
+    limit = time.monotonic() + _seconds(env, "TAU_BINDING_WAIT", 300)
     rel = f"submissions/{submission_id}/status.json"
     while True:
         status = run.dir.read(rel, "tau.submission-status")
@@ -137,7 +144,7 @@ def run_task(run_dir: str, submission_id: str, publish_winner: bool = True, env:
         if not tasks:
             raise Refused(f"submission {submission_id!r} has no task {identity['task_index']}")
         sid, aid = tasks[0]["shard_id"], tasks[0]["attempt_id"]
-        _await_binding(run, submission_id)
+        _await_binding(run, submission_id, env)
         restarts = _restart_count(env)
         with ExitStack() as stack:
             if run.plan["resume"] == "always":

@@ -16,7 +16,8 @@ Order of work (SPEC 8):
   6. status succeeded.
 A rerun after a crash removes the exact stage of an unfinished collection and starts it again, or adopts a
 destination that a crashed run had already published (its _tau_collection.json matches the plan). Nothing is
-ever overwritten. Under the local executor the worker runs inline; under Slurm it will run as a CPU job.
+ever overwritten. Under the local executor the worker runs inline; under Slurm it runs as a CPU job without GPUs
+(`tau-collect RUN --worker ID`, fenced on its SLURM_JOB_ID), which `--wait` follows to its end.
 """
 
 from __future__ import annotations
@@ -336,12 +337,20 @@ def _wait(run, collection_id: str, destination: str) -> dict:
             gone_since = None
         elif gone_since is None:
             gone_since = _time.monotonic()
-        elif _time.monotonic() - gone_since > 90:  # the job is gone and never finished: let tau-collect say why
-            summary = collect(run, destination)
-            if summary["state"] == "succeeded":
-                return summary
-            raise CheckFailed(f"collection {collection_id} failed: its job ended without publishing the dataset",
-                              collection_id=collection_id)
+        elif _time.monotonic() - gone_since > 90:  # the job is gone and never finished: record why
+            with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"):
+                plan = run.dir.require(f"collections/{collection_id}/plan.json", "tau.collection-plan")
+                status = run.dir.require(rel, "tau.collection-status")
+                if status["state"] in ("submitted", "running"):
+                    _, real_parent, name = authorise(run, plan["destination"])
+                    parent_fd = _open_parent(real_parent)
+                    try:
+                        summary = _settle_job(run, plan, status, parent_fd, name)
+                    finally:
+                        os.close(parent_fd)
+                    if summary["state"] == "succeeded":
+                        return summary
+            gone_since = _time.monotonic()
 
 
 def work(run_dir: str, collection_id: str, env: dict | None = None) -> dict:
@@ -357,7 +366,10 @@ def work(run_dir: str, collection_id: str, env: dict | None = None) -> dict:
                       "node, run tau-collect RUN --destination PATH")
     with Run(run_dir) as run:
         plan = run.dir.require(f"collections/{collection_id}/plan.json", "tau.collection-plan")
-        limit = _time.monotonic() + float(env.get("TAU_BINDING_WAIT", "300"))
+        try:
+            limit = _time.monotonic() + float(env.get("TAU_BINDING_WAIT", "300"))
+        except ValueError:
+            limit = _time.monotonic() + 300
         while True:  # the job can start before tau-collect has recorded its id
             status = run.dir.require(_status_rel(plan), "tau.collection-status")
             if status["state"] in ("submitted", "running") and status["job_id"] == job:

@@ -9,10 +9,10 @@ RUN/
     attempts/attempt-NNNN/
       attempt.json readiness.json observation.json result.json manifest.json client.log dataset/
   submissions/submission-NNNN/
-    plan.json status.json
+    plan.json status.json job.sh slurm-JOB_TASK.out       (job.sh and its output under Slurm only)
     local/supervisor.json local/supervisor.log     (local executor only)
     local/task-NNNNN.json local/task-NNNNN.log
-  collections/collection-NNNN/plan.json status.json
+  collections/collection-NNNN/plan.json status.json job.sh slurm-JOB.out
 """
 
 from __future__ import annotations

@@ -146,11 +146,16 @@ def effective_attempt(attempt: dict, evidence: Evidence | None) -> tuple[str, st
     states: pending, running, succeeded, failed, accounting_lag, unknown.
     """
     life = attempt["state"]
-    if evidence is not None and evidence.terminal and evidence.state in FAILURE:
-        return "failed", evidence.reason or f"scheduler reports {evidence.state}" + _exit(evidence.exit_code)
+    scheduler_failed = evidence is not None and evidence.terminal and evidence.state in FAILURE
+    scheduler_says = (evidence.reason or f"scheduler reports {evidence.state}" + _exit(evidence.exit_code)
+                      if scheduler_failed else "")
     if life == "failed":
-        terminal = attempt.get("terminal") or {}
-        return "failed", terminal.get("reason") or "the attempt failed"
+        own = (attempt.get("terminal") or {}).get("reason") or "the attempt failed"
+        if scheduler_failed and scheduler_says not in own:
+            return "failed", f"{own}; scheduler: {scheduler_says}"
+        return "failed", own
+    if scheduler_failed:
+        return "failed", scheduler_says
     if life == "succeeded":
         return "succeeded", "the attempt finished and recorded a complete result"
     if evidence is not None and evidence.state == "completed":

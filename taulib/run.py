@@ -61,6 +61,10 @@ def resolve_plan(request: dict, run_id: str) -> dict:
         "env": dict(request.get("env", {})),
     }
     schema.validate(plan, "plan")
+    if plan["scheduler"]["profile"] == "slurm" or plan["scheduler"]["slurm"]:
+        from taulib.slurm import script
+
+        script.validate_profile(plan["scheduler"]["slurm"])
     return plan
 
 
@@ -84,6 +88,13 @@ def init(run_dir: str, request: object) -> dict:
         raise BadInput("plan on standard input must be a JSON object")
     run_id = run_id_for(run_dir)
     plan = resolve_plan(request, run_id)
+    if plan["scheduler"]["profile"] == "slurm":
+        from taulib.slurm import script
+
+        try:
+            script.check_path(os.path.abspath(run_dir), "run directory")
+        except BadInput as exc:
+            raise UsageError(f"{exc.message}: use a path of letters, digits and ._-/ only, as sbatch needs") from None
     plan_bytes = jsonio.canonical(plan)
     plan_sha = jsonio.sha256_hex(plan_bytes)
     _refuse_foreign_directory(run_dir)

@@ -77,15 +77,20 @@ def _status_path(plan: dict) -> str:
     return f"submissions/{plan['submission_id']}/status.json"
 
 
-def _hand_off(run, plan: dict, status: dict) -> dict:
-    """Step 4 for a new PREPARED journal, then bind."""
-    if plan["executor"] == "local":
-        return _bind(run, plan, status, plan["submission_id"])
-    from taulib.slurm import commands, script
+def _render(run, plan: dict) -> str:
+    from taulib.slurm import script
 
-    text = script.render(job_name=plan["job_name"], run_dir=run.path, submission_id=plan["submission_id"],
+    return script.render(job_name=plan["job_name"], run_dir=run.path, submission_id=plan["submission_id"],
                          task_indices=[t["task_index"] for t in plan["tasks"]], python=sys.executable,
                          profile=run.plan["scheduler"]["slurm"])
+
+
+def _hand_off(run, plan: dict, status: dict, text: str | None) -> dict:
+    """Step 4 for a new PREPARED journal (the script was rendered before the journal was written), then bind."""
+    if plan["executor"] == "local":
+        return _bind(run, plan, status, plan["submission_id"])
+    from taulib.slurm import commands
+
     script_rel = f"submissions/{plan['submission_id']}/job.sh"
     run.dir.publish_bytes(script_rel, text.encode())
     try:
@@ -199,6 +204,7 @@ def submit(run, purpose: str, select) -> dict:
                 "executor": run.plan["scheduler"]["profile"], "job_name": _job_name(run, sub_id),
                 "tasks": tasks}
         plan_bytes = jsonio.canonical(plan)
+        text = _render(run, plan) if plan["executor"] == "slurm" else None  # refuse bad fields before the journal
         run.dir.publish(f"submissions/{sub_id}/plan.json", plan)
         deadline = jsonio.format_time(jsonio.parse_time(now) + run.plan["windows"]["submission_visibility_seconds"])
         status = {"kind": "tau.submission-status", "schema_version": 1, "run_id": run.run_id,
@@ -208,7 +214,7 @@ def submit(run, purpose: str, select) -> dict:
                   "job_id": None, "reason": None}
         run.dir.replace(f"submissions/{sub_id}/status.json", status)
         failpoints.hit("submit.prepared")
-        status = _hand_off(run, plan, status)
+        status = _hand_off(run, plan, status, text)
         return dict(_summary(plan, status, created=True), skipped=skipped)
 
 

@@ -15,12 +15,18 @@ shards=8
 json() { "$py" -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {"d": d}))' "$1"; }
 say() { printf '\n== %s\n' "$*" >&2; }
 
+case "$scheduler" in
+  local) sched_json='{"profile": "local", "local": {"max_parallel": 4}}' ;;
+  slurm) sched_json='{"profile": "slurm", "slurm": {"partition": "debug", "time": "10:00", "max_parallel": 4}}' ;;
+  *) echo "demo: SCHEDULER must be local or slurm" >&2; exit 2 ;;
+esac
+
 rm -rf "$work"
 mkdir -m 700 -p "$work"
 cat >"$work/plan.json" <<JSON
 {"records": $records, "shards": $shards,
  "command": ["$py", "$here/contrib/demo/client.py", "--fail-first", "shard-00003", "--rows-per-file", "40"],
- "scheduler": {"profile": "$scheduler", "local": {"max_parallel": 4}},
+ "scheduler": $sched_json,
  "output": {"format": "parquet", "rows_per_partition": 250},
  "windows": {"accounting_lag_seconds": 30, "preemption_seconds": 60, "submission_visibility_seconds": 60}}
 JSON
@@ -51,7 +57,7 @@ wait_settled
 say "tau-winner"
 tau-winner "$work/run" -o table
 say "tau-collect"
-tau-collect "$work/run" --destination "$work/dataset" -o table
+tau-collect "$work/run" --destination "$work/dataset" --wait -o table   # under Slurm: a CPU job
 say "status"
 tau-observe "$work/run" | tau-reconcile "$work/run" -o table
 

@@ -1,12 +1,14 @@
 #!/bin/sh
 # EpilogSlurmctld hook for tau: when a task of a tau job ends, reconcile its run (tau-observe | tau-reconcile).
 #
-# Install (slurm.conf):   EpilogSlurmctld=/path/to/tau/contrib/slurm/epilog-slurmctld.sh
+# Install: copy this file and tau-reconcile-run (with its bin= line naming your tau installation) into a folder the
+# SlurmUser can read, e.g. /etc/slurm, and set EpilogSlurmctld=/etc/slurm/tau-epilog-slurmctld.sh in slurm.conf
+# (contrib/slurm/cluster-up.sh does exactly this for the test cluster). The worker is found beside this file.
 # Slurm runs it on the controller as SlurmUser with SLURM_JOB_USER and SLURM_JOB_WORK_DIR set. A tau job's work
 # directory is RUN/submissions/submission-NNNN (tau-submit sets --chdir), which names the run. The run is private
 # to its owner (0700), so the reconcile runs as the job's user: directly when the hook already runs as that user,
 # with runuser when it runs as root, and otherwise with `sudo -n`, which needs one sudoers line such as
-#   slurm ALL=(ALL) NOPASSWD: /path/to/tau/contrib/slurm/tau-reconcile-run
+#   slurm ALL=(ALL) NOPASSWD: /etc/slurm/tau-reconcile-run
 # The hook never fails a job: it always exits 0, and does nothing for jobs that are not tau's.
 work=${SLURM_JOB_WORK_DIR:-}
 user=${SLURM_JOB_USER:-}

@@ -4,7 +4,7 @@ squeue  `squeue --noheader --array --format=%i|%T|%r --jobs=...`
         rows `JOB_TASK|STATE|REASON`; an array not yet split prints `JOB_[1,3-5%2]|PENDING|...`, expanded here;
         a plain job prints `JOB|STATE|REASON` (task None).
 sacct   `sacct --noheader --parsable2 --allocations --duplicates
-         --format=JobID,JobIDRaw,JobName,State,ExitCode,Submit,Start,End --jobs=...`
+         --format=JobID,JobIDRaw,JobName%200,State,ExitCode,Submit,Start,End --jobs=...`
         rows `JOB_TASK|RAW|NAME|STATE|EXIT:SIGNAL|SUBMIT|START|END`. With --duplicates a requeued or preempted task
         has several rows (REQUEUED/PREEMPTED first); the newest (latest Submit, then Start, then row order) is its
         state and the others count its restarts. Placeholder rows written during accounting lag (JobName

@@ -24,6 +24,7 @@ _TIME = re.compile(r"^([0-9]+-)?[0-9]+(:[0-9]{1,2}){0,2}\Z")
 _MEM = re.compile(r"^[0-9]+[KMGT]?\Z")
 _EXTRA = re.compile(r"^--[a-z][a-z-]*(=[A-Za-z0-9_.,:=/+@%-]*)?\Z")
 _SAFE_PATH = re.compile(r"^/[A-Za-z0-9_.,:=/+@%-]*\Z")
+_PROFILE_OPTIONS = {"--partition", "--account", "--qos", "--time", "--mem", "--cpus-per-task"}
 _RESERVED = {"--array", "--job-name", "--output", "--error", "--chdir", "--open-mode", "--requeue", "--no-requeue",
              "--export", "--parsable", "--wrap"}
 
@@ -32,6 +33,22 @@ def _check(pattern: re.Pattern, value: str, what: str) -> str:
     if not isinstance(value, str) or not pattern.match(value):
         raise BadInput(f"slurm {what} {value!r} is not allowed in an sbatch script")
     return value
+
+
+def validate_profile(profile: dict) -> None:
+    """Refuse (BadInput) any field of a plan's `scheduler.slurm` that could not go into an sbatch script."""
+    for key, pattern in (("partition", _NAME), ("collect_partition", _NAME), ("account", _NAME), ("qos", _NAME),
+                         ("time", _TIME), ("mem", _MEM)):
+        if profile.get(key):
+            _check(pattern, profile[key], key.replace("_", " "))
+    for extra in profile.get("extra", []):
+        _check(_EXTRA, extra, "extra option")
+        if extra.split("=", 1)[0] in _RESERVED | _PROFILE_OPTIONS:
+            raise BadInput(f"slurm extra option {extra!r} would override one tau sets itself")
+
+
+def check_path(path: str, what: str) -> str:
+    return _check(_SAFE_PATH, path, what)
 
 
 def render(*, job_name: str, run_dir: str, submission_id: str, task_indices: list[int], python: str,
@@ -44,6 +61,7 @@ def render(*, job_name: str, run_dir: str, submission_id: str, task_indices: lis
     _check(_SAFE_PATH, run_dir, "run directory")
     _check(_SAFE_PATH, python, "python path")
     _check(_NAME, submission_id, "submission id")
+    validate_profile(profile)
     array = compress_indices(task_indices)
     if profile.get("max_parallel"):
         array += f"%{int(profile['max_parallel'])}"

@@ -56,10 +56,10 @@ def job_id(run_dir: Path, submission: str = "submission-0001") -> str:
     return json.loads((run_dir / "submissions" / submission / "status.json").read_text())["job_id"]
 
 
-def observe_reconcile(run_dir: Path) -> dict:
-    obs = tau("tau-observe", str(run_dir))
+def observe_reconcile(run_dir: Path, env: dict | None = None) -> dict:
+    obs = tau("tau-observe", str(run_dir), env=env)
     assert obs.returncode == 0, obs.stderr
-    rec = tau("tau-reconcile", str(run_dir), input=obs.stdout)
+    rec = tau("tau-reconcile", str(run_dir), input=obs.stdout, env=env)
     assert rec.returncode == 0, rec.stderr
     return json.loads(rec.stdout)
 
@@ -124,13 +124,20 @@ def wait_until(predicate, timeout: float, what: str, pause: float = 0.5):
 
 
 def task_states(job: str) -> dict[int, str]:
-    """squeue's view of an array job: task index -> state (tasks it no longer shows are absent)."""
+    """squeue's view of an array job: task index -> state (tasks it no longer shows are absent). An array not yet
+    split (`JOB_[1-2%1]`) is expanded; squeue failing fails the test (it never reads as "absent")."""
+    from taulib.slurm.parse import expand_array_spec
+
+    proc = run_cmd("squeue", "--noheader", "--array", "--format=%i|%T", f"--jobs={job}")
     out = {}
-    for line in squeue_tasks(job):
+    for line in proc.stdout.splitlines():
+        if not line.strip():
+            continue
         ident, state = line.split("|")
         _, _, task = ident.partition("_")
-        if task.isdigit():
-            out[int(task)] = state
+        tasks = expand_array_spec(task[1:-1]) if task.startswith("[") else [int(task)] if task.isdigit() else []
+        for index in tasks:
+            out[index] = state
     return out
 
 

@@ -4,13 +4,19 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from helpers import ROOT, env_for_tests
 
 
-def test_the_demo_wins_every_shard_and_collects_every_record_with_private_permissions(tmp_path: Path):
+@pytest.mark.parametrize("scheduler", ["local", "slurm"])
+def test_the_demo_wins_every_shard_and_collects_every_record_with_private_permissions(tmp_path: Path, scheduler,
+                                                                                     request):
+    if scheduler == "slurm":
+        request.getfixturevalue("cluster")
     work = tmp_path / "demo"
     proc = subprocess.run([str(ROOT / "contrib/demo/run-demo.sh")], capture_output=True, text=True, timeout=600,
-                          env=env_for_tests({"DEMO_DIR": str(work), "SCHEDULER": "local"}))
+                          env=env_for_tests({"DEMO_DIR": str(work), "SCHEDULER": scheduler}))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "demo: ok: 8 of 8 shards won; 800 of 800 records collected" in proc.stdout
     for path in (work / "run").rglob("*"):

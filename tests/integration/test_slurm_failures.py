@@ -187,11 +187,11 @@ def test_with_slurmdbd_down_accounting_is_unavailable_and_nothing_is_guessed_unt
         for s in status["shards"]:
             obs = observation_of(status, s["id"])
             assert s["state"] == "running" and obs["source"] == "queue" and not obs["terminal"], s
-        before = cancelled_obs.read_bytes()
 
         # a task that ends while accounting is down: the queue no longer shows it and nothing is guessed
         run_cmd("scancel", f"{job}_1")
         wait_until(lambda: 1 not in task_states(job), 20, "task 1 gone from squeue", pause=0.2)
+        before = cancelled_obs.read_bytes()  # (the epilog hook may have recorded it COMPLETING: still running)
         for _ in range(2):
             status = observe_reconcile(run_dir)
             assert status["sources"]["accounting"] == "unavailable"
@@ -232,7 +232,9 @@ def test_with_slurmctld_down_the_queue_is_unavailable_and_the_evidence_stands_un
     before = [p.read_bytes() for p in paths]
 
     with daemon_stopped("slurmctld"):
-        status = observe_reconcile(run_dir)
+        # squeue retries for about 18 s before it gives up on a controller that is down; a shorter query timeout
+        # (TAU_SLURM_TIMEOUT) keeps the tasks running meanwhile
+        status = observe_reconcile(run_dir, env={"TAU_SLURM_TIMEOUT": "5"})
         assert status["sources"]["queue"] == "unavailable", status["sources"]
         assert "squeue" in status["sources"]["reason"], status["sources"]
         assert not status["changes"], status["changes"]
