@@ -143,7 +143,9 @@ def _set(run, plan: dict, status: dict, **changes) -> dict:
 
 
 def _job_name(run, collection_id: str) -> str:
-    return f"tau-{run.run_id[:100]}-{run.plan_sha256[:8]}-c{collection_id.split('-')[1]}"
+    from taulib.submission import job_name
+
+    return job_name(run, "c" + collection_id.split("-")[1])
 
 
 def _coordinate(run, winners: list[dict], dest: str, parent_fd: int, name: str) -> dict:

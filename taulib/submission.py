@@ -5,7 +5,7 @@ Protocol, under `run.lock` (shared) then `submit.lock`:
      PREPARED one is finished (local) or resolved (Slurm, by exact job name, see `_resolve`) before anything new
      is planned;
   2. publish `submissions/submission-NNNN/plan.json` (the shards, their next attempt ids, task indices, the job
-     name derived from the run id, the plan digest and the submission number);
+     name derived from the run id, the digest of run.json and the submission number);
   3. publish status PREPARED (revision 1) with a visibility deadline;            failpoint submit.prepared
   4. hand the tasks to the executor and learn the job id: the local executor's job id is the submission id; for
      Slurm, the rendered script is published as `job.sh` and submitted with `sbatch --parsable` as one job array.
@@ -40,8 +40,14 @@ def _journal_ids(run) -> list[str]:
     return sorted(names, key=lambda n: int(n.split("-")[1]))
 
 
+def job_name(run, number: str) -> str:
+    """`tau-<run id>-<sha256 of run.json, 8 hex>-<number>`: derived from persisted records only, and different for
+    two runs made from the same plan in folders of the same name (run.json holds its creation time)."""
+    return f"tau-{run.run_id[:100]}-{jsonio.digest(run.record)[:8]}-{number}"
+
+
 def _job_name(run, sub_id: str) -> str:
-    return f"tau-{run.run_id[:100]}-{run.plan_sha256[:8]}-{sub_id.split('-')[1]}"
+    return job_name(run, sub_id.split("-")[1])
 
 
 def read_journal(run, sub_id: str) -> tuple[dict, dict | None]:

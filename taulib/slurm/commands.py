@@ -107,20 +107,24 @@ def sbatch(script_path: str) -> str:
 
 
 def find_by_name(name: str, uid: int, since_local: str) -> dict[str, set[int | None]]:
-    """Jobs of this user with exactly this name, from squeue and sacct: job id -> task indices seen."""
+    """Jobs of this user with exactly this name submitted at or after `since_local`, from squeue and sacct: job id
+    -> task indices seen. The submit time matters: a job name is derived from the run id and the plan, so another
+    run with the same directory name and plan (one removed and made again) has jobs of the same name; squeue keeps
+    finished jobs for MinJobAge and sacct's --starttime also selects older jobs that ended later."""
     found: dict[str, set[int | None]] = {}
     proc = _run(["squeue", "--noheader", "--array", "--states=all", f"--user={uid}", f"--name={name}",
-                 "--format=%i|%j"], _seconds("TAU_SLURM_TIMEOUT", 30))
+                 "--format=%i|%j|%V"], _seconds("TAU_SLURM_TIMEOUT", 30))
     if proc.returncode != 0:
         raise Unavailable(f"squeue failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
-    for job, tasks, seen_name in parse.name_rows(proc.stdout, 2):
-        if seen_name == name:
+    for job, tasks, seen_name, submit in parse.name_rows(proc.stdout, 3):
+        if seen_name == name and not parse.submitted_before(submit, since_local):
             found.setdefault(job, set()).update(tasks)
     proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", f"--uid={uid}", f"--name={name}",
-                 f"--starttime={since_local}", "--format=JobID,JobName%200"], _seconds("TAU_SLURM_TIMEOUT", 30))
+                 f"--starttime={since_local}", "--format=JobID,JobName%200,Submit"],
+                _seconds("TAU_SLURM_TIMEOUT", 30))
     if proc.returncode != 0:
         raise Unavailable(f"sacct failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
-    for job, tasks, seen_name in parse.name_rows(proc.stdout, 2):
-        if seen_name == name:
+    for job, tasks, seen_name, submit in parse.name_rows(proc.stdout, 3):
+        if seen_name == name and not parse.submitted_before(submit, since_local):
             found.setdefault(job, set()).update(tasks)
     return found

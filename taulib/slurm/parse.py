@@ -176,8 +176,9 @@ def sbatch_job_id(stdout: str) -> str:
     return match.group(1)
 
 
-def name_rows(text: str, fields: int) -> list[tuple[str, list[int | None], str]]:
-    """Rows of `JOBID|NAME` (squeue %i|%j, or sacct JobID,JobName) for exact-name recovery."""
+def name_rows(text: str, fields: int) -> list[tuple[str, list[int | None], str, str]]:
+    """Rows of `JOBID|NAME[|SUBMIT]` (squeue %i|%j|%V, or sacct JobID,JobName,Submit) for exact-name recovery:
+    (job, tasks, name, submit time or "")."""
     out = []
     for line in text.splitlines():
         if not line.strip():
@@ -189,5 +190,14 @@ def name_rows(text: str, fields: int) -> list[tuple[str, list[int | None], str]]
         if "." in jobid:
             continue
         job, tasks = _job_fields(jobid)
-        out.append((job, tasks, parts[1].strip()))
+        out.append((job, tasks, parts[1].strip(), parts[2].strip() if fields > 2 else ""))
     return out
+
+
+_LOCAL_TIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\Z")
+
+
+def submitted_before(submit: str, since_local: str) -> bool:
+    """True only when `submit` is a Slurm local time (YYYY-MM-DDTHH:MM:SS) earlier than `since_local` (same
+    format). Anything else is not ruled out: a row is never dropped on a guess."""
+    return bool(_LOCAL_TIME.match(submit)) and submit < since_local
