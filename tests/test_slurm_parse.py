@@ -103,3 +103,20 @@ def test_array_indices_compress_and_expand_back():
     assert parse.expand_array_spec(parse.compress_indices(indices)) == indices
     with pytest.raises(ValueError):
         parse.compress_indices([])
+
+
+def test_name_rows_read_the_submit_time_for_exact_name_recovery():
+    rows = parse.name_rows("70_[0-3]|tau-run-6b6321b5-0001|2026-11-29T17:00:03\n"
+                           "122_1|tau-run-6b6321b5-0001|2026-11-29T17:05:10\n", 3)
+    assert rows == [("70", [0, 1, 2, 3], "tau-run-6b6321b5-0001", "2026-11-29T17:00:03"),
+                    ("122", [1], "tau-run-6b6321b5-0001", "2026-11-29T17:05:10")]
+
+
+@pytest.mark.parametrize("submit, since, before", [
+    ("2026-11-29T17:00:03", "2026-11-29T17:04:00", True),
+    ("2026-11-29T17:05:10", "2026-11-29T17:04:00", False),
+    ("Unknown", "2026-11-29T17:04:00", False),  # a time tau cannot read never rules a job out
+    ("", "2026-11-29T17:04:00", False),
+])
+def test_a_job_submitted_before_the_journal_is_not_the_journals_job(submit, since, before):
+    assert parse.submitted_before(submit, since) is before

@@ -91,19 +91,21 @@ def sbatch(script_path: str) -> str:
     except FileNotFoundError:
         raise SubmitRefused("sbatch is not installed or not on PATH") from None
     except subprocess.TimeoutExpired:
-        raise Ambiguous(f"sbatch did not answer within {timeout:g}s; the job may exist: tau resolves it by its "
-                        "exact name on the next tau-submit or tau-retry") from None
+        raise Ambiguous(f"sbatch's outcome is ambiguous: it did not answer within {timeout:g}s and may still have "
+                        "submitted the job; tau resolves it by its exact name on the next tau-submit or tau-retry") \
+            from None
     if proc.returncode != 0:
         message = _short(proc.stderr) or f"exit {proc.returncode}"
         if any(word in proc.stderr.lower() for word in _TRANSIENT):
-            raise Ambiguous(f"sbatch failed in a way that may still have submitted the job ({message}); tau "
-                            "resolves it by its exact name on the next tau-submit or tau-retry")
+            raise Ambiguous(f"sbatch's outcome is ambiguous: it failed in a way that may still have submitted the job "
+                            f"({message}); tau resolves it by its exact name on the next tau-submit or tau-retry")
         raise SubmitRefused(f"sbatch refused the job: {message}")
     try:
         return parse.sbatch_job_id(proc.stdout)
     except parse.ParseError:
-        raise Ambiguous(f"sbatch printed {proc.stdout.strip()!r}, not a job id; tau resolves the submission by "
-                        "its exact name on the next tau-submit or tau-retry") from None
+        raise Ambiguous(f"sbatch's outcome is ambiguous: it printed {proc.stdout.strip()!r}, not a job id, and may "
+                        "still have submitted the job; tau resolves it by its exact name on the next tau-submit or "
+                        "tau-retry") from None
 
 
 def find_by_name(name: str, uid: int, since_local: str) -> dict[str, set[int | None]]:

@@ -191,8 +191,10 @@ def observation_of(status: dict, sid: str) -> dict | None:
 
 
 def run_job_ids(run_dir: Path) -> list[str]:
+    """Every Slurm job id a run recorded: its submissions' and its collections'."""
     out = []
-    for path in sorted((run_dir / "submissions").glob("submission-*/status.json")):
+    for path in sorted([*(run_dir / "submissions").glob("submission-*/status.json"),
+                        *(run_dir / "collections").glob("collection-*/status.json")]):
         job = json.loads(path.read_text()).get("job_id")
         if job:
             out.append(job)

@@ -107,9 +107,10 @@ def test_an_array_that_succeeds_is_seen_pending_and_running_from_the_queue_then_
         assert s["reason"] == "sealed by its winner"
 
     destination = workspace / "dataset"
-    proc = tau("tau-collect", str(run_dir), "--destination", str(destination))
+    proc = tau("tau-collect", str(run_dir), "--destination", str(destination), "--wait")  # a CPU job under Slurm
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["records"] == 40
+    result = json.loads(proc.stdout)
+    assert (result["state"], result["records"], result["partitions"]) == ("succeeded", 40, 2), result
     ids = sorted(pq.read_table(destination, columns=["id"]).column("id").to_pylist())
     assert ids == list(range(40))
 
@@ -125,10 +126,12 @@ def test_a_requeued_task_goes_pending_then_the_same_attempt_restarts_cleanly_and
         wait_until(lambda: "running" in watcher.states(), 30, "the client runs")
         run_cmd("scontrol", "requeue", f"{job}_0")
 
-        status = wait_for(lambda st: shard(st, "shard-00000")["state"] == "pending", run_dir, timeout=30, pause=0.3)
+        # held for cred_expire (5 s) with reason BeginTime, then scheduled again
+        status = wait_for(lambda st: shard(st, "shard-00000")["state"] == "pending"
+                          and "BeginTime" in observation_of(st, "shard-00000")["reason"], run_dir, timeout=30,
+                          pause=0.3)
         obs = observation_of(status, "shard-00000")
         assert (obs["state"], obs["source"], obs["terminal"]) == ("pending", "queue", False), obs
-        assert "BeginTime" in obs["reason"], obs
         assert shard(status, "shard-00000")["evidence"]["attempt_state"] == "running"
 
         status = wait_for(settled, run_dir, timeout=60)

@@ -54,7 +54,7 @@ def _assert_busy_lost_reply(proc) -> dict:
 
 def test_a_lost_sbatch_reply_exits_75_and_the_next_submit_adopts_that_job_by_name_without_a_duplicate(
         cluster, workspace, extra_jobs):
-    run_dir = init_slurm_run(workspace)
+    run_dir = init_slurm_run(workspace, "adopted")
     wrapped_id = workspace / "wrapped-job-id"
     lost = fake_sbatch(workspace / "lost-reply",
                        f'/usr/bin/sbatch "$@" > "{wrapped_id}" || exit $?\necho "{LOST_REPLY}" >&2\nexit 1\n')
@@ -90,7 +90,7 @@ def test_a_lost_sbatch_reply_exits_75_and_the_next_submit_adopts_that_job_by_nam
 
 def test_a_lost_reply_of_an_sbatch_that_submitted_nothing_is_retired_after_its_deadline_and_replaced(
         cluster, workspace, extra_jobs):
-    run_dir = init_slurm_run(workspace, windows=WINDOWS)
+    run_dir = init_slurm_run(workspace, "replaced", windows=WINDOWS)
     lost = fake_sbatch(workspace / "lost-reply", f'echo "{LOST_REPLY}" >&2\nexit 1\n')
     _assert_busy_lost_reply(tau("tau-submit", str(run_dir), env=lost))
     name = _job_name(run_dir)
@@ -125,7 +125,7 @@ def test_a_lost_reply_of_an_sbatch_that_submitted_nothing_is_retired_after_its_d
 
 def test_a_delayed_allocation_of_a_retired_submission_is_fenced_exits_77_and_writes_nothing(
         cluster, workspace, extra_jobs):
-    run_dir = init_slurm_run(workspace, windows=WINDOWS)
+    run_dir = init_slurm_run(workspace, "fenced", windows=WINDOWS)
     held_id = workspace / "held-job-id"
     # the job is submitted, but held and under another name: the lookup by exact name cannot find it
     hidden = fake_sbatch(workspace / "hidden", f'/usr/bin/sbatch --hold --job-name=tau-test-hidden "$@" > "{held_id}" '
