@@ -63,7 +63,8 @@ def test_the_epilog_hook_reconciles_a_cancelled_task_by_itself_and_writes_the_st
     obs = record(run_dir, "shards/shard-00000/attempts/attempt-0001/observation.json")
     assert (obs["state"], obs["source"], obs["terminal"]) == ("cancelled", "accounting", True), obs
     assert "CANCELLED" in obs["reason"]
-    assert obs["revision"] >= 2  # first the hook's view while COMPLETING, then the final one
+    # (whether the hook's first, immediate reconcile saw the task COMPLETING or already gone is timing: only the
+    # end state is promised)
     assert status["kind"] == "tau.status" and status["run_id"] == run_dir.name, status
     assert status["state"] == "failed" and status["retryable"] == ["shard-00000"], status
     shard = status["shards"][0]

@@ -85,7 +85,9 @@ def test_a_lost_sbatch_reply_exits_75_and_the_next_submit_adopts_that_job_by_nam
     queue_ids, _ = jobs_named(name)
     assert queue_ids == {wrapped}, queue_ids
     wait_until(lambda: jobs_named(name)[1] == {wrapped}, 15, "accounting shows the one job by its name")
-    assert sorted(r["job"] for r in sacct_rows(wrapped)) == [f"{wrapped}_{i}" for i in range(4)]
+    every_task = [f"{wrapped}_{i}" for i in range(4)]
+    wait_until(lambda: sorted(r["job"] for r in sacct_rows(wrapped)) == every_task, 20,
+               "accounting lists every task of the one job (its rows arrive within a few seconds)")
 
 
 def test_a_lost_reply_of_an_sbatch_that_submitted_nothing_is_retired_after_its_deadline_and_replaced(
