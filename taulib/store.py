@@ -23,14 +23,17 @@ it is written and after it is read, and it must be in canonical form on disk.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import stat
+from collections import OrderedDict
 
 from taulib import failpoints, jsonio, schema
 from taulib.errors import BadInput, Conflict, IOFailure, NotFound, Refused
 
 MAX_RECORD_BYTES = 16 * 1024 * 1024
+MAX_CACHED_DIRS = 128  # folder descriptors kept open between calls (a run can have 100,000s of folders)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _TEMP = re.compile(r"^\.tau\.[0-9a-f]{16}\.tmp\Z")  # \Z: "$" would also match before a final newline
 _COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
@@ -48,6 +51,23 @@ def _split(rel: str) -> list[str]:
         if not _COMPONENT.match(part):
             raise Refused(f"path component {part!r} is not allowed inside a run directory", path=rel)
     return parts
+
+
+def _operation(method):
+    """Public RunDir calls: the folder-descriptor cache is trimmed only when no call is in progress, so a
+    descriptor a call is using is never closed under it."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if self._depth == 0 and len(self._dirs) > MAX_CACHED_DIRS:
+            self._trim()
+        self._depth += 1
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._depth -= 1
+
+    return wrapper
 
 
 class RunDir:
@@ -90,7 +110,8 @@ class RunDir:
                 _check_private_dir(self.fd, self.path)
         finally:
             os.close(parent_fd)
-        self._dirs: dict[str, int] = {"": self.fd}
+        self._dirs: OrderedDict[str, int] = OrderedDict({"": self.fd})
+        self._depth = 0
 
     # -- lifetime -----------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -99,7 +120,12 @@ class RunDir:
                 os.close(fd)
             except OSError:
                 pass
-        self._dirs = {}
+        self._dirs = OrderedDict()
+
+    def _trim(self) -> None:
+        while len(self._dirs) > MAX_CACHED_DIRS // 2:
+            key = next(k for k in self._dirs if k != "")
+            os.close(self._dirs.pop(key))
 
     def __enter__(self) -> RunDir:
         return self
@@ -108,11 +134,13 @@ class RunDir:
         self.close()
 
     # -- folders ------------------------------------------------------------------------------------------------
+    @_operation
     def dir_fd(self, rel: str, create: bool = False) -> int:
         """Descriptor of the folder `rel` (relative to the run), created 0700 component by component if asked."""
         key = "/".join(_split(rel))
         fd = self._dirs.get(key)
         if fd is not None:
+            self._dirs.move_to_end(key)
             return fd
         parent_key, _, name = key.rpartition("/")
         parent_fd = self.dir_fd(parent_key, create)
@@ -120,6 +148,7 @@ class RunDir:
         self._dirs[key] = fd
         return fd
 
+    @_operation
     def has_dir(self, rel: str) -> bool:
         try:
             self.dir_fd(rel)
@@ -127,6 +156,7 @@ class RunDir:
         except NotFound:
             return False
 
+    @_operation
     def listdir(self, rel: str) -> list[str]:
         """Names in folder `rel`, sorted, without tau's temp files. Missing folder: empty list."""
         try:
@@ -136,6 +166,7 @@ class RunDir:
         return sorted(n for n in os.listdir(fd) if not _TEMP.match(n))
 
     # -- reading ------------------------------------------------------------------------------------------------
+    @_operation
     def read_bytes(self, rel: str) -> bytes | None:
         """Bytes of the regular file `rel`, or None when it does not exist."""
         folder, _, name = rel.rpartition("/")
@@ -177,6 +208,7 @@ class RunDir:
         finally:
             os.close(fd)
 
+    @_operation
     def read(self, rel: str, kind: str | None = None) -> dict | None:
         """The validated record at `rel`, or None when absent.
 
@@ -200,12 +232,14 @@ class RunDir:
                            path=shown)
         return record
 
+    @_operation
     def require(self, rel: str, kind: str) -> dict:
         record = self.read(rel, kind)
         if record is None:
             raise NotFound(f"{self._show(rel)} does not exist", path=self._show(rel))
         return record
 
+    @_operation
     def exists(self, rel: str) -> bool:
         folder, _, name = rel.rpartition("/")
         try:
@@ -219,11 +253,13 @@ class RunDir:
             return False
 
     # -- writing ------------------------------------------------------------------------------------------------
+    @_operation
     def publish(self, rel: str, record: dict) -> bool:
         """Publish an immutable record. True when this call created it, False when identical bytes were there."""
         data = self._encode(rel, record)
         return self.publish_bytes(rel, data)
 
+    @_operation
     def publish_bytes(self, rel: str, data: bytes) -> bool:
         folder, _, name = rel.rpartition("/")
         _split(name)
@@ -246,6 +282,7 @@ class RunDir:
         os.fsync(dfd)
         return True
 
+    @_operation
     def replace(self, rel: str, record: dict) -> None:
         """Replace a mutable record whose `revision` must grow by exactly one (1 for a new record).
 
@@ -262,6 +299,7 @@ class RunDir:
             raise Conflict(f"{self._show(rel)} holds a {current.get('kind')} record", path=self._show(rel))
         self.replace_bytes(rel, self._encode(rel, record))
 
+    @_operation
     def replace_bytes(self, rel: str, data: bytes) -> None:
         folder, _, name = rel.rpartition("/")
         _split(name)
@@ -276,6 +314,7 @@ class RunDir:
         failpoints.hit("store.replace.renamed")
         os.fsync(dfd)
 
+    @_operation
     def open_append(self, rel: str) -> int:
         """A descriptor for appending to a log file (created 0600, never through a symlink)."""
         folder, _, name = rel.rpartition("/")
@@ -290,6 +329,7 @@ class RunDir:
         os.fchmod(fd, 0o600)
         return fd
 
+    @_operation
     def open_lock_file(self, rel: str) -> int:
         """A descriptor of a sidecar lock file (created 0600, never through a symlink)."""
         folder, _, name = rel.rpartition("/")
@@ -302,6 +342,7 @@ class RunDir:
             raise Refused(f"lock file {self._show(rel)} is not a regular file of ours", path=self._show(rel))
         return fd
 
+    @_operation
     def same_file(self, rel: str, fd: int) -> bool:
         """True when `rel` still names the file open as `fd` (used after taking a lock)."""
         folder, _, name = rel.rpartition("/")
@@ -312,6 +353,7 @@ class RunDir:
         fst = os.fstat(fd)
         return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
 
+    @_operation
     def open_read(self, rel: str) -> int:
         """A read descriptor of a regular file of ours (bulk data: datasets), never through a symlink."""
         folder, _, name = rel.rpartition("/")
@@ -332,6 +374,7 @@ class RunDir:
             raise Refused(f"{self._show(rel)} is not a regular file of ours", path=self._show(rel))
         return fd
 
+    @_operation
     def scan(self, rel: str) -> list[tuple[str, str]]:
         """(name, type) of every entry of folder `rel`, sorted; type is file, dir, symlink or other."""
         fd = self.dir_fd(rel)
@@ -344,9 +387,11 @@ class RunDir:
                 out.append((entry.name, kind))
         return sorted(out)
 
+    @_operation
     def mkdir(self, rel: str) -> None:
         self.dir_fd(rel, create=True)
 
+    @_operation
     def remove_tree(self, rel: str) -> None:
         """Remove a folder of ours and everything in it, without following symlinks (for debris folders)."""
         folder, _, name = rel.rpartition("/")

@@ -367,3 +367,19 @@ def test_listdir_hides_temp_files_but_not_near_misses(run_path, rd):
     (folder / TEMP_A).write_bytes(b"")
     (folder / ".tau.0123456789ABCDEF.tmp").write_bytes(b"")
     assert rd.listdir("shards/shard-00000") == [".tau.0123456789ABCDEF.tmp", "shard.json"]
+
+
+def test_reading_thousands_of_folders_keeps_a_bounded_number_of_descriptors_open(tmp_path):
+    from taulib import store
+
+    root = tmp_path / "run"
+    with RunDir(str(root), create=True) as rd:
+        for i in range(600):
+            rd.publish(f"shards/shard-{i:05d}/attempts/attempt-0001/attempt.json".replace("attempt.json", "x.json"),
+                       {"kind": "tau.shard", "schema_version": 1, "run_id": "run", "shard_id": f"shard-{i:05d}",
+                        "index": i, "record_start": i, "record_end": i + 1})
+        before = len(os.listdir("/proc/self/fd"))
+        for i in range(600):
+            assert rd.read(f"shards/shard-{i:05d}/attempts/attempt-0001/x.json", "tau.shard")["index"] == i
+        after = len(os.listdir("/proc/self/fd"))
+    assert after - before <= store.MAX_CACHED_DIRS, (before, after)
