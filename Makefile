@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SCHEDULER ?= local
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: venv demo check test bats man bench system-deps slurm-up slurm-down clean
+.PHONY: venv demo check test bats man bench system-deps slurm-up slurm-down azurite-up azurite-down clean
 
 ## venv: the virtual environment .venv with tau installed editable (every other target depends on it)
 venv: $(STAMP)
@@ -32,6 +32,15 @@ slurm-up:
 
 slurm-down:
 	contrib/slurm/cluster-down.sh
+
+## azurite-up / azurite-down: Azurite's blob service on 127.0.0.1:$(AZURITE_PORT) (installed with npm into .azurite/
+## when missing; stopped by its PID file). make check runs its own on port 10100 for the tests.
+AZURITE_PORT ?= 10000
+azurite-up:
+	AZURITE_PORT=$(AZURITE_PORT) contrib/azure/azurite-up.sh
+
+azurite-down:
+	AZURITE_PORT=$(AZURITE_PORT) contrib/azure/azurite-down.sh
 
 ## check: every test (pytest and bats); ends with "N passed, N failed"
 check: venv system-deps

@@ -5,8 +5,11 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 out=$(mktemp -d)
 cluster_started=0
+azurite_started=0
+export TAU_TEST_AZURITE_PORT="${TAU_TEST_AZURITE_PORT:-10100}"
 cleanup() {
   if [ "$cluster_started" = 1 ]; then contrib/slurm/cluster-down.sh || true; fi
+  if [ "$azurite_started" = 1 ]; then AZURITE_PORT="$TAU_TEST_AZURITE_PORT" contrib/azure/azurite-down.sh || true; fi
   rm -rf "$out"
 }
 trap cleanup EXIT
@@ -16,6 +19,16 @@ trap cleanup EXIT
 # A cluster that is already up (make slurm-up) is used as it is and left running.
 if [ "$(id -u)" = 0 ] && ! { command -v scontrol >/dev/null && scontrol ping 2>/dev/null | grep -q 'is UP'; }; then
   if FRESH=1 contrib/slurm/cluster-up.sh; then cluster_started=1; else echo "run-all: the Slurm test cluster did not start" >&2; fi
+fi
+
+# Azurite for the Blob storage tests, on its own port (never the developer's 10000), installed with npm into .azurite/
+# when missing; stopped again on exit, by its PID file. One already answering on that port is used and left running.
+if ! (exec 3<>"/dev/tcp/127.0.0.1/$TAU_TEST_AZURITE_PORT") 2>/dev/null; then
+  if AZURITE_PORT="$TAU_TEST_AZURITE_PORT" AZURITE_LOCATION="$out/azurite" contrib/azure/azurite-up.sh; then
+    azurite_started=1
+  else
+    echo "run-all: Azurite did not start; the Blob storage tests start it themselves or fail saying why" >&2
+  fi
 fi
 
 .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$out/pytest.xml" tests

@@ -95,6 +95,9 @@ def corpus(tmp_path_factory) -> dict:
     proc = tau("tau-collect", str(run_dir), "--destination", str(ws / "out"))
     assert proc.returncode == 0, proc.stderr
     by_name["collection-result"].append(json.loads((ws / "out" / "_tau_collection.json").read_bytes()))
+    proc = tau("tau-bundle-seal", str(ws / "out"), "--generation", "g1", "--run", run_dir.name)
+    assert proc.returncode == 0, proc.stderr
+    by_name["bundle-manifest"].append(json.loads((ws / "out" / ".tau" / "bundles" / "g1.json").read_bytes()))
 
     # observations with live attempts: hold each attempt a moment after it marks itself running
     live = init_run(ws, "live", records=20, shards=2)

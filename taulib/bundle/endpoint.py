@@ -3,9 +3,10 @@
 A SOURCE is `https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX` (also the US government and China clouds:
 `.blob.core.usgovcloudapi.net`, `.blob.core.chinacloudapi.cn`). Refused: any other scheme or host (suffix
 matching is on whole labels, so `acct.blob.core.windows.net.evil.example` is not Azure), userinfo, a query, a
-fragment, a port, a container name Azure would not accept, and an empty or root prefix (a bundle never spans a
-whole container). Endpoints the user trusts explicitly (such as Azurite on loopback) are listed as origins in
-`TAU_TRUSTED_BLOB_ENDPOINTS` (comma-separated, e.g. `http://127.0.0.1:10000`); their URLs are path-style:
+fragment, a port, spaces, control or non-ASCII characters, a container name Azure would not accept, `.`, `..` or
+empty prefix segments, and an empty or root prefix (a bundle never spans a whole container). Endpoints the user
+trusts explicitly (such as Azurite on loopback) are listed as origins in `TAU_TRUSTED_BLOB_ENDPOINTS`
+(comma-separated, e.g. `http://127.0.0.1:10000`); their URLs are path-style:
 `ORIGIN/ACCOUNT/CONTAINER/PREFIX`. Nothing that came from data (records, annotations) is trusted by being there:
 it passes the same checks.
 """
@@ -55,6 +56,8 @@ def parse(source: str, env: dict | None = None) -> Location:
     """The Location of a Blob SOURCE URL, or Refused (77) when tau must not contact it."""
     if any(ord(c) < 0x21 or ord(c) == 0x7F for c in source):
         raise Refused(f"blob URL {source!r} contains spaces or control characters")
+    if not source.isascii():  # no IDNA or Unicode look-alikes: what is checked is what is contacted
+        raise Refused(f"blob URL {source!r} contains non-ASCII characters")
     parts = urlsplit(source)
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise Refused(f"blob URL {source!r} carries user information; credentials come from the environment only")

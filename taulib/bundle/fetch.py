@@ -3,52 +3,28 @@
 Order, failing closed before any byte lands at the destination:
   1. the SOURCE URL passes `taulib.bundle.endpoint` (no request is made for an untrusted one);
   2. the generation comes from --generation, or from the mutable pointer `.tau/current` only with --current;
-  3. the destination must be absent or an empty folder; its parent must exist and not be writable by others;
-  4. marker, then manifest, checked as tau-bundle-verify does; the listing must equal the manifest (missing,
-     extra, resized named); every manifest path is relative and stays inside the destination;
+  3. the destination must be absent or an empty folder (not a symlink); its parent must exist and not be writable
+     by others (unless sticky);
+  4. marker, then manifest, checked as `manifest.load_ack` does (missing 1, malformed 65, another generation 73,
+     a path that would escape the destination 77); the listing must equal the manifest (missing, extra, resized
+     named: 1);
   5. download concurrently into a private stage folder beside the destination (`.NAME.tau-fetch-RANDOM`, 0700),
      each blob pinned to its listed etag, sha256 computed while the bytes arrive, every size and digest compared
-     with the manifest; a progress bar on stderr when it is a terminal;
+     with the manifest (1); a progress bar on stderr when it is a terminal;
   6. publish: the stage (with the acknowledgement under `.tau/bundles/`) is renamed to the destination with
      renameat2(RENAME_NOREPLACE), or onto the empty destination folder; on any failure the stage is removed and
-     nothing exists at the destination that was not there before.
+     the destination is as it was before (absent, or the empty folder it was).
 """
 
 from __future__ import annotations
 
 import os
 import stat
-import sys
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 from taulib import jsonio, publish
-from taulib.bundle import blob, endpoint
+from taulib.bundle import endpoint
 from taulib.bundle import manifest as mf
-from taulib.bundle.verify import _report, check_ack
 from taulib.errors import CheckFailed, Conflict, NotFound, Refused, UsageError
-
-WORKERS = 8
-
-
-class _Progress:
-    def __init__(self, total: int) -> None:
-        self.total, self.done, self.lock = total, 0, threading.Lock()
-        self.enabled = sys.stderr.isatty()
-
-    def __call__(self, n: int) -> None:
-        if not self.enabled:
-            return
-        with self.lock:
-            self.done += n
-            width = 30
-            filled = width * self.done // max(self.total, 1)
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done >> 20}/{self.total >> 20} MiB")
-            sys.stderr.flush()
-
-    def finish(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
 
 
 def _destination(destination: str) -> tuple[int, str, bool]:
@@ -70,7 +46,7 @@ def _destination(destination: str) -> tuple[int, str, bool]:
         return parent_fd, name, False
     if not stat.S_ISDIR(dst.st_mode):
         os.close(parent_fd)
-        raise Conflict(f"destination {dest!r} exists and is not a folder; tau never overwrites")
+        raise Conflict(f"destination {dest!r} exists and is not a folder; tau never overwrites", destination=dest)
     sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
     try:
         empty = not os.listdir(sub)
@@ -78,12 +54,13 @@ def _destination(destination: str) -> tuple[int, str, bool]:
         os.close(sub)
     if not empty:
         os.close(parent_fd)
-        raise Conflict(f"destination {dest!r} exists and is not empty; tau never overwrites")
+        raise Conflict(f"destination {dest!r} exists and is not empty; tau never overwrites", destination=dest)
     return parent_fd, name, True
 
 
 def _make_dirs(stage_fd: int, rel: str) -> int:
-    """Folders of rel below the stage (0700), returning the descriptor of the file's folder."""
+    """Folders of rel below the stage (0700), returning the descriptor of the file's folder (stage_fd itself for
+    a top-level file)."""
     fd = stage_fd
     for segment in rel.split("/")[:-1]:
         try:
@@ -97,64 +74,83 @@ def _make_dirs(stage_fd: int, rel: str) -> int:
     return fd
 
 
+def _create(stage_fd: int, rel: str) -> int:
+    dfd = _make_dirs(stage_fd, rel)
+    try:
+        return os.open(rel.rsplit("/", 1)[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       0o600, dir_fd=dfd)
+    finally:
+        if dfd != stage_fd:
+            os.close(dfd)
+
+
 def fetch(source: str, destination: str, generation: str | None, current: bool = False,
           env: dict | None = None) -> dict:
     location = endpoint.parse(source, env)
+    if generation is not None and current:
+        raise UsageError("--generation and --current exclude each other")
     if generation is None and not current:
         raise UsageError("name the generation (--generation G, from trusted metadata), or follow the mutable "
                          "pointer explicitly with --current")
+    if generation is not None:
+        mf.check_generation(generation)
+    where = location.url()
     parent_fd, name, existed = _destination(destination)
     try:
+        from taulib.bundle import blob
+
         client = blob.container(location, env)
         if generation is None:
-            pointer = blob.read_small(client, f"{location.prefix}/{mf.TAU_DIR}/current", limit=256)
+            pointer = blob.read_small(client, f"{location.prefix}/{mf.CURRENT}", limit=256)
             if pointer is None:
-                raise CheckFailed(f"{location.url()} has no current pointer (.tau/current)")
-            generation = pointer.decode("ascii", "replace").strip()
-        mf.check_generation(generation)
-        report = _report(location.url(), generation)
+                raise CheckFailed(f"{where} has no current pointer ({mf.CURRENT}); name the generation with "
+                                  "--generation")
+            generation = mf.parse_current(pointer, where)
         manifest_bytes = blob.read_small(client, f"{location.prefix}/{mf.manifest_name(generation)}")
         marker_bytes = blob.read_small(client, f"{location.prefix}/{mf.marker_name(generation)}")
-        record = check_ack(report, generation, manifest_bytes, marker_bytes)
-        if record is None:
-            raise CheckFailed(f"bundle {location.url()} generation {generation!r} is not acknowledged: "
-                              f"{'; '.join(report['problems'])}", generation=generation)
+        record = mf.load_ack(generation, manifest_bytes, marker_bytes, where)
         listing = {path: value for path, value in blob.list_prefix(client, location.prefix).items()
                    if not path.startswith(mf.TAU_DIR + "/")}
         differences = mf.compare(record, {p: v[0] for p, v in listing.items()})
         if any(differences.values()):
-            raise CheckFailed(f"the blobs under {location.url()} do not match generation {generation!r}: "
+            raise CheckFailed(f"the blobs under {where} do not match generation {generation!r}: "
                               + _describe(differences), **differences)
         stage = f".{name}.tau-fetch-{os.urandom(6).hex()}"
         os.mkdir(stage, 0o700, dir_fd=parent_fd)
+        removed_empty = False
         try:
-            _download_all(client, location, record, listing, parent_fd, stage)
             stage_fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
             try:
+                _download_all(client, location, record, listing, stage_fd)
                 for rel, data in ((mf.manifest_name(generation), manifest_bytes),
                                   (mf.marker_name(generation), marker_bytes)):
-                    dfd = _make_dirs(stage_fd, rel)
-                    fd = os.open(rel.rsplit("/", 1)[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
-                                 dir_fd=dfd)
-                    os.write(fd, data)
-                    os.fsync(fd)
-                    os.close(fd)
-                    os.close(dfd)
+                    fd = _create(stage_fd, rel)
+                    try:
+                        os.write(fd, data)
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
                 os.fsync(stage_fd)
             finally:
                 os.close(stage_fd)
             if existed:
                 os.rmdir(name, dir_fd=parent_fd)  # it was empty: the rename below takes its place, never overwrites
+                removed_empty = True
             publish.rename_noreplace(parent_fd, stage, name)
             os.fsync(parent_fd)
         except BaseException:
             from taulib.store import _rmtree_at
 
             _rmtree_at(parent_fd, stage)
+            if removed_empty:
+                try:
+                    os.mkdir(name, 0o700, dir_fd=parent_fd)
+                except FileExistsError:
+                    pass
             raise
     finally:
         os.close(parent_fd)
-    return {"kind": "tau.bundle-fetch", "schema_version": 1, "source": location.url(), "generation": generation,
+    return {"kind": "tau.bundle-fetch", "schema_version": 1, "source": where, "generation": generation,
             "destination": os.path.abspath(destination), "manifest_sha256": jsonio.sha256_hex(manifest_bytes),
             "files": record["totals"]["files"], "bytes": record["totals"]["bytes"]}
 
@@ -163,44 +159,34 @@ def _describe(differences: dict) -> str:
     parts = []
     for key in ("missing", "extra"):
         if differences[key]:
-            parts.append(f"{key} {differences[key][:5]}")
+            more = ", ..." if len(differences[key]) > 5 else ""
+            parts.append(f"{key} {', '.join(differences[key][:5])}{more}")
     if differences["resized"]:
         parts.append("resized " + ", ".join(f"{r['path']} ({r['actual']} bytes, manifest {r['expected']})"
                                             for r in differences["resized"][:5]))
     return "; ".join(parts)
 
 
-def _download_all(client, location, record: dict, listing: dict, parent_fd: int, stage: str) -> None:
-    stage_fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
-    progress = _Progress(record["totals"]["bytes"])
-    try:
-        def one(entry: dict) -> None:
-            dfd = _make_dirs(stage_fd, entry["path"])
-            try:
-                fd = os.open(entry["path"].rsplit("/", 1)[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                             | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-            finally:
-                if dfd != stage_fd:
-                    os.close(dfd)
-            try:
-                sha = blob.download(client, f"{location.prefix}/{entry['path']}", fd, entry["size"],
-                                    listing[entry["path"]][1], progress)
-                if os.fstat(fd).st_size != entry["size"]:
-                    raise CheckFailed(f"{entry['path']} arrived with {os.fstat(fd).st_size} bytes, the manifest "
-                                      f"says {entry['size']}")
-                if sha != entry["sha256"]:
-                    raise CheckFailed(f"{entry['path']} does not match its sha256 in the manifest")
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+def _download_all(client, location, record: dict, listing: dict, stage_fd: int) -> None:
+    from taulib.bundle import blob
 
-        big = [e for e in record["files"] if e["size"] > blob.RANGE]
-        small = [e for e in record["files"] if e["size"] <= blob.RANGE]
-        for entry in big:  # each large blob already downloads its ranges concurrently
-            one(entry)
-        with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-            for future in [pool.submit(one, e) for e in small]:
-                future.result()
-        progress.finish()
+    progress = blob.Progress(record["totals"]["bytes"])
+
+    def finish(entry: dict, sha: str, fd: int) -> None:
+        try:
+            size = os.fstat(fd).st_size
+            if size != entry["size"]:
+                raise CheckFailed(f"{entry['path']} arrived with {size} bytes, the manifest says {entry['size']}",
+                                  path=entry["path"])
+            if sha != entry["sha256"]:
+                raise CheckFailed(f"{entry['path']} does not match its sha256 in the manifest (got {sha[:12]}..., "
+                                  f"manifest {entry['sha256'][:12]}...)", path=entry["path"])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    try:
+        blob.download_many(client, location.prefix, record["files"], {p: v[1] for p, v in listing.items()},
+                           lambda entry: _create(stage_fd, entry["path"]), finish, progress)
     finally:
-        os.close(stage_fd)
+        progress.finish()

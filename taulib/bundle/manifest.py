@@ -4,6 +4,8 @@ A generation G of a bundle rooted at DIR is acknowledged by two files, written i
   DIR/.tau/bundles/G.json      the manifest (tau.bundle-manifest): every payload file's relative path, size and
                                sha256, the generation, the run and producer identity, the optional artifact index
   DIR/.tau/bundles/G.complete  the marker: `complete G SHA256\n`, SHA256 being the manifest's own digest
+and then, by every seal, the mutable pointer
+  DIR/.tau/current             `G\n`: the generation sealed last, replaced atomically; followed only on request
 A reader trusts a generation only when its marker exists, names G and the manifest's digest, and the manifest
 validates. Everything under `.tau/` is tau's, never payload. Payload paths are relative, use `/`, and never
 contain `.` or `..` segments; a tree with a symlink, a device or a FIFO is refused (nothing is followed).
@@ -17,10 +19,11 @@ import re
 import stat
 
 from taulib import jsonio, schema
-from taulib.errors import BadInput, Conflict, Refused
+from taulib.errors import BadInput, CheckFailed, Conflict, Refused
 
 TAU_DIR = ".tau"
 BUNDLES = ".tau/bundles"
+CURRENT = ".tau/current"
 _GENERATION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 CHUNK = 1 << 20
 
@@ -53,6 +56,37 @@ def parse_marker(data: bytes, generation: str) -> str:
         raise Conflict(f"completion marker acknowledges generation {parts[1]!r}, not {generation!r}",
                        generation=generation)
     return parts[2]
+
+
+def current_text(generation: str) -> bytes:
+    return f"{check_generation(generation)}\n".encode()
+
+
+def parse_current(data: bytes, where: str) -> str:
+    """The generation the mutable pointer `.tau/current` names, or BadInput."""
+    text = data.decode("ascii", "replace").strip()
+    if not _GENERATION.match(text):
+        raise BadInput(f"the current pointer of {where} is malformed: {text[:100]!r}")
+    return text
+
+
+def load_ack(generation: str, manifest_bytes: bytes | None, marker_bytes: bytes | None, where: str) -> dict:
+    """The manifest of an acknowledged generation, checked against its marker; typed errors otherwise: no marker
+    or no manifest CheckFailed (1), malformed BadInput (65), a marker or manifest of another generation Conflict
+    (73), a marker that acknowledges other manifest bytes CheckFailed (1), an unsafe path Refused (77)."""
+    if marker_bytes is None:
+        raise CheckFailed(f"{where}: generation {generation!r} has no completion marker: the producer never "
+                          "acknowledged it", generation=generation)
+    if manifest_bytes is None:
+        raise CheckFailed(f"{where}: generation {generation!r} has a completion marker but no manifest",
+                          generation=generation)
+    acknowledged = parse_marker(marker_bytes, generation)
+    record = decode(manifest_bytes, generation)
+    digest = hashlib.sha256(manifest_bytes).hexdigest()
+    if acknowledged != digest:
+        raise CheckFailed(f"{where}: the completion marker of generation {generation!r} acknowledges manifest "
+                          f"{acknowledged[:12]}..., not the manifest there ({digest[:12]}...)", generation=generation)
+    return record
 
 
 def safe_relpath(path: str) -> str:
@@ -207,6 +241,10 @@ def decode(data: bytes, generation: str) -> dict:
     paths = [f["path"] for f in record["files"]]
     if len(set(paths)) != len(paths):
         raise BadInput(f"manifest of generation {generation!r} lists a path twice")
+    folders = {p.rsplit("/", i)[0] for p in paths for i in range(1, p.count("/") + 1)}
+    if folders & set(paths):
+        raise BadInput(f"manifest of generation {generation!r} lists {sorted(folders & set(paths))[0]!r} both as a "
+                       "file and as a folder")
     return record
 
 

@@ -1,25 +1,45 @@
 """Sealing (tau-bundle-seal): acknowledge an output tree as one generation's complete bundle.
 
-Run after the payload succeeded (or let tau-bundle-seal run the payload: `tau-bundle-seal DIR --generation G --
-COMMAND...` seals only when COMMAND exits 0, and exits with COMMAND's status otherwise). Steps:
+Run after the payload succeeded, or let tau-bundle-seal run the payload:
+`tau-bundle-seal DIR --generation G -- COMMAND...` checks its arguments, runs COMMAND (no shell; its stdout goes
+to stderr, so stdout carries only the JSON result; TERM, INT and HUP are passed on to it), and seals only when
+COMMAND exits 0; otherwise nothing is written and the exit status is COMMAND's (128+N when a signal N ended it).
+Steps:
   1. describe the tree (every file's path, size, sha256; symlinks and special files refused);
   2. the optional artifact index (`--index PATH`, relative to DIR): absent means "no acknowledgement for that part"
      (recorded as null, the payload still succeeds); present, it must be a JSON object whose `bundle_id` or
      `generation` names G, else the seal is refused (65 malformed, 73 another generation);
   3. write the manifest `.tau/bundles/G.json` (no overwrite: an existing manifest of G with other content is
      refused, 73; identical files are idempotent), then the marker `.tau/bundles/G.complete`, last;
-  4. with `--upload URL`: upload every payload file, then the manifest, then the marker (so a reader that sees the
-     marker sees everything), each blob's content checked against the manifest after upload.
+  4. replace the mutable pointer `.tau/current` (`G\n`) atomically: the generation sealed last;
+  5. with `--upload URL` (checked before the payload runs): upload every payload file (the bytes sent are hashed
+     and must equal the manifest), then the manifest, then the marker, then the current pointer, so a reader that
+     sees the marker sees everything (`blob.upload_bundle`).
+The run identity (`--run RUN_ID`) is recorded with the shard and attempt of the environment (TAU_SHARD_ID,
+TAU_ATTEMPT_ID) when TAU_RUN_ID names the same run, as it does inside a tau attempt.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 
 from taulib import __version__, jsonio
 from taulib.bundle import manifest as mf
-from taulib.errors import BadInput, Conflict, NotFound
+from taulib.errors import BadInput, Conflict, NotFound, Refused, TauError
+
+
+class PayloadFailed(TauError):
+    """The payload COMMAND did not exit 0: tau-bundle-seal exits with its status and seals nothing."""
+
+    def __init__(self, message: str, status: int, **details: object) -> None:
+        super().__init__(message, **details)
+        self.code = status
+
+    @property
+    def name(self) -> str:
+        return "payload_failed"
 
 
 def _index_entry(root: str, index: str | None, generation: str) -> dict | None:
@@ -95,9 +115,84 @@ def _write_once(root_fd: int, rel: str, data: bytes) -> bool:
             os.close(fd)
 
 
+def _replace(root_fd: int, rel: str, data: bytes) -> None:
+    """Replace DIR/rel atomically (temp, fsync, rename, folder fsync): for the mutable current pointer only."""
+    folder, name = rel.rsplit("/", 1)
+    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+    try:
+        temp = f".{name}.{os.urandom(6).hex()}.tmp"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.rename(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            os.unlink(temp, dir_fd=dfd)
+            raise
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def run_identity(run_id: str | None, env: dict | None = None) -> dict | None:
+    """The manifest's `run`: None without a run id; the shard and attempt only from the environment of that run."""
+    if run_id is None:
+        return None
+    env = os.environ if env is None else env
+    inside = env.get("TAU_RUN_ID") == run_id
+    run = {"run_id": run_id, "shard_id": env.get("TAU_SHARD_ID") if inside else None,
+           "attempt_id": env.get("TAU_ATTEMPT_ID") if inside else None}
+    for key, pattern in (("run_id", r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z"), ("shard_id", r"^shard-[0-9]{5,}\Z"),
+                         ("attempt_id", r"^attempt-[0-9]{4,}\Z")):
+        if run[key] is not None and not re.match(pattern, run[key]):
+            source = "--run" if key == "run_id" else f"TAU_{key.upper()}"
+            raise BadInput(f"{source} {run[key]!r} is not a {key.replace('_', ' ')}")
+    return run
+
+
+def run_payload(command: list[str]) -> int:
+    """Run COMMAND without a shell, its stdout on our stderr; returns its exit status (128+N for signal N)."""
+    import signal
+    import subprocess
+    import sys
+
+    try:
+        proc = subprocess.Popen(command, stdout=sys.stderr.fileno(), close_fds=True)
+    except FileNotFoundError:
+        raise NotFound(f"the payload command {command[0]!r} was not found; nothing sealed") from None
+    except PermissionError:
+        raise Refused(f"the payload command {command[0]!r} cannot be executed (permission denied); nothing "
+                      "sealed") from None
+    except OSError as exc:
+        raise Refused(f"the payload command {command[0]!r} cannot be started ({exc.strerror}); nothing sealed") \
+            from None
+    forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, lambda signum, frame: proc.send_signal(signum)) for sig in forwarded}
+    try:
+        status = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 - status if status < 0 else status
+
+
 def seal(root: str, generation: str, run: dict | None = None, index: str | None = None,
          command: list[str] | None = None, upload: str | None = None) -> dict:
     mf.check_generation(generation)
+    if index is not None:
+        mf.safe_relpath(index)
+    if upload is not None:
+        from taulib.bundle import endpoint
+
+        endpoint.parse(upload)  # refused before the payload runs and before any request
+    if command:
+        status = run_payload(command)
+        if status != 0:
+            raise PayloadFailed(f"the payload {command[0]!r} exited with status {status}; nothing sealed", status,
+                                payload_status=status)
     if not os.path.isdir(root):
         raise NotFound(f"bundle folder {root!r} does not exist")
     root = os.path.abspath(root)
@@ -114,16 +209,17 @@ def seal(root: str, generation: str, run: dict | None = None, index: str | None 
             data = existing
         else:
             producer = {"host": socket.gethostname()[:255], "uid": os.geteuid(), "tau_version": __version__,
-                        "command": command}
+                        "command": command or None}
             record = mf.build(generation, files, run, producer, index_entry)
             data = jsonio.canonical(record)
         created = _write_once(root_fd, mf.manifest_name(generation), data)
         _write_once(root_fd, mf.marker_name(generation), mf.marker_text(generation, jsonio.sha256_hex(data)))
+        _replace(root_fd, mf.CURRENT, mf.current_text(generation))
     finally:
         os.close(root_fd)
     result = {"kind": "tau.bundle-seal", "schema_version": 1, "root": root, "generation": generation,
               "created": created, "manifest_sha256": jsonio.sha256_hex(data), "files": record["totals"]["files"],
-              "bytes": record["totals"]["bytes"], "index": record["index"], "uploaded": None}
+              "bytes": record["totals"]["bytes"], "index": record["index"], "run": record["run"], "uploaded": None}
     if upload is not None:
         from taulib.bundle import blob
 

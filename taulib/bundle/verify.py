@@ -3,16 +3,17 @@
 Checks, failing closed: the generation (given, or the only one acknowledged: several need --generation), its
 completion marker (present, naming the generation and the manifest's digest), the manifest (valid, naming the
 generation, digest equal to the marker's), and that the listing equals the manifest: missing, extra and resized
-files are named. Local trees are hashed in full; Blob prefixes are hashed with `deep` (download every byte), else
-compared by listing (names and sizes). The report is a JSON document; `complete` is true only when every check
-passed (exit 0), else exit 1 with the report still printed.
+files are named. Local trees are hashed in full; Blob prefixes are hashed with `deep` (every byte downloaded and
+hashed in memory, nothing written to disk), else compared by listing (names and sizes). Payload blobs are every
+blob below PREFIX/ except those under PREFIX/.tau/. The report (`tau.bundle-verify`) is a JSON document;
+`complete` is true only when every check passed. Errors that prevent checking at all (an untrusted URL, storage
+that cannot be reached, a missing folder) are typed errors instead of a report. Reads only: verify never writes.
 """
 
 from __future__ import annotations
 
 import os
 
-from taulib import jsonio
 from taulib.bundle import manifest as mf
 from taulib.errors import CheckFailed, NotFound, TauError, UsageError
 
@@ -23,39 +24,50 @@ def _report(source: str, generation: str | None) -> dict:
             "resized": [], "digest_mismatch": [], "hashed": False, "problems": []}
 
 
-def choose_generation(available: list[str], generation: str | None, where: str) -> str:
+def choose_generation(available: list[str], generation: str | None, where: str) -> str | None:
+    """The generation to check: the one asked for, else the only acknowledged one; None when there is none."""
     if generation is not None:
         return mf.check_generation(generation)
     if len(available) == 1:
         return available[0]
     if not available:
-        raise CheckFailed(f"{where} holds no acknowledged bundle generation (no completion marker)")
+        return None
     raise UsageError(f"{where} holds several generations ({', '.join(available[:5])}); name one with --generation")
 
 
 def check_ack(report: dict, generation: str, manifest_bytes: bytes | None, marker_bytes: bytes | None) -> dict | None:
-    """Validate marker and manifest; fills report problems; returns the manifest or None."""
-    if marker_bytes is None:
-        report["problems"].append(f"generation {generation!r} has no completion marker: the producer never "
-                                  "acknowledged it")
-        return None
-    if manifest_bytes is None:
-        report["problems"].append(f"generation {generation!r} has a marker but no manifest")
-        return None
+    """Validate marker and manifest; a failure becomes a problem of the report; returns the manifest or None."""
     try:
-        acknowledged = mf.parse_marker(marker_bytes, generation)
-        record = mf.decode(manifest_bytes, generation)
+        record = mf.load_ack(generation, manifest_bytes, marker_bytes, report["source"])
     except TauError as exc:
         report["problems"].append(exc.message)
         return None
-    digest = jsonio.sha256_hex(manifest_bytes)
-    report["manifest_sha256"] = digest
-    if acknowledged != digest:
-        report["problems"].append(f"the completion marker acknowledges manifest {acknowledged[:12]}…, not this "
-                                  f"manifest {digest[:12]}…")
-        return None
+    from taulib import jsonio
+
+    report["manifest_sha256"] = jsonio.sha256_hex(manifest_bytes)
     report["files"], report["bytes"] = record["totals"]["files"], record["totals"]["bytes"]
     return record
+
+
+def _finish(report: dict) -> dict:
+    report["complete"] = not (report["problems"] or report["missing"] or report["extra"] or report["resized"]
+                              or report["digest_mismatch"])
+    return report
+
+
+def _no_generation(report: dict, where: str) -> dict:
+    report["problems"].append(f"{where} holds no acknowledged bundle generation (no completion marker under "
+                              f"{mf.BUNDLES}/)")
+    return _finish(report)
+
+
+def verify(source: str, generation: str | None, deep: bool = False, env: dict | None = None) -> dict:
+    """Verify a local tree or a Blob URL (anything starting with http:// or https://)."""
+    from taulib.bundle import endpoint
+
+    if endpoint.is_blob_url(source):
+        return verify_blob(source, generation, deep, env)
+    return verify_local(source, generation)
 
 
 def verify_local(root: str, generation: str | None) -> dict:
@@ -66,11 +78,17 @@ def verify_local(root: str, generation: str | None) -> dict:
     try:
         generation = choose_generation(mf.generations(root_fd), generation, root)
         report = _report(root, generation)
+        if generation is None:
+            return _no_generation(report, root)
         record = check_ack(report, generation, mf.read_ack(root_fd, mf.manifest_name(generation)),
                            mf.read_ack(root_fd, mf.marker_name(generation)))
         if record is None:
-            return report
-        listing = dict(mf.walk(root))
+            return _finish(report)
+        try:
+            listing = dict(mf.walk(root))
+        except TauError as exc:  # a symlink or a special file in the tree: named, never followed
+            report["problems"].append(exc.message)
+            return _finish(report)
         report.update(mf.compare(record, listing))
         report["hashed"] = True
         for entry in record["files"]:
@@ -85,6 +103,46 @@ def verify_local(root: str, generation: str | None) -> dict:
                 report["digest_mismatch"].append(entry["path"])
     finally:
         os.close(root_fd)
-    report["complete"] = not (report["problems"] or report["missing"] or report["extra"] or report["resized"]
-                              or report["digest_mismatch"])
-    return report
+    return _finish(report)
+
+
+def verify_blob(source: str, generation: str | None, deep: bool, env: dict | None = None) -> dict:
+    from taulib.bundle import endpoint
+
+    location = endpoint.parse(source, env)  # refused before any request
+    from taulib.bundle import blob
+
+    client = blob.container(location, env)
+    where = location.url()
+    listing = blob.list_prefix(client, location.prefix)
+    acknowledged = sorted(p[len(mf.BUNDLES) + 1: -len(".complete")] for p in listing
+                          if p.startswith(mf.BUNDLES + "/") and p.endswith(".complete")
+                          and "/" not in p[len(mf.BUNDLES) + 1:])
+    generation = choose_generation([g for g in acknowledged if mf._GENERATION.match(g)], generation, where)
+    report = _report(where, generation)
+    if generation is None:
+        return _no_generation(report, where)
+    manifest_bytes = blob.read_small(client, f"{location.prefix}/{mf.manifest_name(generation)}")
+    marker_bytes = blob.read_small(client, f"{location.prefix}/{mf.marker_name(generation)}")
+    record = check_ack(report, generation, manifest_bytes, marker_bytes)
+    if record is None:
+        return _finish(report)
+    payload = {p: v for p, v in listing.items() if not p.startswith(mf.TAU_DIR + "/")}
+    report.update(mf.compare(record, {p: v[0] for p, v in payload.items()}))
+    if deep:
+        report["hashed"] = True
+        entries = [e for e in record["files"] if e["path"] in payload and payload[e["path"]][0] == e["size"]]
+        progress = blob.Progress(sum(e["size"] for e in entries), "hashed")
+
+        def finish(entry: dict, sha: str, fd: None) -> None:
+            if sha != entry["sha256"]:
+                report["digest_mismatch"].append(entry["path"])
+
+        try:
+            blob.download_many(client, location.prefix, entries, {p: v[1] for p, v in payload.items()},
+                               lambda entry: None, finish, progress)
+        except (CheckFailed, NotFound) as exc:  # a blob changed or vanished while it was being read
+            report["problems"].append(exc.message)
+        progress.finish()
+        report["digest_mismatch"].sort()
+    return _finish(report)

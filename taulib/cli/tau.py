@@ -7,20 +7,24 @@ import sys
 
 from taulib import __version__
 
-COMMANDS = ("init", "submit", "attempt", "observe", "reconcile", "winner", "retry", "collect")
+COMMANDS = ("init", "submit", "attempt", "observe", "reconcile", "winner", "retry", "collect", "bundle-seal",
+            "bundle-verify", "bundle-fetch")
 USAGE = """usage: tau COMMAND [ARGS]...
 
 Run large sharded batch jobs without a resident controller.
 
 Commands:
-  init       create a run from a plan on standard input
-  submit     submit the first attempt of every shard
-  attempt    the in-allocation side (run by the executor)
-  observe    print normalised observations of the live attempts
-  reconcile  apply observations from standard input; print the run status
-  winner     validate candidates and publish each shard's winner
-  retry      submit new attempts for retryable shards
-  collect    merge every winner into one dataset
+  init           create a run from a plan on standard input
+  submit         submit the first attempt of every shard
+  attempt        the in-allocation side (run by the executor)
+  observe        print normalised observations of the live attempts
+  reconcile      apply observations from standard input; print the run status
+  winner         validate candidates and publish each shard's winner
+  retry          submit new attempts for retryable shards
+  collect        merge every winner into one dataset
+  bundle-seal    seal an output tree as a generation's bundle (and upload it)
+  bundle-verify  check a bundle, local or on Blob storage, against its acknowledgement
+  bundle-fetch   download a complete, verified bundle from Blob storage
 
 Example:
   tau observe runs/demo | tau reconcile runs/demo -o table
@@ -38,12 +42,14 @@ def main() -> None:
         sys.stdout.write(f"tau {__version__}\n")
         sys.exit(0)
     name = args[0]
+    if name == "bundle" and len(args) > 1 and f"bundle-{args[1]}" in COMMANDS:  # `tau bundle seal` too
+        name, args = f"bundle-{args[1]}", [f"bundle-{args[1]}"] + args[2:]
     if name not in COMMANDS:
         from taulib.cli import common
 
         common._write_error("tau", 2, f"'{name}' is not a tau command; see 'tau --help'")
         sys.exit(2)
-    module = importlib.import_module(f"taulib.cli.{name}")
+    module = importlib.import_module(f"taulib.cli.{name.replace('-', '_')}")
     sys.argv = [f"tau-{name}"] + args[1:]
     module.main()
 

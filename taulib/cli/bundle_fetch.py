@@ -1,0 +1,43 @@
+"""tau-bundle-fetch: verify and download a complete bundle generation from Blob storage, all or nothing."""
+
+from __future__ import annotations
+
+import click
+
+from taulib.cli import common
+
+EXAMPLE = """
+tau-bundle-fetch https://acct.blob.core.windows.net/bundles/run-1/out --generation g7 --destination out-g7
+tau-bundle-fetch https://acct.blob.core.windows.net/bundles/run-1/out --current --destination latest -o table
+"""
+
+
+@common.command("tau-bundle-fetch", "Download generation G of the bundle under a Blob URL into DESTINATION, all or "
+                "nothing: the URL must be trusted (checked before any request), the generation acknowledged, the "
+                "listing equal to its manifest; every blob is hashed while it downloads into a private stage beside "
+                "DESTINATION, which is published only when every size and sha256 matched. DESTINATION must be "
+                "absent or an empty folder.", EXAMPLE)
+@click.argument("source", metavar="SOURCE")
+@click.option("--destination", metavar="DIR", required=True,
+              help="Where the bundle goes: absent, or an empty folder; never overwritten.")
+@click.option("--generation", metavar="G",
+              help="The generation to fetch, from trusted metadata (the run's records, a workload's annotation).")
+@click.option("--current", is_flag=True,
+              help="Follow the mutable pointer .tau/current instead of naming the generation.")
+@common.output_option
+def cli(source: str, destination: str, generation: str | None, current: bool, output: str) -> None:
+    from taulib.bundle import fetch
+
+    result = fetch.fetch(source, destination, generation, current=current)
+    if output == "table":
+        common.emit_text(f"fetched bundle generation {result['generation']}: {result['files']} files, "
+                         f"{result['bytes']} bytes, every sha256 checked\nsource       {result['source']}\n"
+                         f"destination  {result['destination']}")
+    else:
+        common.emit(result)
+
+
+main = common.main_for("tau-bundle-fetch", cli)
+
+if __name__ == "__main__":
+    main()

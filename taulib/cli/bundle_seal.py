@@ -1,0 +1,54 @@
+"""tau-bundle-seal: acknowledge an output tree as one generation's complete bundle (optionally running the payload
+first, optionally uploading the bundle to Blob storage)."""
+
+from __future__ import annotations
+
+import click
+
+from taulib.cli import common
+
+EXAMPLE = """
+tau-bundle-seal out --generation 2026-11-29.1 --run demo
+tau-bundle-seal out --generation g7 -- python3 train.py --output out      # seal only when the payload exits 0
+TAU_TRUSTED_BLOB_ENDPOINTS=http://127.0.0.1:10000 \\
+  tau-bundle-seal out --generation g7 --upload http://127.0.0.1:10000/devstoreaccount1/bundles/run-1/out
+"""
+
+
+@common.command("tau-bundle-seal", "Seal DIR as generation G's bundle: write the manifest .tau/bundles/G.json "
+                "(every file's path, size and sha256, the run and the producer), then the completion marker "
+                ".tau/bundles/G.complete, last, then the current pointer .tau/current. With a COMMAND after '--', "
+                "run it first (no shell) and seal only when it exits 0; otherwise write nothing and exit with its "
+                "status. A generation is immutable: sealing it again with other content is refused (exit 73).",
+                EXAMPLE)
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
+@click.argument("command", metavar="[-- COMMAND...]", nargs=-1, type=click.UNPROCESSED)
+@click.option("--generation", metavar="G", required=True,
+              help="The generation id: one path segment of letters, digits and ._- (from trusted metadata, e.g. "
+                   "the submission).")
+@click.option("--index", metavar="PATH",
+              help="An optional artifact index (relative to DIR): absent means no acknowledgement for that part; "
+                   "present, it must be JSON naming G as bundle_id or generation.")
+@click.option("--run", "run_id", metavar="RUN_ID",
+              help="The run that produced DIR (shard and attempt come from TAU_SHARD_ID and TAU_ATTEMPT_ID when "
+                   "TAU_RUN_ID is the same run).")
+@click.option("--upload", metavar="URL",
+              help="Upload the sealed bundle to this Blob prefix: payload, then manifest, then marker, then the "
+                   "current pointer.")
+def cli(directory: str, command: tuple[str, ...], generation: str, index: str | None, run_id: str | None,
+        upload: str | None) -> None:
+    import sys
+
+    from taulib.bundle import seal
+    from taulib.errors import UsageError
+
+    if command and "--" not in sys.argv[1:]:  # a stray argument must never be run as a program
+        raise UsageError(f"unexpected argument {command[0]!r}; put the payload COMMAND after '--'")
+    common.emit(seal.seal(directory, generation, run=seal.run_identity(run_id), index=index,
+                          command=list(command) or None, upload=upload))
+
+
+main = common.main_for("tau-bundle-seal", cli)
+
+if __name__ == "__main__":
+    main()

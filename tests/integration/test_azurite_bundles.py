@@ -1,0 +1,360 @@
+"""Bundles on real Blob storage (Azurite): seal with upload, verify the Blob prefix, fetch all or nothing.
+
+A bundle of 200 small files and one large file (24 MiB here, so ranged concurrent download and block upload are
+exercised; `azurite.make_tree(big_mib=1024)` gives the 1 GiB case) round-trips byte for byte. Every refusal is a
+test that also shows that nothing was written at the destination: the destination's parent is a fresh folder that
+is still empty afterwards (no destination, no stage left behind).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import azurite as az
+from helpers import error_of, tau
+
+BIG_MIB = 24
+
+
+@pytest.fixture(scope="module", autouse=True)
+def azurite_running():
+    yield from az.session_fixture()
+
+
+@pytest.fixture(scope="module")
+def box() -> str:
+    return az.new_container()
+
+
+@pytest.fixture(scope="module")
+def big_bundle(tmp_path_factory, box) -> dict:
+    """The 200 + 1 file bundle, sealed as generation g1 and uploaded once; tests only read it."""
+    root = tmp_path_factory.mktemp("big") / "out"
+    digests = az.make_tree(root, small=200, big_mib=BIG_MIB)
+    prefix = "runs/run-1/out"
+    proc = tau("tau-bundle-seal", str(root), "--generation", "g1", "--run", "run-1", "--upload",
+               az.url(box, prefix), env=az.env())
+    assert proc.returncode == 0, proc.stderr
+    return {"root": root, "digests": digests, "prefix": prefix, "url": az.url(box, prefix),
+            "seal": json.loads(proc.stdout)}
+
+
+def small_bundle(tmp: Path, box: str, prefix: str, generation: str = "g1", big_mib: int = 0) -> dict:
+    """A bundle of 5 small files (and one big one when asked), sealed and uploaded to its own prefix."""
+    root = tmp / f"src-{prefix.replace('/', '-')}"
+    digests = az.make_tree(root, small=5, big_mib=big_mib)
+    proc = tau("tau-bundle-seal", str(root), "--generation", generation, "--upload", az.url(box, prefix),
+               env=az.env())
+    assert proc.returncode == 0, proc.stderr
+    return {"root": root, "digests": digests, "prefix": prefix, "url": az.url(box, prefix)}
+
+
+def fetch(url: str, destination: Path, *args: str, env: dict | None = None):
+    return tau("tau-bundle-fetch", url, "--destination", str(destination), *args,
+               env=az.env() if env is None else env)
+
+
+def fresh_parent(tmp_path: Path) -> Path:
+    parent = tmp_path / "fetched"
+    parent.mkdir(mode=0o700)
+    return parent
+
+
+def assert_nothing_written(parent: Path) -> None:
+    assert os.listdir(parent) == [], f"the refused fetch left {os.listdir(parent)} behind"
+
+
+# -- the round trip -------------------------------------------------------------------------------------------------
+
+def test_seal_uploads_every_file_then_the_manifest_the_marker_and_the_current_pointer(big_bundle, box):
+    seal = big_bundle["seal"]
+    assert seal["files"] == 201 and seal["uploaded"] == {"url": big_bundle["url"], "files": 201}
+    names = az.blob_names(box, big_bundle["prefix"])
+    assert sorted(n for n in names if not n.startswith(".tau/")) == sorted(big_bundle["digests"])
+    assert [n for n in names if n.startswith(".tau/")] == [".tau/bundles/g1.complete", ".tau/bundles/g1.json",
+                                                           ".tau/current"]
+    manifest_bytes = az.get(box, f"{big_bundle['prefix']}/.tau/bundles/g1.json")
+    assert manifest_bytes == (big_bundle["root"] / ".tau" / "bundles" / "g1.json").read_bytes()
+    digest = hashlib.sha256(manifest_bytes).hexdigest()
+    assert az.get(box, f"{big_bundle['prefix']}/.tau/bundles/g1.complete") == f"complete g1 {digest}\n".encode()
+    assert az.get(box, f"{big_bundle['prefix']}/.tau/current") == b"g1\n"
+
+
+def test_a_bundle_of_200_small_files_and_a_large_one_round_trips_byte_for_byte(big_bundle, tmp_path):
+    dest = fresh_parent(tmp_path) / "copy"
+    proc = fetch(big_bundle["url"], dest, "--generation", "g1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    result = json.loads(proc.stdout)
+    assert result["kind"] == "tau.bundle-fetch" and result["generation"] == "g1"
+    assert (result["files"], result["destination"]) == (201, str(dest))
+    assert result["manifest_sha256"] == big_bundle["seal"]["manifest_sha256"]
+    assert result["bytes"] == sum(p.stat().st_size for p in big_bundle["root"].rglob("*")
+                                  if p.is_file() and ".tau" not in p.parts)
+    assert az.tree_digests(dest) == big_bundle["digests"]
+    assert (dest / "model" / "weights.bin").stat().st_size == BIG_MIB << 20
+    for name in ("g1.json", "g1.complete"):
+        assert (dest / ".tau" / "bundles" / name).read_bytes() == \
+            (big_bundle["root"] / ".tau" / "bundles" / name).read_bytes()
+    assert os.listdir(dest.parent) == ["copy"]
+    assert (dest.stat().st_mode & 0o777, (dest / "model" / "weights.bin").stat().st_mode & 0o777) == (0o700, 0o600)
+    verify = tau("tau-bundle-verify", str(dest), "--generation", "g1")
+    assert verify.returncode == 0 and json.loads(verify.stdout)["complete"] is True
+
+
+def test_fetch_with_current_follows_the_pointer_into_an_empty_folder(big_bundle, tmp_path):
+    dest = fresh_parent(tmp_path) / "latest"
+    dest.mkdir()
+    proc = fetch(big_bundle["url"], dest, "--current", "-o", "table")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "fetched bundle generation g1: 201 files, " \
+        f"{big_bundle['seal']['bytes']} bytes, every sha256 checked"
+    assert az.tree_digests(dest) == big_bundle["digests"]
+
+
+def test_verify_of_the_blob_prefix_checks_the_listing_and_with_deep_every_byte(big_bundle):
+    proc = tau("tau-bundle-verify", big_bundle["url"], env=az.env())
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["complete"], report["hashed"], report["generation"], report["files"]) == (True, False, "g1", 201)
+    assert report["source"] == big_bundle["url"]
+    proc = tau("tau-bundle-verify", big_bundle["url"], "--generation", "g1", "--deep", env=az.env())
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["complete"], report["hashed"]) == (True, True)
+    assert report["digest_mismatch"] == [] and report["problems"] == []
+
+
+def test_deep_verify_finds_a_blob_replaced_by_other_bytes_of_the_same_size(box, tmp_path):
+    bundle = small_bundle(tmp_path, box, "verify/same-size", big_mib=10)
+    big = f"{bundle['prefix']}/model/weights.bin"
+    data = bytearray(az.get(box, big))
+    data[-1] ^= 0xFF
+    az.put(box, big, bytes(data))
+    shallow = tau("tau-bundle-verify", bundle["url"], env=az.env())
+    assert shallow.returncode == 0, "names and sizes alone cannot see it"
+    proc = tau("tau-bundle-verify", bundle["url"], "--deep", "-o", "table", env=az.env())
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines()[-1] == "digest mismatch  model/weights.bin"
+    assert error_of(proc)["message"].endswith("is not complete (1 finding(s)): 0 missing, 0 extra, 0 resized, "
+                                              "1 digest mismatch")
+
+
+def test_verify_of_a_blob_prefix_names_missing_extra_and_resized_blobs(box, tmp_path):
+    bundle = small_bundle(tmp_path, box, "verify/listing")
+    names = sorted(bundle["digests"])
+    az.container_client(box).delete_blob(f"{bundle['prefix']}/{names[0]}")
+    az.put(box, f"{bundle['prefix']}/{names[1]}", b"short")
+    az.put(box, f"{bundle['prefix']}/stranger.txt", b"x")
+    proc = tau("tau-bundle-verify", bundle["url"], "--generation", "g1", env=az.env())
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)
+    assert report["missing"] == [names[0]] and report["extra"] == ["stranger.txt"]
+    assert [r["path"] for r in report["resized"]] == [names[1]] and report["resized"][0]["actual"] == 5
+
+
+# -- refusals: nothing at the destination ---------------------------------------------------------------------------
+
+def test_an_untrusted_endpoint_is_refused_and_nothing_is_written(big_bundle, tmp_path):
+    parent = fresh_parent(tmp_path)
+    env = {k: v for k, v in az.env().items() if k != "TAU_TRUSTED_BLOB_ENDPOINTS"}
+    proc = fetch(big_bundle["url"], parent / "d", "--generation", "g1", env=env)
+    assert proc.returncode == 77
+    assert error_of(proc)["message"] == (f"tau-bundle-fetch: blob URL {big_bundle['url']!r} does not use https; only "
+                                         "Azure Blob storage over https, or an endpoint listed in "
+                                         "TAU_TRUSTED_BLOB_ENDPOINTS, is contacted")
+    assert_nothing_written(parent)
+
+
+@pytest.mark.parametrize("prefix", ["", "/", "//"])
+def test_an_empty_or_root_prefix_is_refused_and_nothing_is_written(box, prefix, tmp_path):
+    parent = fresh_parent(tmp_path)
+    url = f"{az.ORIGIN}/{az.ACCOUNT}/{box}{prefix}"
+    proc = fetch(url, parent / "d", "--generation", "g1")
+    assert proc.returncode == 77
+    assert error_of(proc)["message"] == (f"tau-bundle-fetch: blob URL {url!r} has an empty or root prefix; a bundle "
+                                         "never spans a whole container")
+    assert_nothing_written(parent)
+
+
+def test_a_missing_marker_is_refused_and_nothing_is_written(box, tmp_path):
+    bundle = small_bundle(tmp_path, box, "refuse/no-marker")
+    az.container_client(box).delete_blob(f"{bundle['prefix']}/.tau/bundles/g1.complete")
+    parent = fresh_parent(tmp_path)
+    proc = fetch(bundle["url"], parent / "d", "--generation", "g1")
+    assert proc.returncode == 1
+    assert error_of(proc)["message"] == (f"tau-bundle-fetch: {bundle['url']}: generation 'g1' has no completion "
+                                         "marker: the producer never acknowledged it")
+    assert_nothing_written(parent)
+
+
+def test_a_marker_for_another_generation_is_refused_and_nothing_is_written(box, tmp_path):
+    bundle = small_bundle(tmp_path, box, "refuse/other-marker")
+    name = f"{bundle['prefix']}/.tau/bundles/g1.complete"
+    az.put(box, name, az.get(box, name).replace(b"complete g1 ", b"complete g0 "))
+    parent = fresh_parent(tmp_path)
+    proc = fetch(bundle["url"], parent / "d", "--generation", "g1")
+    assert proc.returncode == 73
+    assert error_of(proc)["message"] == ("tau-bundle-fetch: completion marker acknowledges generation 'g0', not "
+                                         "'g1'")
+    assert_nothing_written(parent)
+
+
+def test_a_generation_that_was_never_sealed_is_refused_and_nothing_is_written(big_bundle, tmp_path):
+    parent = fresh_parent(tmp_path)
+    proc = fetch(big_bundle["url"], parent / "d", "--generation", "g2")
+    assert proc.returncode == 1
+    assert "generation 'g2' has no completion marker" in error_of(proc)["message"]
+    assert_nothing_written(parent)
+
+
+def test_an_extra_blob_is_refused_and_nothing_is_written(box, tmp_path):
+    bundle = small_bundle(tmp_path, box, "refuse/extra")
+    az.put(box, f"{bundle['prefix']}/part-0/stranger.bin", b"not in the manifest")
+    parent = fresh_parent(tmp_path)
+    proc = fetch(bundle["url"], parent / "d", "--generation", "g1")
+    assert proc.returncode == 1
+    error = error_of(proc)
+    assert error["message"] == (f"tau-bundle-fetch: the blobs under {bundle['url']} do not match generation 'g1': "
+                                "extra part-0/stranger.bin")
+    assert error["details"]["extra"] == ["part-0/stranger.bin"]
+    assert_nothing_written(parent)
+
+
+def test_a_truncated_blob_is_refused_and_nothing_is_written(box, tmp_path):
+    bundle = small_bundle(tmp_path, box, "refuse/truncated", big_mib=10)
+    big = f"{bundle['prefix']}/model/weights.bin"
+    az.put(box, big, az.get(box, big)[: 9 << 20])
+    parent = fresh_parent(tmp_path)
+    proc = fetch(bundle["url"], parent / "d", "--generation", "g1")
+    assert proc.returncode == 1
+    assert error_of(proc)["message"] == (f"tau-bundle-fetch: the blobs under {bundle['url']} do not match generation "
+                                         f"'g1': resized model/weights.bin ({9 << 20} bytes, manifest {10 << 20})")
+    assert_nothing_written(parent)
+
+
+@pytest.mark.parametrize("which", ["small", "large"])
+def test_a_blob_with_other_bytes_of_the_same_size_fails_its_sha256_and_nothing_is_written(box, tmp_path, which):
+    bundle = small_bundle(tmp_path, box, f"refuse/same-size-{which}", big_mib=10)
+    rel = "model/weights.bin" if which == "large" else sorted(bundle["digests"])[2]
+    data = bytearray(az.get(box, f"{bundle['prefix']}/{rel}"))
+    data[len(data) // 2] ^= 0x01
+    az.put(box, f"{bundle['prefix']}/{rel}", bytes(data))
+    parent = fresh_parent(tmp_path)
+    proc = fetch(bundle["url"], parent / "d", "--generation", "g1")
+    assert proc.returncode == 1
+    assert error_of(proc)["message"].startswith(f"tau-bundle-fetch: {rel} does not match its sha256 in the manifest")
+    assert_nothing_written(parent)
+
+
+def test_a_manifest_path_that_escapes_the_destination_is_refused_and_nothing_is_written(box, tmp_path):
+    bundle = small_bundle(tmp_path, box, "refuse/escape")
+    record = json.loads(az.get(box, f"{bundle['prefix']}/.tau/bundles/g1.json"))
+    record["files"][0]["path"] = "../escaped.txt"
+    data = json.dumps(record).encode()
+    az.put(box, f"{bundle['prefix']}/.tau/bundles/g1.json", data)
+    az.put(box, f"{bundle['prefix']}/.tau/bundles/g1.complete",
+           f"complete g1 {hashlib.sha256(data).hexdigest()}\n".encode())
+    parent = fresh_parent(tmp_path)
+    proc = fetch(bundle["url"], parent / "d", "--generation", "g1")
+    assert proc.returncode == 77
+    assert error_of(proc)["message"] == "tau-bundle-fetch: bundle path '../escaped.txt' escapes or is not normalised"
+    assert_nothing_written(parent)
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_a_destination_that_exists_and_is_not_empty_is_refused_and_left_as_it_was(big_bundle, tmp_path):
+    parent = fresh_parent(tmp_path)
+    dest = parent / "d"
+    dest.mkdir()
+    (dest / "mine.txt").write_text("keep me\n")
+    proc = fetch(big_bundle["url"], dest, "--generation", "g1")
+    assert proc.returncode == 73
+    assert error_of(proc)["message"] == (f"tau-bundle-fetch: destination {str(dest)!r} exists and is not empty; tau "
+                                         "never overwrites")
+    assert os.listdir(parent) == ["d"] and os.listdir(dest) == ["mine.txt"]
+    assert (dest / "mine.txt").read_text() == "keep me\n"
+
+
+def test_a_destination_that_is_a_file_is_refused(big_bundle, tmp_path):
+    parent = fresh_parent(tmp_path)
+    (parent / "d").write_text("a file\n")
+    proc = fetch(big_bundle["url"], parent / "d", "--generation", "g1")
+    assert proc.returncode == 73
+    assert "exists and is not a folder; tau never overwrites" in error_of(proc)["message"]
+    assert (parent / "d").read_text() == "a file\n" and os.listdir(parent) == ["d"]
+
+
+def test_a_missing_container_is_not_found_and_nothing_is_written(tmp_path):
+    parent = fresh_parent(tmp_path)
+    url = az.url("no-such-container", "p")
+    proc = fetch(url, parent / "d", "--current")
+    assert proc.returncode == 1
+    assert error_of(proc)["message"] == (f"tau-bundle-fetch: {url} has no current pointer (.tau/current); name the "
+                                         "generation with --generation")
+    proc = tau("tau-bundle-verify", url, "--generation", "g1", env=az.env())
+    assert proc.returncode == 66
+    assert error_of(proc)["message"].startswith("tau-bundle-verify: listing p/: not found")
+    assert_nothing_written(parent)
+
+
+# -- upload refusals ------------------------------------------------------------------------------------------------
+
+def test_uploading_another_manifest_of_a_sealed_generation_is_refused(box, tmp_path):
+    bundle = small_bundle(tmp_path, box, "upload/immutable")
+    before = az.blob_names(box, bundle["prefix"])
+    other = tmp_path / "other"
+    az.make_tree(other, small=3, seed=9)
+    proc = tau("tau-bundle-seal", str(other), "--generation", "g1", "--upload", bundle["url"], env=az.env())
+    assert proc.returncode == 73
+    assert error_of(proc)["message"] == (f"tau-bundle-seal: {bundle['url']} already holds another manifest of "
+                                         "generation 'g1'; a generation is immutable: choose a new one")
+    assert az.blob_names(box, bundle["prefix"]) == before
+    assert az.get(box, f"{bundle['prefix']}/.tau/current") == b"g1\n"
+
+
+def test_uploading_to_a_prefix_with_blobs_not_in_the_manifest_is_refused_before_sending_anything(box, tmp_path):
+    prefix = "upload/strangers"
+    az.put(box, f"{prefix}/old.txt", b"left over")
+    root = tmp_path / "src"
+    az.make_tree(root, small=3)
+    proc = tau("tau-bundle-seal", str(root), "--generation", "g1", "--upload", az.url(box, prefix), env=az.env())
+    assert proc.returncode == 73
+    assert error_of(proc)["message"] == (f"tau-bundle-seal: {az.url(box, prefix)} holds blobs that are not in "
+                                         "generation 'g1' (old.txt); a reader would see them as extra: upload to a "
+                                         "fresh prefix")
+    assert az.blob_names(box, prefix) == ["old.txt"]
+
+
+def test_sealing_and_uploading_again_is_idempotent(box, tmp_path):
+    bundle = small_bundle(tmp_path, box, "upload/again")
+    proc = tau("tau-bundle-seal", str(bundle["root"]), "--generation", "g1", "--upload", bundle["url"], env=az.env())
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["created"] is False
+    assert tau("tau-bundle-verify", bundle["url"], "--deep", env=az.env()).returncode == 0
+
+
+# -- a blob replaced after it was listed ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("size", [1000, 10 << 20], ids=["small", "ranged"])
+def test_a_download_pinned_to_the_listed_etag_fails_when_the_blob_was_replaced_since(box, tmp_path, size):
+    from taulib.bundle import blob, endpoint
+    from taulib.errors import CheckFailed
+
+    prefix = f"etag/{size}"
+    az.put(box, f"{prefix}/f.bin", b"a" * size)
+    location = endpoint.parse(az.url(box, prefix), az.env())
+    client = blob.container(location, az.env())
+    listed = blob.list_prefix(client, prefix)
+    az.put(box, f"{prefix}/f.bin", b"b" * size)  # same name, same size, new content: a new etag
+    with open(tmp_path / "f.bin", "wb") as fh, pytest.raises(CheckFailed) as caught:
+        blob.download(client, f"{prefix}/f.bin", fh.fileno(), size, listed["f.bin"][1])
+    assert caught.value.code == 1
+    assert caught.value.message == f"downloading {prefix}/f.bin: the blob changed after it was listed"
+    current = blob.list_prefix(client, prefix)["f.bin"][1]
+    assert blob.download(client, f"{prefix}/f.bin", None, size, current) == hashlib.sha256(b"b" * size).hexdigest()
