@@ -317,29 +317,24 @@ class RunDir:
     @_operation
     def open_append(self, rel: str) -> int:
         """A descriptor for appending to a log file (created 0600, never through a symlink)."""
-        folder, _, name = rel.rpartition("/")
-        _split(name)
-        dfd = self.dir_fd(folder, create=True)
-        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                     dir_fd=dfd)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            os.close(fd)
-            raise Refused(f"{self._show(rel)} is not a regular file of ours", path=self._show(rel))
+        fd = self._open_own(rel, os.O_WRONLY | os.O_APPEND, "log file")
         os.fchmod(fd, 0o600)
         return fd
 
     @_operation
     def open_lock_file(self, rel: str) -> int:
         """A descriptor of a sidecar lock file (created 0600, never through a symlink)."""
+        return self._open_own(rel, os.O_RDWR, "lock file")
+
+    def _open_own(self, rel: str, flags: int, what: str) -> int:
         folder, _, name = rel.rpartition("/")
         _split(name)
         dfd = self.dir_fd(folder, create=True)
-        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        fd = os.open(name, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
             os.close(fd)
-            raise Refused(f"lock file {self._show(rel)} is not a regular file of ours", path=self._show(rel))
+            raise Refused(f"{what} {self._show(rel)} is not a regular file of ours", path=self._show(rel))
         return fd
 
     @_operation
