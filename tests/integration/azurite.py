@@ -45,31 +45,40 @@ def stop() -> None:
     subprocess.run([DOWN], env={**os.environ, "AZURITE_PORT": str(PORT)}, capture_output=True, timeout=60)
 
 
-def env(**extra: str) -> dict:
-    """The environment for tau's bundle commands against the test Azurite."""
-    return {"TAU_TRUSTED_BLOB_ENDPOINTS": ORIGIN, "AZURE_STORAGE_CONNECTION_STRING": CONNECTION_STRING,
+def origin(port: int = PORT) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
+def connection_string(port: int = PORT) -> str:
+    return (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
+            f"BlobEndpoint={origin(port)}/{ACCOUNT};")
+
+
+def env(port: int = PORT, **extra: str) -> dict:
+    """The environment for tau's bundle commands against the test Azurite (or the Azurite on `port`)."""
+    return {"TAU_TRUSTED_BLOB_ENDPOINTS": origin(port), "AZURE_STORAGE_CONNECTION_STRING": connection_string(port),
             "TAU_BLOB_RETRIES": "1", **extra}
 
 
-def service():
+def service(port: int = PORT):
     from azure.storage.blob import BlobServiceClient
 
-    return BlobServiceClient.from_connection_string(CONNECTION_STRING)
+    return BlobServiceClient.from_connection_string(connection_string(port))
 
 
-def new_container() -> str:
+def new_container(port: int = PORT) -> str:
     """A fresh container with a unique name; returns its name."""
     name = f"t{uuid.uuid4().hex[:20]}"
-    service().create_container(name)
+    service(port).create_container(name)
     return name
 
 
-def url(container: str, prefix: str) -> str:
-    return f"{ORIGIN}/{ACCOUNT}/{container}/{prefix}"
+def url(container: str, prefix: str, port: int = PORT) -> str:
+    return f"{origin(port)}/{ACCOUNT}/{container}/{prefix}"
 
 
-def container_client(container: str):
-    return service().get_container_client(container)
+def container_client(container: str, port: int = PORT):
+    return service(port).get_container_client(container)
 
 
 def blob_names(container: str, prefix: str) -> list[str]:
@@ -111,14 +120,53 @@ def make_tree(root: Path, small: int = 200, big_mib: int = 0, seed: int = 7) -> 
     return digests
 
 
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in 8 MiB pieces (a 1 GiB file is never held in memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(8 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
 def tree_digests(root: Path) -> dict[str, str]:
     """{relative path: sha256} of every file under root, .tau/ excluded."""
     out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
         if path.is_file() and not rel.startswith(".tau/"):
-            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+            out[rel] = file_sha256(path)
     return out
+
+
+def tree_listing(root: Path) -> list[tuple[str, str, int]]:
+    """Every entry under root, .tau/ included, as (relative path, "dir" or "file", size of a file)."""
+    return [(p.relative_to(root).as_posix(), "dir" if p.is_dir() else "file", 0 if p.is_dir() else p.stat().st_size)
+            for p in sorted(root.rglob("*"))]
+
+
+class Dedicated:
+    """An Azurite of one test's own, on `port` with its data in `location` (same scripts as the session's), for a
+    test that kills it: nothing else uses it. `pid` is the node process azurite-up.sh started (from its PID file);
+    `stop()` (azurite-down.sh, by that PID file) is safe after a kill and waits until the port is free again."""
+
+    def __init__(self, port: int, location: Path) -> None:
+        self.port, self.location = port, location
+        self.script_env = {**os.environ, "AZURITE_PORT": str(port), "AZURITE_LOCATION": str(location)}
+        assert not answers(port), f"port {port} for a dedicated Azurite is already taken"
+        proc = subprocess.run([UP], env=self.script_env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and answers(port), f"Azurite did not start on port {port}: {proc.stderr}"
+        self.pid = int((ROOT / ".azurite" / f"azurite-{port}.pid").read_text())
+
+    def alive(self) -> bool:
+        try:
+            with open(f"/proc/{self.pid}/stat") as fh:
+                return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    def stop(self) -> None:
+        subprocess.run([DOWN], env=self.script_env, capture_output=True, timeout=60)
 
 
 def session_fixture():
