@@ -265,22 +265,12 @@ class RunDir:
         _split(name)
         dfd = self.dir_fd(folder, create=True)
         self._clean(dfd)
-        temp = self._write_temp(dfd, data, "store.publish")
-        try:
-            try:
-                os.link(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
-            except FileExistsError:
-                existing = self.read_bytes(rel)
-                if existing != data:
-                    raise Conflict(f"{self._show(rel)} already exists with different content; records are "
-                                   "immutable", path=self._show(rel)) from None
-                return False
-            failpoints.hit("store.publish.linked")
-        finally:
-            _unlink_quiet(temp, dfd)
-        failpoints.hit("store.publish.temp_removed")
-        os.fsync(dfd)
-        return True
+        if link_new(dfd, name, data):
+            return True
+        if self.read_bytes(rel) != data:
+            raise Conflict(f"{self._show(rel)} already exists with different content; records are immutable",
+                           path=self._show(rel))
+        return False
 
     @_operation
     def replace(self, rel: str, record: dict) -> None:
@@ -305,14 +295,7 @@ class RunDir:
         _split(name)
         dfd = self.dir_fd(folder, create=True)
         self._clean(dfd)
-        temp = self._write_temp(dfd, data, "store.replace")
-        try:
-            os.rename(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            _unlink_quiet(temp, dfd)
-            raise
-        failpoints.hit("store.replace.renamed")
-        os.fsync(dfd)
+        rename_over(dfd, name, data)
 
     @_operation
     def open_append(self, rel: str) -> int:
@@ -412,26 +395,6 @@ class RunDir:
             raise BadInput(f"record for {shown} is larger than {MAX_RECORD_BYTES} bytes", path=shown)
         return data
 
-    def _write_temp(self, dfd: int, data: bytes, protocol: str) -> str:
-        temp = f".tau.{os.urandom(8).hex()}.tmp"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                     dir_fd=dfd)
-        try:
-            os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            failpoints.hit(f"{protocol}.temp_written")
-            os.fsync(fd)
-            failpoints.hit(f"{protocol}.temp_synced")
-        except BaseException:
-            os.close(fd)
-            _unlink_quiet(temp, dfd)
-            raise
-        os.close(fd)
-        return temp
-
     def _clean(self, dfd: int) -> None:
         """Remove crash debris (temp files) from a folder whose lock the caller holds."""
         uid = os.geteuid()
@@ -447,6 +410,56 @@ class RunDir:
             if st.st_nlink > 1 and not _linked_record(dfd, st):
                 continue  # linked somewhere we cannot see: leave it
             _unlink_quiet(name, dfd)
+
+
+def write_temp(dfd: int, data: bytes, protocol: str) -> str:
+    """Step one of both protocols: a new temp file (O_EXCL, 0600) in folder dfd, written and fsynced."""
+    temp = f".tau.{os.urandom(8).hex()}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+    try:
+        os.fchmod(fd, 0o600)
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        failpoints.hit(f"{protocol}.temp_written")
+        os.fsync(fd)
+        failpoints.hit(f"{protocol}.temp_synced")
+    except BaseException:
+        os.close(fd)
+        _unlink_quiet(temp, dfd)
+        raise
+    os.close(fd)
+    return temp
+
+
+def link_new(dfd: int, name: str, data: bytes) -> bool:
+    """The immutable publish protocol in folder dfd: True when `name` was created with `data`, False when the name
+    already existed (its content is the caller's to compare)."""
+    temp = write_temp(dfd, data, "store.publish")
+    try:
+        try:
+            os.link(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        failpoints.hit("store.publish.linked")
+    finally:
+        _unlink_quiet(temp, dfd)
+    failpoints.hit("store.publish.temp_removed")
+    os.fsync(dfd)
+    return True
+
+
+def rename_over(dfd: int, name: str, data: bytes) -> None:
+    """The mutable replace protocol in folder dfd (the caller checked the revision rule)."""
+    temp = write_temp(dfd, data, "store.replace")
+    try:
+        os.rename(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        _unlink_quiet(temp, dfd)
+        raise
+    failpoints.hit("store.replace.renamed")
+    os.fsync(dfd)
 
 
 def _linked_record(dfd: int, temp_st: os.stat_result) -> bool:

@@ -207,7 +207,7 @@ def test_every_failpoint_name_is_hit_in_the_source_and_every_hit_is_listed():
     source = "\n".join(p.read_text() for p in sorted((ROOT / "taulib").rglob("*.py")))
     literal = set(re.findall(r'failpoints\.hit\("([^"]+)"\)', source))
     steps = set(re.findall(r'failpoints\.hit\(f"\{protocol\}\.([a-z_]+)"\)', source))
-    protocols = set(re.findall(r'_write_temp\([^()]*"(store\.[a-z]+)"\)', source))
+    protocols = set(re.findall(r'\bwrite_temp\([^()]*"(store\.[a-z]+)"\)', source))
     assert steps and protocols, "the store's f-string failpoints moved; update this test"
     other_hits = re.findall(r'failpoints\.hit\((?!"|f"\{protocol\}\.)', source)
     assert other_hits == [], "a failpoint name built in another way cannot be checked against NAMES"

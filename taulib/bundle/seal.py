@@ -26,6 +26,7 @@ import re
 import socket
 
 from taulib import __version__, jsonio
+from taulib import store
 from taulib.bundle import manifest as mf
 from taulib.errors import BadInput, Conflict, NotFound, Refused, TauError
 
@@ -71,70 +72,46 @@ def _index_entry(root: str, index: str | None, generation: str) -> dict | None:
     return {"path": rel, "sha256": jsonio.sha256_hex(data), "generation": generation}
 
 
-def _write_once(root_fd: int, rel: str, data: bytes) -> bool:
-    """Publish DIR/rel with link-no-overwrite. True when created, False when identical bytes were there."""
-    folder, name = rel.rsplit("/", 1)
+def _folder(root_fd: int, rel: str) -> int:
+    """Descriptor of the folder of DIR/rel, created 0700 as needed, no symlink followed."""
     dfd = root_fd
-    opened = []
-    for segment in folder.split("/"):
+    for segment in rel.split("/")[:-1]:
         try:
             os.mkdir(segment, 0o700, dir_fd=dfd)
         except FileExistsError:
             pass
-        dfd = os.open(segment, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-        opened.append(dfd)
+        new = os.open(segment, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        if dfd != root_fd:
+            os.close(dfd)
+        dfd = new
+    return dfd
+
+
+def _write_once(root_fd: int, rel: str, data: bytes) -> bool:
+    """Publish DIR/rel with the writer's link-no-overwrite protocol. True when created, False when identical
+    bytes were there; other bytes are a conflict."""
+    dfd = _folder(root_fd, rel)
     try:
-        temp = f".{name}.{os.urandom(6).hex()}.tmp"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
-            created = True
-        except FileExistsError:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-            try:
-                existing = b""
-                while chunk := os.read(fd, 1 << 20):
-                    existing += chunk
-            finally:
-                os.close(fd)
-            if existing != data:
-                raise Conflict(f"{rel} already exists with other content; a generation's acknowledgement is "
-                               "immutable: choose a new generation") from None
-            created = False
-        finally:
-            os.unlink(temp, dir_fd=dfd)
-        os.fsync(dfd)
-        return created
+        name = rel.rsplit("/", 1)[1]
+        if store.link_new(dfd, name, data):
+            return True
+        if mf.read_ack(root_fd, rel) != data:
+            raise Conflict(f"{rel} already exists with other content; a generation's acknowledgement is "
+                           "immutable: choose a new generation")
+        return False
     finally:
-        for fd in opened:
-            os.close(fd)
+        if dfd != root_fd:
+            os.close(dfd)
 
 
 def _replace(root_fd: int, rel: str, data: bytes) -> None:
-    """Replace DIR/rel atomically (temp, fsync, rename, folder fsync): for the mutable current pointer only."""
-    folder, name = rel.rsplit("/", 1)
-    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+    """Replace DIR/rel with the writer's rename protocol: for the mutable current pointer only."""
+    dfd = _folder(root_fd, rel)
     try:
-        temp = f".{name}.{os.urandom(6).hex()}.tmp"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.rename(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            os.unlink(temp, dir_fd=dfd)
-            raise
-        os.fsync(dfd)
+        store.rename_over(dfd, rel.rsplit("/", 1)[1], data)
     finally:
-        os.close(dfd)
+        if dfd != root_fd:
+            os.close(dfd)
 
 
 def run_identity(run_id: str | None, env: dict | None = None) -> dict | None:
