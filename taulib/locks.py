@@ -8,6 +8,7 @@ Order (a process that holds a lock may only take locks that come later in this l
   3. `submit.lock`          the submission journal (tau-submit, tau-retry)
      `collect.lock`         the collection journal (tau-collect)
      `index.lock`           the sealed-shard index (tau-reconcile)
+     `bundles.lock`         the run's bundle records (tau-bundle-seal --record)
   4. `shard-<NNNNN>.lock`   one shard's records, in ascending shard order when several are held
 
 A lock not granted within the timeout (`TAU_LOCK_TIMEOUT` seconds, default 30) raises Busy (exit 75).
@@ -61,7 +62,7 @@ def _rank(name: str) -> tuple[int, str]:
         return (1, name)
     if name == "run":
         return (2, name)
-    if name in ("submit", "collect", "index"):
+    if name in ("submit", "collect", "index", "bundles"):
         return (3, name)
     return (4, name)
 

@@ -18,7 +18,7 @@ DEFAULT_WINDOW = 300
 DEFAULT_MAX_PARALLEL = 4
 DEFAULT_ROWS_PER_PARTITION = 1_000_000
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
-_RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards", "submissions", "collections", "index"}
+_RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards", "submissions", "collections", "index", "bundles"}
 
 
 def resolve_plan(request: dict, run_id: str) -> dict:

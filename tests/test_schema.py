@@ -98,6 +98,11 @@ def corpus(tmp_path_factory) -> dict:
     proc = tau("tau-bundle-seal", str(ws / "out"), "--generation", "g1", "--run", run_dir.name)
     assert proc.returncode == 0, proc.stderr
     by_name["bundle-manifest"].append(json.loads((ws / "out" / ".tau" / "bundles" / "g1.json").read_bytes()))
+    from taulib.bundle import where
+
+    by_name["bundle-ref"].append(where.record(str(run_dir), "g1", "https://acct.blob.core.windows.net/bundles/run",
+                                              json.loads(proc.stdout)["manifest_sha256"], "shard-00000",
+                                              "attempt-0001"))
 
     # observations with live attempts: hold each attempt a moment after it marks itself running
     live = init_run(ws, "live", records=20, shards=2)

@@ -9,6 +9,7 @@ from taulib.cli import common
 EXAMPLE = """
 tau-bundle-fetch https://acct.blob.core.windows.net/bundles/run-1/out --generation g7 --destination out-g7
 tau-bundle-fetch https://acct.blob.core.windows.net/bundles/run-1/out --current --destination latest -o table
+tau-bundle-fetch --run runs/demo --shard shard-00003 --destination shard3-out
 """
 
 
@@ -17,17 +18,33 @@ tau-bundle-fetch https://acct.blob.core.windows.net/bundles/run-1/out --current 
                 "listing equal to its manifest; every blob is hashed while it downloads into a private stage beside "
                 "DESTINATION, which is published only when every size and sha256 matched. DESTINATION must be "
                 "absent or an empty folder.", EXAMPLE)
-@click.argument("source", metavar="SOURCE")
+@click.argument("source", metavar="[SOURCE]", required=False)
 @click.option("--destination", metavar="DIR", required=True,
               help="Where the bundle goes: absent, or an empty folder; never overwritten.")
 @click.option("--generation", metavar="G",
               help="The generation to fetch, from trusted metadata (the run's records, a workload's annotation).")
 @click.option("--current", is_flag=True,
               help="Follow the mutable pointer .tau/current instead of naming the generation.")
+@click.option("--run", "run_dir", metavar="RUN_DIR",
+              help="Instead of SOURCE: the tau run whose records say where its bundle went (and its generation).")
+@click.option("--shard", metavar="SHARD_ID", help="With --run: the bundle of this shard.")
 @common.output_option
-def cli(source: str, destination: str, generation: str | None, current: bool, output: str) -> None:
+def cli(source: str | None, destination: str, generation: str | None, current: bool, run_dir: str | None,
+        shard: str | None, output: str) -> None:
     from taulib.bundle import fetch
+    from taulib.errors import UsageError
 
+    if run_dir is not None:
+        if source is not None or current:
+            raise UsageError("--run names the source and the generation: give neither SOURCE nor --current")
+        from taulib.bundle import where
+
+        ref = where.resolve(run_dir, shard, generation)
+        source, generation = ref["url"], ref["generation"]
+    elif source is None:
+        raise UsageError("missing SOURCE (a Blob URL), or --run RUN_DIR")
+    elif shard is not None:
+        raise UsageError("--shard goes with --run")
     result = fetch.fetch(source, destination, generation, current=current)
     if output == "table":
         common.emit_text(f"fetched bundle generation {result['generation']}: {result['files']} files, "

@@ -35,8 +35,11 @@ TAU_TRUSTED_BLOB_ENDPOINTS=http://127.0.0.1:10000 \\
 @click.option("--upload", metavar="URL",
               help="Upload the sealed bundle to this Blob prefix: payload, then manifest, then marker, then the "
                    "current pointer.")
+@click.option("--record", "record_in", metavar="RUN_DIR",
+              help="After the upload, record in this tau run where the generation went (RUN_DIR/bundles/G.json), "
+                   "so that tau-bundle-fetch --run finds it; needs --upload.")
 def cli(directory: str, command: tuple[str, ...], generation: str, index: str | None, run_id: str | None,
-        upload: str | None) -> None:
+        upload: str | None, record_in: str | None) -> None:
     import sys
 
     from taulib.bundle import seal
@@ -44,8 +47,26 @@ def cli(directory: str, command: tuple[str, ...], generation: str, index: str | 
 
     if command and "--" not in sys.argv[1:]:  # a stray argument must never be run as a program
         raise UsageError(f"unexpected argument {command[0]!r}; put the payload COMMAND after '--'")
-    common.emit(seal.seal(directory, generation, run=seal.run_identity(run_id), index=index,
-                          command=list(command) or None, upload=upload))
+    if record_in and not upload:
+        raise UsageError("--record needs --upload: it records where the bundle went")
+    if record_in:
+        from taulib.run import Run
+
+        with Run(record_in):  # an unknown run is refused before the payload runs
+            pass
+    result = seal.seal(directory, generation, run=seal.run_identity(run_id), index=index,
+                       command=list(command) or None, upload=upload)
+    if record_in:
+        import os
+
+        from taulib.bundle import where
+
+        inside = os.environ.get("TAU_RUN_DIR") and os.path.realpath(os.environ["TAU_RUN_DIR"]) == \
+            os.path.realpath(record_in)
+        result["recorded"] = where.record(record_in, generation, result["uploaded"]["url"], result["manifest_sha256"],
+                                          os.environ.get("TAU_SHARD_ID") if inside else None,
+                                          os.environ.get("TAU_ATTEMPT_ID") if inside else None)
+    common.emit(result)
 
 
 main = common.main_for("tau-bundle-seal", cli)

@@ -358,3 +358,30 @@ def test_a_download_pinned_to_the_listed_etag_fails_when_the_blob_was_replaced_s
     assert caught.value.message == f"downloading {prefix}/f.bin: the blob changed after it was listed"
     current = blob.list_prefix(client, prefix)["f.bin"][1]
     assert blob.download(client, f"{prefix}/f.bin", None, size, current) == hashlib.sha256(b"b" * size).hexdigest()
+
+
+# -- where a bundle is: the run's own records ------------------------------------------------------------------------
+
+def test_a_bundle_sealed_inside_a_run_is_fetched_through_the_runs_record_of_it(box, tmp_path):
+    from helpers import complete_run
+
+    ws = tmp_path / "ws"
+    ws.mkdir(mode=0o700)
+    run_dir = complete_run(ws, records=20, shards=2)
+    root = tmp_path / "shard-out"
+    digests = az.make_tree(root, small=5)
+    sealing = az.env(TAU_RUN_DIR=str(run_dir), TAU_RUN_ID=run_dir.name, TAU_SHARD_ID="shard-00001",
+                     TAU_ATTEMPT_ID="attempt-0001")
+    proc = tau("tau-bundle-seal", str(root), "--generation", "sub1-s1", "--run", run_dir.name, "--upload",
+               az.url(box, "records/run/s1"), "--record", str(run_dir), env=sealing)
+    assert proc.returncode == 0, proc.stderr
+    recorded = json.loads(proc.stdout)["recorded"]
+    assert (recorded["shard_id"], recorded["attempt_id"], recorded["generation"]) == \
+        ("shard-00001", "attempt-0001", "sub1-s1")
+    parent = fresh_parent(tmp_path)
+    proc = tau("tau-bundle-fetch", "--run", str(run_dir), "--shard", "shard-00001", "--destination",
+               str(parent / "got"), env=az.env())
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["generation"], result["source"]) == ("sub1-s1", az.url(box, "records/run/s1"))
+    assert az.tree_digests(parent / "got") == digests

@@ -1,0 +1,50 @@
+"""Where a run's bundles went: `RUN/bundles/G.json` (tau.bundle-ref), one immutable record per uploaded generation.
+
+`tau-bundle-seal --upload URL --record RUN_DIR` writes it after the upload succeeded (with the shard and attempt
+when the seal runs inside that run's allocation); `tau-bundle-fetch --run RUN_DIR [--shard S] [--generation G]`
+reads it, so that the generation comes from the run's own records rather than from a mutable pointer. The URL in
+a record is data: it passes the same endpoint checks as one typed by hand before any request is made.
+"""
+
+from __future__ import annotations
+
+from taulib import jsonio, locks
+from taulib.errors import NotFound, UsageError
+
+
+def record(run_dir: str, generation: str, url: str, manifest_sha256: str, shard_id: str | None,
+           attempt_id: str | None) -> dict:
+    from taulib.run import Run
+
+    with Run(run_dir) as run:
+        if shard_id is not None:
+            run.check_shard(shard_id)
+        ref = {"kind": "tau.bundle-ref", "schema_version": 1, "run_id": run.run_id, "generation": generation,
+               "url": url, "manifest_sha256": manifest_sha256, "shard_id": shard_id, "attempt_id": attempt_id,
+               "recorded_at": jsonio.now_rfc3339()}
+        with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "bundles"):
+            existing = run.dir.read(f"bundles/{generation}.json", "tau.bundle-ref")
+            if existing is not None and {k: v for k, v in existing.items() if k != "recorded_at"} == \
+                    {k: v for k, v in ref.items() if k != "recorded_at"}:
+                return existing  # recorded already (a repeated seal)
+            run.dir.publish(f"bundles/{generation}.json", ref)  # another record for G is a conflict (73)
+        return ref
+
+
+def resolve(run_dir: str, shard_id: str | None, generation: str | None) -> dict:
+    """The one bundle record of the run that matches the shard and generation asked for."""
+    from taulib.run import Run
+
+    with Run(run_dir) as run:
+        refs = [run.dir.require(f"bundles/{name}", "tau.bundle-ref")
+                for name in run.dir.listdir("bundles") if name.endswith(".json")]
+        chosen = [r for r in refs if (shard_id is None or r["shard_id"] == shard_id)
+                  and (generation is None or r["generation"] == generation)]
+        if not chosen:
+            raise NotFound(f"run {run.run_id!r} records no bundle" + (f" of {shard_id}" if shard_id else "")
+                           + (f" of generation {generation!r}" if generation else ""))
+        if len(chosen) > 1:
+            raise UsageError(f"run {run.run_id!r} records {len(chosen)} bundles ("
+                             + ", ".join(sorted(r["generation"] for r in chosen)[:5])
+                             + "); name one with --generation or --shard")
+        return chosen[0]
