@@ -10,6 +10,7 @@ EXAMPLE = """
 tau-bundle-fetch https://acct.blob.core.windows.net/bundles/run-1/out --generation g7 --destination out-g7
 tau-bundle-fetch https://acct.blob.core.windows.net/bundles/run-1/out --current --destination latest -o table
 tau-bundle-fetch --run runs/demo --shard shard-00003 --destination shard3-out
+tau-bundle-fetch --kubernetes train-7 -n team-a --destination train-7-out
 """
 
 
@@ -28,13 +29,34 @@ tau-bundle-fetch --run runs/demo --shard shard-00003 --destination shard3-out
 @click.option("--run", "run_dir", metavar="RUN_DIR",
               help="Instead of SOURCE: the tau run whose records say where its bundle went (and its generation).")
 @click.option("--shard", metavar="SHARD_ID", help="With --run: the bundle of this shard.")
+@click.option("--kubernetes", "workload", metavar="NAME",
+              help="Instead of SOURCE: the Job or RayJob whose tau.azure.com annotations say where its bundle is "
+              "(and its generation).")
+@click.option("-n", "--namespace", metavar="NS",
+              help="With --kubernetes: the namespace (default: the kubeconfig context's).")
 @common.output_option
 def cli(source: str | None, destination: str, generation: str | None, current: bool, run_dir: str | None,
-        shard: str | None, output: str) -> None:
+        shard: str | None, workload: str | None, namespace: str | None, output: str) -> None:
     from taulib.bundle import fetch
-    from taulib.errors import UsageError
+    from taulib.errors import Conflict, UsageError
 
-    if run_dir is not None:
+    if workload is not None and run_dir is not None:
+        raise UsageError("--kubernetes and --run exclude each other")
+    if namespace is not None and workload is None:
+        raise UsageError("--namespace goes with --kubernetes")
+    if workload is not None:
+        if source is not None or current:
+            raise UsageError("--kubernetes names the source and the generation: give neither SOURCE nor --current")
+        if shard is not None:
+            raise UsageError("--shard goes with --run")
+        from taulib.bundle import kube
+
+        found = kube.resolve(workload, namespace)
+        if generation is not None and generation != found["generation"]:
+            raise Conflict(f"--generation {generation!r} is not the generation {found['generation']!r} the "
+                           f"{found['kind']} {workload!r} carries", generation=found["generation"])
+        source, generation = found["url"], found["generation"]
+    elif run_dir is not None:
         if source is not None or current:
             raise UsageError("--run names the source and the generation: give neither SOURCE nor --current")
         from taulib.bundle import where
@@ -42,7 +64,7 @@ def cli(source: str | None, destination: str, generation: str | None, current: b
         ref = where.resolve(run_dir, shard, generation)
         source, generation = ref["url"], ref["generation"]
     elif source is None:
-        raise UsageError("missing SOURCE (a Blob URL), or --run RUN_DIR")
+        raise UsageError("missing SOURCE (a Blob URL), or --run RUN_DIR, or --kubernetes NAME")
     elif shard is not None:
         raise UsageError("--shard goes with --run")
     result = fetch.fetch(source, destination, generation, current=current)
