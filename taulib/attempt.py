@@ -196,29 +196,37 @@ def _client_env(run: Run, attempt: dict, env: dict) -> dict:
 
 def _run_client(run: Run, attempt: dict, env: dict) -> dict:
     started = jsonio.now_rfc3339()
-    log = run.dir.open_append(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "client.log"))
-    with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, locks.shard_lock_name(attempt["shard_id"])):
-        _readiness(run, attempt, "running", None)
-    try:
-        try:
-            proc = subprocess.Popen(run.plan["command"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    env=_client_env(run, attempt, env), close_fds=True)
-        except OSError as exc:
-            return {"started_at": started, "exit_code": None, "signal": None,
-                    "error": f"cannot start the client {run.plan['command'][0]!r}: {exc.strerror}"}
-    finally:
-        os.close(log)
-    received = {"signal": None}
+    received: dict = {"signal": None, "proc": None}
 
-    def forward(signum, frame):
+    def forward(signum, frame):  # installed before anything here, so a stop signal is never lost in between
         received["signal"] = signum
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
+        if received["proc"] is not None:
+            try:
+                received["proc"].send_signal(signum)
+            except ProcessLookupError:
+                pass
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
+        log = run.dir.open_append(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "client.log"))
+        try:
+            with locks.hold(run.dir, "run", shared=True), \
+                    locks.hold(run.dir, locks.shard_lock_name(attempt["shard_id"])):
+                _readiness(run, attempt, "running", None)
+            if received["signal"] is not None:  # stopped before the client started: do not start it
+                return {"started_at": started, "exit_code": None, "signal": received["signal"], "error": None,
+                        "interrupted": received["signal"]}
+            try:
+                received["proc"] = proc = subprocess.Popen(
+                    run.plan["command"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    env=_client_env(run, attempt, env), close_fds=True)
+            except OSError as exc:
+                return {"started_at": started, "exit_code": None, "signal": None,
+                        "error": f"cannot start the client {run.plan['command'][0]!r}: {exc.strerror}"}
+        finally:
+            os.close(log)
+        if received["signal"] is not None:  # arrived while the client was being started
+            forward(received["signal"], None)
         while True:
             try:
                 code = proc.wait()
@@ -227,7 +235,9 @@ def _run_client(run: Run, attempt: dict, env: dict) -> dict:
                 continue
     finally:
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            # once stopped, further stop signals (the scheduler repeats them) must not end this process before it
+            # has recorded readiness "stopped"; it then ends by the first signal itself
+            signal.signal(s, signal.SIG_IGN if received["signal"] is not None else handler)
     return {"started_at": started, "exit_code": code if code >= 0 else None,
             "signal": -code if code < 0 else received["signal"], "error": None, "interrupted": received["signal"]}
 

@@ -191,5 +191,7 @@ def test_a_preempted_task_is_requeued_by_slurm_and_its_attempt_goes_on_to_win(cl
     assert attempt_record(run_dir, other)["restarts"] == 0
     for s in status["shards"]:
         assert (s["state"], s["winner"]) == ("succeeded", "attempt-0001"), s
-    states = [r["state"] for r in sacct_rows(job) if r["job"] == f"{job}_{task}"]
+    # the attempt sealed its shard before its job's end reached accounting (which lags): wait for the last row
+    states = wait_until(lambda: (lambda rows: rows if rows[-1:] != ["RUNNING"] else None)(
+        [r["state"] for r in sacct_rows(job) if r["job"] == f"{job}_{task}"]), 30, "the task's end in accounting")
     assert states == ["PREEMPTED", "COMPLETED"], states
