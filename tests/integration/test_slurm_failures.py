@@ -93,7 +93,10 @@ def test_scancel_of_a_running_task_fails_its_shard_as_cancelled_from_accounting_
     assert status["retryable"] == ["shard-00001"]
     attempt = attempt_record(run_dir, "shard-00001")
     assert attempt["state"] == "failed" and attempt["terminal"]["classification"] == "cancelled", attempt
-    readiness = attempt_record(run_dir, "shard-00001", name="readiness.json")
+    # slurmctld marks the job CANCELLED (and accounting says so) at once, while the allocation's tau-attempt may
+    # still be handling its SIGTERM: wait for it to record the stop
+    readiness = wait_until(lambda: (lambda r: r if r["state"] == "stopped" else None)(
+        attempt_record(run_dir, "shard-00001", name="readiness.json")), 15, "readiness records the stop")
     assert readiness["state"] == "stopped" and "signal" in readiness["message"], readiness
     assert not (run_dir / "shards" / "shard-00001" / "attempts" / "attempt-0001" / "result.json").exists()
     # the other task is untouched: still running from the queue

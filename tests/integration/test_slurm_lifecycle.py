@@ -148,7 +148,9 @@ def test_a_requeued_task_goes_pending_then_the_same_attempt_restarts_cleanly_and
                                  (4, "restarting", 1), (5, "running", 1), (6, "stopped", 1)], watcher.snapshots
     final = attempt_record(run_dir, "shard-00000", name="readiness.json")
     assert final["message"] is None  # stopped after a complete result, not by a signal
-    states = [r["state"] for r in sacct_rows(job) if r["job"] == f"{job}_0"]
+    # the attempt sealed its shard before its job's end reached accounting (which lags): wait for the last row
+    states = wait_until(lambda: (lambda rows: rows if rows[-1:] != ["RUNNING"] else None)(
+        [r["state"] for r in sacct_rows(job) if r["job"] == f"{job}_0"]), 30, "the task's end in accounting")
     assert states == ["REQUEUED", "COMPLETED"], states
 
 
