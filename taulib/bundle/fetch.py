@@ -58,24 +58,8 @@ def _destination(destination: str) -> tuple[int, str, bool]:
     return parent_fd, name, True
 
 
-def _make_dirs(stage_fd: int, rel: str) -> int:
-    """Folders of rel below the stage (0700), returning the descriptor of the file's folder (stage_fd itself for
-    a top-level file)."""
-    fd = stage_fd
-    for segment in rel.split("/")[:-1]:
-        try:
-            os.mkdir(segment, 0o700, dir_fd=fd)
-        except FileExistsError:
-            pass
-        new = os.open(segment, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-        if fd != stage_fd:
-            os.close(fd)
-        fd = new
-    return fd
-
-
 def _create(stage_fd: int, rel: str) -> int:
-    dfd = _make_dirs(stage_fd, rel)
+    dfd = mf.make_folders(stage_fd, rel)
     try:
         return os.open(rel.rsplit("/", 1)[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                        0o600, dir_fd=dfd)

@@ -162,6 +162,22 @@ def open_in_tree(root_fd: int, rel: str) -> int:
     return file_fd
 
 
+def make_folders(root_fd: int, rel: str) -> int:
+    """Folders of rel below root (created 0700 as needed, no symlink followed); returns the descriptor of the
+    file's folder (root_fd itself for a top-level file; any other is the caller's to close)."""
+    fd = root_fd
+    for segment in rel.split("/")[:-1]:
+        try:
+            os.mkdir(segment, 0o700, dir_fd=fd)
+        except FileExistsError:
+            pass
+        new = os.open(segment, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        if fd != root_fd:
+            os.close(fd)
+        fd = new
+    return fd
+
+
 def read_ack(root_fd: int, rel: str) -> bytes | None:
     """Bytes of an acknowledgement file (`.tau/bundles/NAME`) below root, or None; no symlink is followed."""
     fd = root_fd

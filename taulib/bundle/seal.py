@@ -72,25 +72,10 @@ def _index_entry(root: str, index: str | None, generation: str) -> dict | None:
     return {"path": rel, "sha256": jsonio.sha256_hex(data), "generation": generation}
 
 
-def _folder(root_fd: int, rel: str) -> int:
-    """Descriptor of the folder of DIR/rel, created 0700 as needed, no symlink followed."""
-    dfd = root_fd
-    for segment in rel.split("/")[:-1]:
-        try:
-            os.mkdir(segment, 0o700, dir_fd=dfd)
-        except FileExistsError:
-            pass
-        new = os.open(segment, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-        if dfd != root_fd:
-            os.close(dfd)
-        dfd = new
-    return dfd
-
-
 def _write_once(root_fd: int, rel: str, data: bytes) -> bool:
     """Publish DIR/rel with the writer's link-no-overwrite protocol. True when created, False when identical
     bytes were there; other bytes are a conflict."""
-    dfd = _folder(root_fd, rel)
+    dfd = mf.make_folders(root_fd, rel)
     try:
         name = rel.rsplit("/", 1)[1]
         if store.link_new(dfd, name, data):
@@ -106,7 +91,7 @@ def _write_once(root_fd: int, rel: str, data: bytes) -> bool:
 
 def _replace(root_fd: int, rel: str, data: bytes) -> None:
     """Replace DIR/rel with the writer's rename protocol: for the mutable current pointer only."""
-    dfd = _folder(root_fd, rel)
+    dfd = mf.make_folders(root_fd, rel)
     try:
         store.rename_over(dfd, rel.rsplit("/", 1)[1], data)
     finally:
