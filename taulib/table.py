@@ -26,3 +26,21 @@ def status(doc: dict) -> str:
         scheduler = obs["state"] if obs and (live or obs["terminal"]) else None
         rows.append([shard["id"], shard["state"], shard["attempt"], shard["winner"], scheduler, shard["reason"]])
     return head + "\n" + render(["SHARD", "STATE", "ATTEMPT", "WINNER", "SCHEDULER", "REASON"], rows)
+
+
+def observations(doc: dict) -> str:
+    """A tau.observations document (tau-observe RUN_DIR -o table)."""
+    sources = doc["sources"]
+    head = (f"run {doc['run_id']} ({doc['executor']}) observed at {doc['observed_at']}: queue {sources['queue']}, "
+            f"accounting {sources['accounting']}{': ' + sources['reason'] if sources.get('reason') else ''}\n")
+
+    def seen(view: dict | None) -> str | None:
+        if view is None:
+            return None
+        return view["state"] + (f" ({view['reason']})" if view.get("reason") else "")
+
+    rows = [[a["shard_id"], a["attempt_id"], f"{a['scheduler']['executor']} {a['scheduler']['job_id']}"
+             f"_{a['scheduler']['task_index']}", seen(a["queue"]), seen(a["accounting"])] for a in doc["attempts"]]
+    if not rows:
+        return head + "no live attempts\n"
+    return head + "\n" + render(["SHARD", "ATTEMPT", "SCHEDULER", "QUEUE", "ACCOUNTING"], rows)

@@ -1,21 +1,30 @@
-"""A tiny Kubernetes API server on 127.0.0.1 for tests: Jobs and RayJobs served as the API serves them.
+"""A small Kubernetes API server on 127.0.0.1 for tests: recorded objects served as the API server serves them.
 
-`KubeAPI()` answers, from a thread, `GET /apis/batch/v1/namespaces/NS/jobs/NAME` and
-`GET /apis/ray.io/v1/namespaces/NS/rayjobs/NAME` with the object (200), a `Status` NotFound (404), a `Status`
-Forbidden (403) for a kind listed in `deny`, the API server's answer for an absent CRD (404) when `ray_crd` is
-False, or a `Status` InternalError for a kind listed in `broken`. `kubeconfig(path)` writes a kubeconfig (no auth)
-pointing at it; pass it with KUBECONFIG. `requests` lists the paths asked for. Use it as a context manager.
+`KubeAPI()` serves, from a thread, Jobs (batch/v1), Pods (v1), RayJobs (ray.io/v1) and Kueue Workloads
+(kueue.x-k8s.io/v1beta1): `GET .../namespaces/NS/PLURAL/NAME` answers the object (200) or a `Status` NotFound naming
+it (404); `GET .../namespaces/NS/PLURAL?labelSelector=...` answers a `{"kind": "PodList", "items": [...]}`-style
+list filtered by the selector (equality `k=v`, `k==v`, `k!=v`, set-based `k in (a,b)`, `k notin (a,b)`, `k`, `!k`,
+comma-joined); `GET /apis/GROUP/VERSION` answers the discovery `APIResourceList`. A group listed in `absent` (a CRD
+that is not installed) answers every path under it with the API server's plain `404 page not found`. A plural in
+`deny` answers a `Status` Forbidden (403), one in `broken` a `Status` InternalError (500). `requests` lists the
+paths (with query) asked for. `kubeconfig(path)` writes a kubeconfig (no auth) pointing at it; pass it with
+KUBECONFIG. Use it as a context manager.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
 
 NAMESPACE = "team-a"
-KINDS = {("batch", "v1", "jobs"): ("Job", "batch/v1"), ("ray.io", "v1", "rayjobs"): ("RayJob", "ray.io/v1")}
+# (group, version, plural) -> kind; group "" is the core group, served under /api
+RESOURCES = {("batch", "v1", "jobs"): "Job", ("", "v1", "pods"): "Pod", ("ray.io", "v1", "rayjobs"): "RayJob",
+             ("kueue.x-k8s.io", "v1beta1", "workloads"): "Workload"}
+PLURALS = {kind: key for key, kind in RESOURCES.items()}
 
 
 def status(code: int, reason: str, message: str, details: dict | None = None) -> dict:
@@ -40,22 +49,55 @@ def rayjob(name: str, annotations: dict, namespace: str = NAMESPACE) -> dict:
             "status": {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}}
 
 
+_REQUIREMENT = re.compile(r"^\s*(?:(?P<not>!)\s*(?P<nkey>[^\s,!=()]+)|(?P<key>[^\s,!=()]+)\s*"
+                          r"(?:(?P<op>==|=|!=)\s*(?P<value>[^\s,()]*)|\s(?P<setop>in|notin)\s*\((?P<set>[^)]*)\))?)"
+                          r"\s*(?:,|$)")
+
+
+def selector_matches(selector: str, labels: dict) -> bool:
+    """Whether labels satisfy a Kubernetes label selector (the grammar of apimachinery's labels.Parse)."""
+    rest = selector.strip()
+    while rest:
+        m = _REQUIREMENT.match(rest)
+        if not m:
+            raise ValueError(f"unable to parse requirement: {rest!r}")
+        rest = rest[m.end():].strip()
+        if m["not"]:
+            if m["nkey"] in labels:
+                return False
+        elif m["op"]:
+            present = labels.get(m["key"]) == m["value"]
+            if present == (m["op"] == "!="):
+                return False
+        elif m["setop"]:
+            values = {v.strip() for v in m["set"].split(",") if v.strip()}
+            inside = labels.get(m["key"]) in values
+            if inside != (m["setop"] == "in"):
+                return False
+        elif m["key"] not in labels:
+            return False
+    return True
+
+
 class KubeAPI:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], dict] = {}  # (plural, namespace, name) -> object
         self.deny: set[str] = set()  # plurals whose reads are forbidden
         self.broken: set[str] = set()  # plurals whose reads fail with 500
-        self.ray_crd = True
+        self.absent: set[str] = set()  # API groups not installed (their CRDs are missing)
         self.requests: list[str] = []
+        self.lock = threading.Lock()
         api = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
-                api.requests.append(self.path)
-                code, body = api.answer(self.path.split("?", 1)[0])
-                data = json.dumps(body).encode()
+                with api.lock:
+                    api.requests.append(self.path)
+                    code, body = api.answer(self.path)
+                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "text/plain; charset=utf-8" if isinstance(body, str)
+                                 else "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -75,29 +117,78 @@ class KubeAPI:
         self.server.shutdown()
         self.server.server_close()
 
-    def add(self, obj: dict) -> None:
-        plural = {"Job": "jobs", "RayJob": "rayjobs"}[obj["kind"]]
-        self.objects[(plural, obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
+    # the old switch for the RayJob CRD, kept for the bundle tests
+    @property
+    def ray_crd(self) -> bool:
+        return "ray.io" not in self.absent
 
-    def answer(self, path: str) -> tuple[int, dict]:
-        parts = path.strip("/").split("/")
-        if len(parts) != 7 or parts[0] != "apis" or parts[3] != "namespaces" \
-                or (parts[1], parts[2], parts[5]) not in KINDS:
-            return 404, status(404, "NotFound", "the server could not find the requested resource")
-        group, namespace, plural, name = parts[1], parts[4], parts[5], parts[6]
-        details = {"name": name, "group": group, "kind": plural}
-        if plural == "rayjobs" and not self.ray_crd:
-            return 404, status(404, "NotFound", "the server could not find the requested resource")
+    @ray_crd.setter
+    def ray_crd(self, installed: bool) -> None:
+        (self.absent.discard if installed else self.absent.add)("ray.io")
+
+    def add(self, obj: dict) -> None:
+        with self.lock:
+            plural = PLURALS[obj["kind"]][2]
+            self.objects[(plural, obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
+
+    def remove(self, kind: str, namespace: str, name: str) -> None:
+        with self.lock:
+            self.objects.pop((PLURALS[kind][2], namespace, name), None)
+
+    def load(self, objects: list[dict]) -> None:
+        for obj in objects:
+            self.add(obj)
+
+    def answer(self, raw_path: str) -> tuple[int, dict | str]:
+        url = urlsplit(raw_path)
+        parts = [unquote(p) for p in url.path.strip("/").split("/")]
+        query = parse_qs(url.query)
+        if parts[0] == "api" and len(parts) >= 2:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[0] == "apis" and len(parts) >= 3:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            return 404, "404 page not found\n"
+        served = {plural: kind for (g, v, plural), kind in RESOURCES.items() if g == group and v == version}
+        if group in self.absent or not served:
+            return 404, "404 page not found\n"
+        if not rest:
+            return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion":
+                         f"{group}/{version}" if group else version,
+                         "resources": [{"name": plural, "singularName": kind.lower(), "namespaced": True,
+                                        "kind": kind, "verbs": ["get", "list", "watch"]}
+                                       for plural, kind in sorted(served.items())]}
+        if len(rest) not in (3, 4) or rest[0] != "namespaces" or rest[2] not in served:
+            return 404, "404 page not found\n"
+        namespace, plural = rest[1], rest[2]
+        kind = served[plural]
+        name = rest[3] if len(rest) == 4 else None
+        resource = f"{plural}.{group}" if group else plural
         if plural in self.deny:
-            return 403, status(403, "Forbidden", f'{plural}.{group} "{name}" is forbidden: User '
-                               f'"system:serviceaccount:{namespace}:reader" cannot get resource "{plural}" in API '
-                               f'group "{group}" in the namespace "{namespace}"', details)
+            verb = "get" if name else "list"
+            who = f'{resource} "{name}"' if name else resource
+            return 403, status(403, "Forbidden", f'{who} is forbidden: User "system:serviceaccount:{namespace}:'
+                               f'reader" cannot {verb} resource "{plural}" in API group "{group}" in the namespace '
+                               f'"{namespace}"', {"name": name, "group": group, "kind": plural} if name
+                               else {"group": group, "kind": plural})
         if plural in self.broken:
             return 500, status(500, "InternalError", "Internal error occurred: etcdserver: request timed out")
-        obj = self.objects.get((plural, namespace, name))
-        if obj is None:
-            return 404, status(404, "NotFound", f'{plural}.{group} "{name}" not found', details)
-        return 200, obj
+        if name is not None:
+            obj = self.objects.get((plural, namespace, name))
+            if obj is None:
+                return 404, status(404, "NotFound", f'{resource} "{name}" not found',
+                                   {"name": name, "group": group, "kind": plural})
+            return 200, obj
+        selector = query.get("labelSelector", [""])[0]
+        try:
+            items = [obj for (p, ns, _), obj in sorted(self.objects.items())
+                     if p == plural and ns == namespace
+                     and selector_matches(selector, obj["metadata"].get("labels") or {})]
+        except ValueError as exc:
+            return 400, status(400, "BadRequest", str(exc))
+        return 200, {"kind": f"{kind}List", "apiVersion": f"{group}/{version}" if group else version,
+                     "metadata": {"resourceVersion": "100"},
+                     "items": [{k: v for k, v in obj.items() if k not in ("kind", "apiVersion")} for obj in items]}
 
     def kubeconfig(self, path: Path, namespace: str = NAMESPACE, port: int | None = None) -> Path:
         """A kubeconfig (JSON is YAML) for this server, or for `port` (a closed one), with no auth."""

@@ -12,7 +12,7 @@ access denied (401/403: exit 77, never "not found", since a denied read says not
 (no connection, a timeout, 5xx: exit 69). Both found is ambiguous (exit 2: fetch by URL instead); neither is 66. A
 missing annotation is 1; a malformed store annotation 65; a result path that is `/data` itself or not strictly
 below it 77. The annotations are data: the URL built from them passes `endpoint.parse` here and again in fetch.
-`kubernetes` is imported only inside these functions, so no other command pays for loading it.
+The reads go through `taulib.k8s.api`, which alone imports `kubernetes`, and only when called.
 """
 
 from __future__ import annotations
@@ -29,90 +29,31 @@ STORE = "tau.azure.com/artifact-store"
 RESULT_PATH = "tau.azure.com/result-path"
 STORE_SCHEMA = "tau.run.blob-volume.v1"
 DATA_ROOT = "/data"
-TIMEOUT = (5, 15)  # seconds to connect, seconds per read: a dead API server fails in seconds
-IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
-FOUND, NOT_FOUND, DENIED, UNAVAILABLE = "found", "not found", "access denied", "unavailable"
-
-
-def _api_client(env: dict):
-    """An ApiClient for the kubeconfig (KUBECONFIG or ~/.kube/config), else the in-cluster service account, and
-    the namespace of the current context."""
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
-    path = env.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    namespace = "default"
-    if env.get("KUBECONFIG") or os.path.exists(path):
-        try:
-            config.load_kube_config(config_file=path, client_configuration=configuration, persist_config=False)
-            _, current = config.list_kube_config_contexts(config_file=path)
-            namespace = (current or {}).get("context", {}).get("namespace") or namespace
-        except config.ConfigException as exc:
-            raise BadInput(f"the kubeconfig {path!r} cannot be used: {exc}") from None
-        except OSError as exc:
-            raise BadInput(f"the kubeconfig {path!r} cannot be read: {exc.strerror or exc}") from None
-    else:
-        try:
-            config.load_incluster_config(client_configuration=configuration)
-        except config.ConfigException:
-            raise Unavailable("no Kubernetes configuration: set KUBECONFIG, create ~/.kube/config, or run inside "
-                              "a cluster") from None
-        try:
-            with open(IN_CLUSTER_NAMESPACE) as fh:
-                namespace = fh.read().strip() or namespace
-        except OSError:
-            pass
-    configuration.retries = 1
-    return client.ApiClient(configuration), namespace
-
-
-def _read(what: str, call) -> tuple[str, object]:
-    """(classification, the object or the reason) of one GET."""
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        response = call()
-        return FOUND, json.loads(response.data)
-    except ApiException as exc:
-        if exc.status == 404:
-            return NOT_FOUND, None
-        if exc.status in (401, 403):
-            return DENIED, f"access denied by Kubernetes RBAC reading the {what} (HTTP {exc.status})"
-        return UNAVAILABLE, f"the API server answered HTTP {exc.status} {exc.reason or ''} reading the {what}".strip()
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        return UNAVAILABLE, f"the API server cannot be reached reading the {what} ({type(exc).__name__})"
-    except ValueError:
-        return UNAVAILABLE, f"the API server answered something that is not JSON reading the {what}"
 
 
 def resolve(name: str, namespace: str | None = None, env: dict | None = None) -> dict:
     """{"url", "generation", "kind", "name", "namespace"} of the bundle the Job or RayJob NAME carries."""
-    env = dict(os.environ) if env is None else env
-    from kubernetes import client
+    from taulib.k8s import api
 
-    api, default_namespace = _api_client(env)
-    namespace = namespace or default_namespace
+    env = dict(os.environ) if env is None else env
+    with api.Session(env, timeout=15.0) as session:
+        namespace = namespace or session.namespace
+        job = session.get(api.JOBS, namespace, name)
+        rayjob = session.get(api.RAYJOBS, namespace, name) if not job.unreachable else job
     where = f"{name!r} in namespace {namespace!r}"
-    with api:
-        job = _read(f"Job {where}", lambda: client.BatchV1Api(api).read_namespaced_job(
-            name, namespace, _request_timeout=TIMEOUT, _preload_content=False))
-        rayjob = _read(f"RayJob {where}", lambda: client.CustomObjectsApi(api).get_namespaced_custom_object(
-            "ray.io", "v1", namespace, "rayjobs", name, _request_timeout=TIMEOUT, _preload_content=False))
-    for state, reason in (job, rayjob):
-        if state == DENIED:
-            raise Refused(f"{reason}; a denied read says nothing about whether it exists: ask for get on jobs.batch "
-                          "and rayjobs.ray.io in that namespace", name=name, namespace=namespace)
-    for state, reason in (job, rayjob):
-        if state == UNAVAILABLE:
-            raise Unavailable(f"{reason}; try again when it answers", name=name, namespace=namespace)
-    if job[0] == FOUND and rayjob[0] == FOUND:
+    for read in (job, rayjob):
+        if read.denied:
+            raise Refused(f"{read.reason}; a denied read says nothing about whether it exists: ask for get on "
+                          "jobs.batch and rayjobs.ray.io in that namespace", name=name, namespace=namespace)
+    for read in (job, rayjob):
+        if read.state == api.UNAVAILABLE:
+            raise Unavailable(f"{read.reason}; try again when it answers", name=name, namespace=namespace)
+    if job.state == api.OBSERVED and rayjob.state == api.OBSERVED:
         raise UsageError(f"ambiguous: both a Job and a RayJob are named {where}; fetch by the Blob URL instead",
                          name=name, namespace=namespace)
-    if job[0] != FOUND and rayjob[0] != FOUND:
+    if job.state != api.OBSERVED and rayjob.state != api.OBSERVED:
         raise NotFound(f"no Job or RayJob named {where}", name=name, namespace=namespace)
-    kind, obj = ("Job", job[1]) if job[0] == FOUND else ("RayJob", rayjob[1])
+    kind, obj = ("Job", job.value) if job.state == api.OBSERVED else ("RayJob", rayjob.value)
     annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
     return {**locate(annotations, f"{kind} {where}", env), "kind": kind, "name": name, "namespace": namespace}
 

@@ -1,0 +1,72 @@
+"""Observing one Kubernetes workload: the reads behind a status snapshot (`tau-observe --kubernetes`).
+
+`observe(NAME, NAMESPACE)` reads, in this order, the Job and the RayJob named NAME, the Kueue Workloads that belong to
+them (label `kueue.x-k8s.io/job-uid` of either, and Tau's `tau.azure.com/job=NAME`), and their pods (labels
+`job-name=NAME`, `tau.azure.com/job=NAME`, and `ray.io/cluster=` the RayJob's cluster), merging lists by uid, then
+returns `taulib.k8s.status.snapshot` of those reads. Reads only.
+
+Errors: an API server that cannot be reached at all (the first read gets no answer) is `Unavailable` (69) at once,
+without trying the other reads; when every read is refused (401/403) it is `Refused` (77); when none gives an
+answer (5xx, timeouts) `Unavailable`. Otherwise the snapshot is the answer, with each failed read classified in it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from taulib.errors import Refused, Unavailable
+from taulib.k8s import api, status
+
+
+def observe(name: str, namespace: str | None = None, env: dict | None = None,
+            timeout: float = api.DEFAULT_TIMEOUT) -> dict:
+    env = dict(os.environ) if env is None else env
+    with api.Session(env, timeout) as session:
+        namespace = namespace or session.namespace
+        reads = _read_all(session, name, namespace)
+    where = f"{name!r} in namespace {namespace!r}"
+    if all(r.state == api.UNAVAILABLE for r in reads.values()):
+        reasons = "; ".join(dict.fromkeys(r.reason for r in reads.values() if r.reason))
+        if all(r.denied for r in reads.values()):
+            raise Refused(f"every read of {where} was refused: {reasons}; ask for get and list on jobs.batch, "
+                          "rayjobs.ray.io, workloads.kueue.x-k8s.io and pods in that namespace",
+                          name=name, namespace=namespace)
+        raise Unavailable(f"no read of {where} was answered: {reasons}; try again when the API server answers",
+                          name=name, namespace=namespace)
+    return status.snapshot(name, namespace, **reads)
+
+
+def _read_all(session: api.Session, name: str, namespace: str) -> dict[str, api.Read]:
+    job = session.get(api.JOBS, namespace, name)
+    if job.unreachable:
+        server = session.client.configuration.host
+        raise Unavailable(f"the Kubernetes API server {server} cannot be reached: {job.reason}; check KUBECONFIG "
+                          "and the network, then try again", name=name, namespace=namespace)
+    rayjob = session.get(api.RAYJOBS, namespace, name)
+    uids = sorted(str(r.value["metadata"]["uid"]) for r in (job, rayjob)
+                  if r.state == api.OBSERVED and (r.value.get("metadata") or {}).get("uid"))
+    selectors = [f"tau.azure.com/job={name}"]
+    if uids:
+        selectors.insert(0, f"kueue.x-k8s.io/job-uid in ({','.join(uids)})")
+    workloads = _merged([session.list_(api.WORKLOADS, namespace, s) for s in selectors])
+    cluster = (rayjob.value.get("status") or {}).get("rayClusterName") if rayjob.state == api.OBSERVED else None
+    selectors = [f"job-name={name}", f"tau.azure.com/job={name}"]
+    if isinstance(cluster, str) and cluster:
+        selectors.append(f"ray.io/cluster={cluster}")
+    pods = _merged([session.list_(api.PODS, namespace, s) for s in selectors])
+    return {"job": job, "rayjob": rayjob, "workloads": workloads, "pods": pods}
+
+
+def _merged(reads: list[api.Read]) -> api.Read:
+    """One read of several lists of one type: unavailable if any was, notFound if all were, else the union by uid."""
+    for read in reads:
+        if read.state == api.UNAVAILABLE:
+            return read
+    if all(read.state == api.NOT_FOUND for read in reads):
+        return reads[0]
+    items: dict[str, dict] = {}
+    for read in reads:
+        for item in read.value or []:
+            meta = item.get("metadata") or {}
+            items.setdefault(str(meta.get("uid") or meta.get("name")), item)
+    return api.Read(api.OBSERVED, [items[k] for k in sorted(items)])

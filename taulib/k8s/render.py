@@ -1,0 +1,40 @@
+"""The workload status snapshot as text for people (`tau-observe --kubernetes NAME -o table`)."""
+
+from __future__ import annotations
+
+from taulib import table
+
+
+def snapshot(doc: dict) -> str:
+    lines = [f"{doc['kind']} {doc['name']} in namespace {doc['namespace']}: {doc['state']} ({doc['stateDetail']})"]
+    if doc["degraded"]:
+        lines.append("degraded:")
+        lines.extend(f"  - {issue}" for issue in doc["issues"])
+    reads = ", ".join(f"{what} {obs['state']}" + (f" ({obs['reason']})" if obs["reason"] else "")
+                      for what, obs in doc["observations"].items())
+    lines.append(f"reads: {reads}")
+    if doc["asOf"]:
+        lines.append(f"as of: {doc['asOf']}")
+    out = "\n".join(lines) + "\n"
+    if doc["phases"]:
+        out += "\n" + table.render(["PHASE", "STATUS", "DETAIL", "HINT"],
+                                   [[p["name"], p["status"], p["detail"], p["hint"]] for p in doc["phases"]])
+    if doc["workloads"]:
+        out += "\n" + table.render(
+            ["WORKLOAD", "OWNER", "QUEUE", "PHASE", "ADMITTED", "CHECKS", "REASON"],
+            [[w["name"], w["owner"], w["queue"], w["phase"], "yes" if w["admitted"] else "no",
+              ", ".join(f"{c['name']}={c['state']}" for c in w["admissionChecks"]) or None,
+              ": ".join(p for p in (w["reason"], w["message"]) if p) or None] for w in doc["workloads"]])
+    if doc["pods"]:
+        out += "\n" + table.render(
+            ["POD", "OWNER", "PHASE", "HEALTH", "NODE", "READY", "RESTARTS"],
+            [[p["name"], p["owner"] + (f" ({p['role']})" if p["role"] else "") if p["owner"] else None,
+              p["phase"], p["health"], p["node"], p["ready"], p["restarts"]] for p in doc["pods"]])
+        out += "\n" + table.render(
+            ["POD", "CONTAINER", "KIND", "STATE", "READY", "RESTARTS", "REASON", "EXIT", "LAST REASON", "LAST EXIT"],
+            [[p["name"], c["name"], c["kind"], c["state"], "yes" if c["ready"] else "no", c["restartCount"],
+              c["reason"], c["exitCode"], c["lastReason"], c["lastExitCode"]]
+             for p in doc["pods"] for c in p["containers"]])
+    elif doc["observations"]["pods"]["state"] == "observed":
+        out += "\nno pods\n"
+    return out
