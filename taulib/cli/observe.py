@@ -98,3 +98,9 @@ def _watch(read, render, interval: float) -> None:
         if done:
             return
         time.sleep(interval)
+
+
+main = common.main_for("tau-observe", cli)
+
+if __name__ == "__main__":
+    main()

@@ -6,7 +6,7 @@ from taulib import table
 
 
 def snapshot(doc: dict) -> str:
-    lines = [f"{doc['kind']} {doc['name']} in namespace {doc['namespace']}: {doc['state']} ({doc['stateDetail']})"]
+    lines = [f"{doc['kind']} {doc['name']} in namespace {doc['namespace']}: {doc['state']}", f"  {doc['stateDetail']}"]
     if doc["degraded"]:
         lines.append("degraded:")
         lines.extend(f"  - {issue}" for issue in doc["issues"])
@@ -18,7 +18,7 @@ def snapshot(doc: dict) -> str:
     out = "\n".join(lines) + "\n"
     if doc["phases"]:
         out += "\n" + table.render(["PHASE", "STATUS", "DETAIL", "HINT"],
-                                   [[p["name"], p["status"], p["detail"], p["hint"]] for p in doc["phases"]])
+                                   [[p["name"], p["status"], _short(p["detail"]), p["hint"]] for p in doc["phases"]])
     if doc["workloads"]:
         out += "\n" + table.render(
             ["WORKLOAD", "OWNER", "QUEUE", "PHASE", "ADMITTED", "CHECKS", "REASON"],
@@ -38,3 +38,8 @@ def snapshot(doc: dict) -> str:
     elif doc["observations"]["pods"]["state"] == "observed":
         out += "\nno pods\n"
     return out
+
+
+def _short(text: str, width: int = 100) -> str:
+    """A phase detail cut for a terminal line; the whole text is in the JSON snapshot."""
+    return text if len(text) <= width else text[:width - 1] + "…"

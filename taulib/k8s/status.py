@@ -45,7 +45,7 @@ RAYJOB_DEPLOYMENT = {
     "Retrying": ("pending", "retrying: a new RayCluster is being created after a failed attempt"),
     "Running": ("running", "running on its RayCluster"),
     "Complete": ("succeeded", "complete"),  # refined by RAYJOB_COMPLETE: older KubeRay ends failed jobs Complete
-    "Failed": ("failed", "failed"),
+    "Failed": ("failed", "the RayJob failed"),
     "ValidationFailed": ("failed", "the RayJob spec failed validation"),
 }
 # jobStatus when jobDeploymentStatus is Complete -> state
@@ -120,9 +120,10 @@ def job_state(job: dict) -> tuple[str, str, str | None]:
     st = _status(job)
     failed = _condition(job, "Failed") or _condition(job, "FailureTarget")
     if failed:
-        return "failed", f"failed ({failed.get('reason') or failed['type']})", _explain(failed, "the Job failed")
+        why = failed.get("reason") or failed["type"]
+        return "failed", f"the Job failed ({why})", _explain(failed, "the Job failed")
     if _condition(job, "Complete") or _condition(job, "SuccessCriteriaMet"):
-        return "succeeded", "complete", None
+        return "succeeded", "the Job completed", None
     active = _int(st.get("active"))
     if active:
         ready = st.get("ready")
