@@ -29,7 +29,7 @@ def observe(run) -> dict:
     attempts = live_attempts(run)
     observed_at = jsonio.now_rfc3339()
     executor = run.plan["scheduler"]["profile"]
-    sources = {"queue": "ok", "accounting": "ok", "reason": None}
+    sources = {"queue": "observed", "accounting": "observed", "reason": None}
     local_attempts = [a for a in attempts if a["scheduler"]["executor"] == "local"]
     slurm_attempts = [a for a in attempts if a["scheduler"]["executor"] == "slurm"]
     views = []
@@ -60,8 +60,8 @@ def apply(run, doc: dict) -> dict:
     if doc["run_id"] != run.run_id:
         raise BadInput(f"observations on standard input are for run {doc['run_id']!r}, not {run.run_id!r}")
     observed_at = jsonio.parse_time(doc["observed_at"])
-    queue_ok = doc["sources"]["queue"] == "ok"
-    accounting_ok = doc["sources"]["accounting"] == "ok"
+    queue_ok = doc["sources"]["queue"] == "observed"
+    accounting_ok = doc["sources"]["accounting"] == "observed"
     seen_by_shard: dict[str, list[dict]] = {}
     for view in doc["attempts"]:
         try:

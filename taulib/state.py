@@ -136,14 +136,32 @@ def run_status(run, sources: dict | None = None, update_index: bool = False) -> 
     counts = {state: 0 for state in reconcile.SHARD_STATES}
     for shard in shards:
         counts[shard["state"]] += 1
+    reason = degraded_reason(shards)
     return {
         "kind": "tau.status", "schema_version": 1, "run_id": run.run_id, "run_dir": run.path,
         "state": reconcile.run_state(counts),
+        "degraded": reason is not None,
+        "reason": reason,
         "counts": counts,
         "retryable": [s["id"] for s in shards if s["state"] in reconcile.RETRYABLE],
         "sources": sources,
         "shards": shards,
     }
+
+
+REASON_SHARDS = 5  # shards named in a run's reason; the shards list has every one
+
+
+def degraded_reason(shards: list[dict]) -> str | None:
+    """Why a run is degraded (some shard failed or unknown), in the words every tau status uses; None when it
+    is not. A failed run always has one."""
+    bad = [s for s in shards if s["state"] in reconcile.RETRYABLE]
+    if not bad:
+        return None
+    parts = [f"{s['id']} {s['state']}: {s['reason']}" for s in bad[:REASON_SHARDS]]
+    if len(bad) > REASON_SHARDS:
+        parts.append(f"and {len(bad) - REASON_SHARDS} more")
+    return "; ".join(parts)
 
 
 def unsealed_shards(run) -> list[str]:

@@ -13,8 +13,10 @@ def render(headers: list[str], rows: list[list[object]]) -> str:
 def status(doc: dict) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in doc["counts"].items() if v)
     head = f"run {doc['run_id']}: {doc['state']} ({counts})\n"
+    if doc.get("degraded"):
+        head += f"degraded: {doc['reason']}\n"
     sources = doc.get("sources")
-    if sources and (sources.get("queue") != "ok" or sources.get("accounting") != "ok"):
+    if sources and (sources.get("queue") != "observed" or sources.get("accounting") != "observed"):
         head += (f"scheduler sources: queue {sources.get('queue')}, accounting {sources.get('accounting')}"
                  f"{': ' + sources['reason'] if sources.get('reason') else ''}\n")
     rows = []

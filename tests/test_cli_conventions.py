@@ -31,7 +31,7 @@ ALLOCATION = {"TAU_LOCAL_JOB_ID": "submission-0001", "TAU_LOCAL_TASK_ID": "0"}
 def observations_for(run_id: str) -> str:
     return json.dumps({"kind": "tau.observations", "schema_version": 1, "run_id": run_id,
                        "observed_at": "2030-01-01T00:00:00.000000Z", "executor": "local",
-                       "sources": {"queue": "ok", "accounting": "ok", "reason": None}, "attempts": []})
+                       "sources": {"queue": "observed", "accounting": "observed", "reason": None}, "attempts": []})
 
 
 def invocation(command: str, run_dir: Path) -> tuple[list[str], str | None, dict]:

@@ -19,7 +19,7 @@ from urllib.parse import unquote_plus
 import k8s_fixtures
 import kubeapi
 import pytest
-from helpers import BIN, env_for_tests, error_of, tau
+from helpers import BIN, env_for_tests, error_of, init_run, tau
 
 from taulib import schema
 
@@ -302,6 +302,33 @@ def test_an_api_server_that_accepts_but_never_answers_exits_69_after_the_request
     assert proc.returncode == 69, proc.stderr
     assert elapsed < 6, f"took {elapsed:.1f} s"
     assert "timed out" in error_of(proc)["message"]
+
+
+# -- the kubernetes package is loaded on this path only -------------------------------------------------------------
+
+LOADED_MODULES = """
+import sys
+from taulib.cli import common, observe
+code = common.run_command("tau-observe", observe.cli, sys.argv[1:])
+loaded = [m for m in sys.modules if m == "kubernetes" or m.startswith("kubernetes.")]
+print(code, "LOADED" if loaded else "CLEAN", file=sys.stderr)
+"""
+
+
+def loads_kubernetes(*args: str, env: dict | None = None) -> tuple[int, str]:
+    proc = subprocess.run([str(BIN / "python"), "-c", LOADED_MODULES, *args], capture_output=True, text=True,
+                          env=env_for_tests(env), timeout=60)
+    code, verdict = proc.stderr.strip().splitlines()[-1].split()
+    return int(code), verdict
+
+
+def test_observing_a_run_does_not_load_the_kubernetes_package_and_observing_a_workload_does(api, workspace):
+    run_dir = init_run(workspace)
+    assert loads_kubernetes(str(run_dir)) == (0, "CLEAN")
+    assert loads_kubernetes(str(run_dir), "-o", "table") == (0, "CLEAN")
+    assert loads_kubernetes("--help") == (0, "CLEAN")
+    stage(api, k8s_fixtures.job_succeeded())
+    assert loads_kubernetes("--kubernetes", "train-7", env={"KUBECONFIG": str(api.config)}) == (0, "LOADED")
 
 
 # -- usage ---------------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ def observation(run_id: str = "run", shard: str = "shard-00001", attempt: str = 
     """A valid observations document: the local executor's accounting says the attempt failed."""
     return {"kind": "tau.observations", "schema_version": 1, "run_id": run_id,
             "observed_at": "2030-01-01T00:00:00.000000Z", "executor": "local",
-            "sources": {"queue": "ok", "accounting": "ok", "reason": None},
+            "sources": {"queue": "observed", "accounting": "observed", "reason": None},
             "attempts": [{"shard_id": shard, "attempt_id": attempt,
                           "scheduler": {"executor": "local", "job_id": "submission-0001", "task_index": task_index},
                           "queue": None,
@@ -47,7 +47,7 @@ def test_observe_prints_one_observations_document_and_writes_nothing(settled):
     doc = json.loads(proc.stdout)
     assert (doc["kind"], doc["schema_version"], doc["run_id"], doc["executor"]) == (
         "tau.observations", 1, "run", "local")
-    assert doc["sources"] == {"queue": "ok", "accounting": "ok", "reason": None}
+    assert doc["sources"] == {"queue": "observed", "accounting": "observed", "reason": None}
     assert doc["attempts"] == []  # every attempt has finished: nothing is live
     assert snapshot(settled) == before
 
@@ -70,7 +70,18 @@ def test_observe_lists_the_live_attempts_of_a_running_run(workspace):
     for view in doc["attempts"]:
         assert view["accounting"] is None
         assert view["queue"]["state"] in ("pending", "running")
-    assert settle(run_dir)["state"] == "succeeded"
+    table = tau("tau-observe", str(run_dir), "-o", "table")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].startswith("run run (local) observed at ") and "queue observed, accounting observed" in lines[0]
+    assert lines[2].split() == ["SHARD", "ATTEMPT", "SCHEDULER", "QUEUE", "ACCOUNTING"]
+    assert [line.split()[:4] for line in lines[3:]] == [
+        ["shard-00000", "attempt-0001", "local", "submission-0001_0"],
+        ["shard-00001", "attempt-0001", "local", "submission-0001_1"]]
+    final = settle(run_dir)
+    assert (final["state"], final["degraded"], final["reason"]) == ("succeeded", False, None)
+    table = tau("tau-observe", str(run_dir), "-o", "table")
+    assert table.stdout.splitlines()[1:] == ["no live attempts"]
 
 
 # -- tau-reconcile ------------------------------------------------------------------------------------------------
@@ -83,6 +94,7 @@ def test_observe_piped_into_reconcile_prints_the_run_status(settled):
     assert (doc["kind"], doc["run_id"], doc["state"]) == ("tau.status", "run", "failed")
     assert {k: v for k, v in doc["counts"].items() if v} == {"succeeded": 3, "failed": 1}
     assert doc["retryable"] == ["shard-00001"]
+    assert (doc["degraded"], doc["reason"]) == (True, "shard-00001 failed: the client exited with status 3")
     failed = [s for s in doc["shards"] if s["state"] == "failed"]
     assert [(s["id"], s["attempt"], s["winner"], s["reason"]) for s in failed] == [
         ("shard-00001", "attempt-0001", None, "the client exited with status 3")]
@@ -95,8 +107,9 @@ def test_reconcile_as_a_table_has_a_header_and_one_line_per_shard(settled):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "run run: failed (succeeded 3, failed 1)"
-    assert lines[2].split() == ["SHARD", "STATE", "ATTEMPT", "WINNER", "SCHEDULER", "REASON"]
-    assert [line.split()[:2] for line in lines[3:]] == [
+    assert lines[1] == "degraded: shard-00001 failed: the client exited with status 3"
+    assert lines[3].split() == ["SHARD", "STATE", "ATTEMPT", "WINNER", "SCHEDULER", "REASON"]
+    assert [line.split()[:2] for line in lines[4:]] == [
         ["shard-00000", "succeeded"], ["shard-00001", "failed"], ["shard-00002", "succeeded"],
         ["shard-00003", "succeeded"]]
 

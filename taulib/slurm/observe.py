@@ -29,7 +29,7 @@ def _view(row: parse.Row, restarts: int = 0) -> dict:
 def observe(attempts: list[dict]) -> tuple[list[dict], dict]:
     """(views, sources) for Slurm attempts."""
     job_ids = sorted({a["scheduler"]["job_id"] for a in attempts}, key=int)
-    sources = {"queue": "ok", "accounting": "ok", "reason": None}
+    sources = {"queue": "observed", "accounting": "observed", "reason": None}
     reasons = []
     queue: dict[tuple[str, int | None], parse.Row] = {}
     accounting: dict[tuple[str, int | None], tuple[parse.Row, int]] = {}

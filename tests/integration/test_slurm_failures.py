@@ -195,7 +195,7 @@ def test_with_slurmdbd_down_accounting_is_unavailable_and_nothing_is_guessed_unt
     with daemon_stopped("slurmdbd"):
         status = observe_reconcile(run_dir)
         assert status["sources"]["accounting"] == "unavailable", status["sources"]
-        assert status["sources"]["queue"] == "ok"
+        assert status["sources"]["queue"] == "observed"
         assert "sacct" in status["sources"]["reason"], status["sources"]
         for s in status["shards"]:
             obs = observation_of(status, s["id"])
@@ -219,7 +219,7 @@ def test_with_slurmdbd_down_accounting_is_unavailable_and_nothing_is_guessed_unt
         assert not status["changes"], status["changes"]
 
     # slurmdbd is back: slurmctld hands it the records it kept, and the cancellation becomes evidence
-    status = wait_for(lambda st: st["sources"]["accounting"] == "ok"
+    status = wait_for(lambda st: st["sources"]["accounting"] == "observed"
                       and shard(st, "shard-00001")["state"] == "failed", run_dir, timeout=60)
     obs = observation_of(status, "shard-00001")
     assert (obs["state"], obs["source"], obs["terminal"]) == ("cancelled", "accounting", True), obs

@@ -100,7 +100,7 @@ def test_the_cron_line_writes_a_valid_status_document_of_the_run_beside_it(clust
     assert not Path(f"{_status_file(run_dir)}.tmp").exists()
     assert (status["kind"], status["schema_version"]) == ("tau.status", 1), status
     assert (status["run_id"], status["run_dir"]) == (run_dir.name, str(run_dir)), status
-    assert status["sources"] == {"queue": "ok", "accounting": "ok", "reason": None}
+    assert status["sources"] == {"queue": "observed", "accounting": "observed", "reason": None}
     assert status["changes"] == []
     for key in ("state", "counts", "retryable", "shards"):
         assert status[key] == expected[key], key
