@@ -65,6 +65,17 @@ def test_a_job_resolves_when_the_rayjob_crd_is_not_installed(api):
     assert kube.resolve("train", None, {"KUBECONFIG": str(api.config)})["kind"] == "Job"
 
 
+def test_a_rayjob_resolves_beside_its_own_submitter_job_of_the_same_name(api):
+    ray = kubeapi.rayjob("tune", annotations(generation="r5"))
+    submitter = kubeapi.job("tune", {})  # KubeRay names the submitter Job after the RayJob and owns it
+    submitter["metadata"]["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "tune",
+                                                 "uid": ray["metadata"]["uid"], "controller": True}]
+    api.add(ray)
+    api.add(submitter)
+    found = kube.resolve("tune", None, {"KUBECONFIG": str(api.config)})
+    assert (found["kind"], found["generation"]) == ("RayJob", "r5")
+
+
 # -- refusals -------------------------------------------------------------------------------------------------------
 
 def test_a_job_and_a_rayjob_of_the_same_name_are_ambiguous_and_exit_2(api, tmp_path):

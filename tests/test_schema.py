@@ -123,6 +123,10 @@ def corpus(tmp_path_factory) -> dict:
         record = json.loads(Path(path).read_bytes())
         by_name[schema_of(record["kind"])].append(record)
 
+    # workload status snapshots: what tau-observe --kubernetes printed for each scene (test_cli_observe_kubernetes)
+    golden = Path(__file__).resolve().parent / "golden" / "kubernetes"
+    by_name["workload-status"] += [json.loads(p.read_bytes()) for p in sorted(golden.glob("*.json"))]
+
     by_name["plan-request"] += [
         plan(),
         plan(fail_first=("shard-00001",)),

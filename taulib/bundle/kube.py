@@ -9,7 +9,9 @@ and generation. It reads, never writes, and contacts nothing but the API server.
 
 Each read is classified: found; not found (404, which for the RayJob includes the ray.io CRD not being installed);
 access denied (401/403: exit 77, never "not found", since a denied read says nothing about existence); unavailable
-(no connection, a timeout, 5xx: exit 69). Both found is ambiguous (exit 2: fetch by URL instead); neither is 66. A
+(no connection, a timeout, 5xx: exit 69). A Job owned by the RayJob of the same name is KubeRay's submitter: the
+RayJob is the workload. An unrelated Job and RayJob of one name are ambiguous (exit 2: fetch by URL instead);
+neither is 66. A
 missing annotation is 1; a malformed store annotation 65; a result path that is `/data` itself or not strictly
 below it 77. The annotations are data: the URL built from them passes `endpoint.parse` here and again in fetch.
 The reads go through `taulib.k8s.api`, which alone imports `kubernetes`, and only when called.
@@ -48,6 +50,8 @@ def resolve(name: str, namespace: str | None = None, env: dict | None = None) ->
     for read in (job, rayjob):
         if read.state == api.UNAVAILABLE:
             raise Unavailable(f"{read.reason}; try again when it answers", name=name, namespace=namespace)
+    if job.state == api.OBSERVED and rayjob.state == api.OBSERVED and _submitter(job.value, rayjob.value):
+        job = api.Read(api.NOT_FOUND)  # KubeRay's submitter Job carries the RayJob's name: the RayJob is the workload
     if job.state == api.OBSERVED and rayjob.state == api.OBSERVED:
         raise UsageError(f"ambiguous: both a Job and a RayJob are named {where}; fetch by the Blob URL instead",
                          name=name, namespace=namespace)
@@ -56,6 +60,13 @@ def resolve(name: str, namespace: str | None = None, env: dict | None = None) ->
     kind, obj = ("Job", job.value) if job.state == api.OBSERVED else ("RayJob", rayjob.value)
     annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
     return {**locate(annotations, f"{kind} {where}", env), "kind": kind, "name": name, "namespace": namespace}
+
+
+def _submitter(job: dict, rayjob: dict) -> bool:
+    """Whether the Job is owned by the RayJob (by uid): the submitter KubeRay creates under the RayJob's name."""
+    uid = (rayjob.get("metadata") or {}).get("uid")
+    refs = (job.get("metadata") or {}).get("ownerReferences") or []
+    return bool(uid) and any(isinstance(r, dict) and r.get("uid") == uid for r in refs)
 
 
 def locate(annotations: dict, what: str, env: dict | None = None) -> dict:
