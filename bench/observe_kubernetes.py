@@ -97,7 +97,7 @@ def main() -> int:
         for _ in range(ROUNDS):
             for name, argv in cases.items():
                 samples[name].append(timed(argv, env))
-        module = [PY, "-m", "taulib.cli.observe"]
+        module = ["-m", "taulib.cli.observe"]
         imports = {"help": kubernetes_import_ms([*module, "--help"], env),
                    "run": kubernetes_import_ms([*module, str(run_dir)], env),
                    "kubernetes": kubernetes_import_ms([*module, "--kubernetes", "train-7"], env)}
