@@ -142,8 +142,9 @@ def rayjob_state(rayjob: dict) -> tuple[str, str, str | None, str | None]:
     st = _status(rayjob)
     deployment = st.get("jobDeploymentStatus") or ""
     app = st.get("jobStatus") or ""
+    app = app if isinstance(app, str) else repr(app)
     explained = ": ".join(p for p in (st.get("reason"), st.get("message")) if p) or None
-    if not isinstance(deployment, str) or deployment not in RAYJOB_DEPLOYMENT:
+    if not isinstance(deployment, str) or deployment not in RAYJOB_DEPLOYMENT:  # a newer KubeRay: never guessed
         return "unknown", f"unrecognised jobDeploymentStatus {deployment!r} (jobStatus {app!r})", None, None
     state, detail = RAYJOB_DEPLOYMENT[deployment]
     if deployment == "Complete":
