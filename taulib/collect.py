@@ -266,14 +266,11 @@ def _progress(plan: dict, status: dict) -> dict:
 
 def _settle_job(run, plan: dict, status: dict, parent_fd: int, name: str) -> dict:
     """Where is an unfinished Slurm collection? Returns a summary; state "failed" means start a new one."""
-    import time as _time
-
     from taulib.slurm import commands
 
     if status["state"] == "prepared":  # sbatch's reply was lost: find the job by its exact name, or retire it
-        created = jsonio.parse_time(plan["created_at"])
-        since = _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(created - 60))
-        found = commands.find_by_name(_job_name(run, plan["collection_id"]), os.getuid(), since)
+        found = commands.find_by_name(_job_name(run, plan["collection_id"]), os.getuid(),
+                                      jsonio.parse_time(plan["created_at"]))
         if len(found) > 1 or any(tasks != {None} for tasks in found.values()):
             raise Conflict(f"Slurm jobs {sorted(found)} carry the name of collection {plan['collection_id']}; "
                            "cancel the extra ones and run tau-collect again")
@@ -447,9 +444,9 @@ def _remove_stage(parent_fd: int, stage: str) -> None:
         return
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         raise Refused(f"stage {stage!r} exists and is not a folder of ours; remove it by hand", path=stage)
-    from taulib.store import _rmtree_at
+    from taulib.store import rmtree_at
 
-    _rmtree_at(parent_fd, stage)
+    rmtree_at(parent_fd, stage)
     os.fsync(parent_fd)
 
 

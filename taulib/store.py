@@ -380,7 +380,7 @@ class RunDir:
             os.close(fd)
         for k in [k for k in self._dirs if k.startswith(key + "/")]:
             os.close(self._dirs.pop(k))
-        _rmtree_at(parent, name)
+        rmtree_at(parent, name)
         os.fsync(parent)
 
     # -- internals ----------------------------------------------------------------------------------------------
@@ -527,7 +527,9 @@ def _unlink_quiet(name: str, dfd: int) -> None:
         pass
 
 
-def _rmtree_at(parent_fd: int, name: str) -> None:
+def rmtree_at(parent_fd: int, name: str) -> None:
+    """Remove the folder NAME of the folder PARENT_FD with everything in it, following no symlink (a symlink or a
+    file there is unlinked). Missing is done."""
     try:
         fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     except FileNotFoundError:
@@ -541,7 +543,7 @@ def _rmtree_at(parent_fd: int, name: str) -> None:
         for entry in os.listdir(fd):
             st = os.stat(entry, dir_fd=fd, follow_symlinks=False)
             if stat.S_ISDIR(st.st_mode):
-                _rmtree_at(fd, entry)
+                rmtree_at(fd, entry)
             else:
                 _unlink_quiet(entry, fd)
     finally:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 from taulib import failpoints, jsonio, layout, local, locks, state
 from taulib.errors import Busy, Conflict
@@ -120,9 +119,7 @@ def _resolve(run, plan: dict, status: dict) -> dict:
         return _bind(run, plan, status, plan["submission_id"])
     from taulib.slurm import commands
 
-    created = jsonio.parse_time(plan["created_at"])
-    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(created - 60))
-    found = commands.find_by_name(plan["job_name"], os.getuid(), since)
+    found = commands.find_by_name(plan["job_name"], os.getuid(), jsonio.parse_time(plan["created_at"]))
     expected = {t["task_index"] for t in plan["tasks"]}
     deadline = status["deadline"]
     past_deadline = jsonio.now_rfc3339() > deadline

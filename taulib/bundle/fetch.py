@@ -123,9 +123,9 @@ def fetch(source: str, destination: str, generation: str | None, current: bool =
             publish.rename_noreplace(parent_fd, stage, name)
             os.fsync(parent_fd)
         except BaseException:
-            from taulib.store import _rmtree_at
+            from taulib.store import rmtree_at
 
-            _rmtree_at(parent_fd, stage)
+            rmtree_at(parent_fd, stage)
             if removed_empty:
                 try:
                     os.mkdir(name, 0o700, dir_fd=parent_fd)

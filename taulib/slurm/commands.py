@@ -108,11 +108,18 @@ def sbatch(script_path: str) -> str:
                         "tau-retry") from None
 
 
-def find_by_name(name: str, uid: int, since_local: str) -> dict[str, set[int | None]]:
-    """Jobs of this user with exactly this name submitted at or after `since_local`, from squeue and sacct: job id
-    -> task indices seen. The submit time matters: a job name is derived from the run id and the plan, so another
-    run with the same directory name and plan (one removed and made again) has jobs of the same name; squeue keeps
-    finished jobs for MinJobAge and sacct's --starttime also selects older jobs that ended later."""
+LOOKUP_SLACK = 60  # seconds before a journal entry was made that a lookup accepts (login node vs slurmctld clocks)
+
+
+def find_by_name(name: str, uid: int, created: float) -> dict[str, set[int | None]]:
+    """Jobs of this user with exactly this name submitted at or after `created` (the epoch time the journal entry
+    was made) less LOOKUP_SLACK, from squeue and sacct: job id -> task indices seen. The submit time matters: a job
+    name is derived from the run id and the plan, so another run with the same directory name and plan (one removed
+    and made again) has jobs of the same name; squeue keeps finished jobs for MinJobAge and sacct's --starttime also
+    selects older jobs that ended later. Slurm prints and takes local time."""
+    import time
+
+    since_local = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(created - LOOKUP_SLACK))
     found: dict[str, set[int | None]] = {}
     proc = _run(["squeue", "--noheader", "--array", "--states=all", f"--user={uid}", f"--name={name}",
                  "--format=%i|%j|%V"], _seconds("TAU_SLURM_TIMEOUT", 30))
