@@ -200,3 +200,31 @@ class KubeAPI:
                                                          "namespace": namespace}}]}
         path.write_text(json.dumps(doc))
         return path
+
+
+def main(argv: list[str]) -> int:
+    """`python tests/kubeapi.py SCENE KUBECONFIG`: serve a scene of tests/k8s_fixtures.py until SIGTERM, after
+    writing a kubeconfig for it (for shell tests: tests/bats/kubernetes.bats)."""
+    import signal
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import k8s_fixtures
+
+    scene = k8s_fixtures.FIXTURES[argv[0]]()
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    with KubeAPI() as api:
+        api.load(scene["objects"])
+        api.deny |= set(scene.get("deny", ()))
+        api.absent |= set(scene.get("absent", ()))
+        api.kubeconfig(Path(argv[1]))
+        print(api.port, flush=True)
+        stopped.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -33,9 +33,10 @@ setup() {
   run bash -c 'tau-observe "$RUN" | tau-reconcile "$RUN" -o table'
   assert_success
   assert_line --index 0 "run run: failed (succeeded 3, failed 1)"
-  assert_line --index 1 --regexp '^SHARD +STATE +ATTEMPT +WINNER +SCHEDULER +REASON$'
-  assert_line --index 3 --regexp '^shard-00001 +failed +attempt-0001 +- '
-  [ "${#lines[@]}" -eq $((SHARDS + 2)) ]
+  assert_line --index 1 "degraded: shard-00001 failed: the client exited with status 3"
+  assert_line --index 2 --regexp '^SHARD +STATE +ATTEMPT +WINNER +SCHEDULER +REASON$'
+  assert_line --index 4 --regexp '^shard-00001 +failed +attempt-0001 +- '
+  [ "${#lines[@]}" -eq $((SHARDS + 3)) ]
 }
 
 @test "the front command composes the same way: tau observe RUN | tau reconcile RUN" {
