@@ -56,6 +56,7 @@ def cli(source: str | None, destination: str, generation: str | None, current: b
             raise Conflict(f"--generation {generation!r} is not the generation {found['generation']!r} the "
                            f"{found['kind']} {workload!r} carries", generation=found["generation"])
         source, generation = found["url"], found["generation"]
+        resolved = {"kind": found["kind"], "name": found["name"], "namespace": found["namespace"]}
     elif run_dir is not None:
         if source is not None or current:
             raise UsageError("--run names the source and the generation: give neither SOURCE nor --current")
@@ -68,10 +69,14 @@ def cli(source: str | None, destination: str, generation: str | None, current: b
     elif shard is not None:
         raise UsageError("--shard goes with --run")
     result = fetch.fetch(source, destination, generation, current=current)
+    if workload is not None:
+        result["workload"] = resolved
     if output == "table":
         common.emit_text(f"fetched bundle generation {result['generation']}: {result['files']} files, "
                          f"{result['bytes']} bytes, every sha256 checked\nsource       {result['source']}\n"
-                         f"destination  {result['destination']}")
+                         f"destination  {result['destination']}" + (
+                             f"\nworkload     {resolved['kind']} {resolved['name']} in namespace "
+                             f"{resolved['namespace']}" if workload is not None else ""))
     else:
         common.emit(result)
 

@@ -45,6 +45,8 @@ def test_the_bundle_a_workload_annotates_is_fetched_byte_for_byte(sealed, tmp_pa
     assert az.tree_digests(tmp_path / "dest") == sealed["digests"]
     if "table" in extra:
         assert proc.stdout.startswith("fetched bundle generation k1: 5 files")
+        assert proc.stdout.rstrip("\n").endswith(f"workload     {kind} train in namespace {kubeapi.NAMESPACE}")
     else:
         result = json.loads(proc.stdout)
         assert (result["generation"], result["source"]) == ("k1", az.url(sealed["container"], PREFIX))
+        assert result["workload"] == {"kind": kind, "name": "train", "namespace": kubeapi.NAMESPACE}
