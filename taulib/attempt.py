@@ -10,9 +10,15 @@ Runs inside the allocation (a Slurm array task, or a task of the local executor)
   3. under the shard lock: attempt.json -> running, readiness.json revision 1 "starting";   failpoint attempt.running
   4. prepare the dataset folder (per attempt, or the shard-owned workspace under its resume lock);
   5. readiness "running", run the client (argument vector from the plan) with TAU_* variables, its output
-     appended to client.log; SIGTERM, SIGINT and SIGHUP are passed on to the client, and then nothing more is
-     recorded but readiness "stopped": a stop signal comes from the scheduler (scancel, time limit, requeue,
-     preemption), whose evidence alone says which; the process ends by the same signal;
+     appended to client.log. A stop signal (SIGTERM, SIGINT, SIGHUP) comes from the scheduler (scancel, time
+     limit, requeue, preemption), whose evidence alone says which: it is passed on to the client, readiness
+     "stopped" is recorded at once (not after the client has ended: the scheduler kills what is left after its
+     grace, KillWait in Slurm), nothing else is recorded, and once the client has ended the process ends by the
+     same signal. The handlers stay installed for the whole command, never the default while it may write. A
+     scheduler signals an allocation's processes one by one (Slurm's proctrack/linuxproc the deepest first), so
+     when the client dies of a stop signal before this process has had its own, it waits STOP_GRACE seconds for
+     it before the death counts as the client's own failure. The stop record waits STOP_LOCK_WAIT seconds at
+     most for its locks, and is given up rather than killed half-way;
   6. result.json (always), manifest.json (when the client exited 0 and wrote Parquet), attempt.json -> succeeded
      or failed, readiness "stopped" or "failed";             failpoints attempt.result_written, attempt.manifest_written
   7. unless --no-winner, publish the shard's winner.
@@ -27,8 +33,13 @@ import time
 from contextlib import ExitStack
 
 from taulib import failpoints, jsonio, layout, locks, state
-from taulib.errors import BadInput, NotFound, Refused, TauError
+from taulib.errors import BadInput, Busy, NotFound, Refused, TauError
 from taulib.run import Run
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_GRACE = 2.0  # seconds between the client's death by a stop signal and this process's own, at most
+STOP_LOCK_WAIT = 2.0  # seconds the stop record waits for its locks: well inside Slurm's KillWait (30 s by default)
+CLIENT_POLL = 0.2  # seconds between looks at a stop signal while the client runs
 
 
 class Interrupted(Exception):
@@ -37,6 +48,48 @@ class Interrupted(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(f"stopped by signal {signum}")
         self.signum = signum
+
+
+class _Stop:
+    """The allocation's first stop signal, caught for as long as the command may write: the default action would
+    end it between two records. It is passed on to the client once one runs; repeats (the scheduler sends them)
+    are ignored."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.client: subprocess.Popen | None = None
+        self.forwarded = False
+        self.record_tried = False
+
+    def __enter__(self) -> _Stop:
+        self._previous = {s: signal.signal(s, self._caught) for s in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.signum is None:  # not stopped: the caller's handlers again (a stopped command ends by the signal)
+            for s, handler in self._previous.items():
+                signal.signal(s, handler)
+
+    def _caught(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+            self.forward()
+
+    def forward(self) -> None:
+        """Pass the stop signal on to the client, once (also when it arrived while the client was being started)."""
+        if self.signum is not None and self.client is not None and not self.forwarded:
+            self.forwarded = True
+            try:
+                self.client.send_signal(self.signum)
+            except ProcessLookupError:
+                pass
+
+    def wait(self, seconds: float) -> bool:
+        """Wait up to `seconds` for a stop signal; True when one has arrived."""
+        deadline = time.monotonic() + seconds
+        while self.signum is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # a caught signal does not cut a sleep short (PEP 475): short naps keep the wait prompt
+        return self.signum is not None
 
 
 def allocation_identity(env: dict) -> dict:
@@ -98,12 +151,15 @@ def _seconds(env: dict, name: str, default: float) -> float:
         return default
 
 
-def _await_binding(run: Run, submission_id: str, env: dict) -> None:
+def _await_binding(run: Run, submission_id: str, env: dict, stop: _Stop) -> None:
     """Wait until the submission is bound to its job (a Slurm allocation can start before tau-submit has recorded
-    the job id). A retired submission, or one not bound in time, means this allocation is late: Refused."""
+    the job id). A retired submission, or one not bound in time, means this allocation is late: Refused. A stop
+    signal ends the wait (Interrupted): nothing has been written."""
     limit = time.monotonic() + _seconds(env, "TAU_BINDING_WAIT", 300)
     rel = f"submissions/{submission_id}/status.json"
     while True:
+        if stop.signum is not None:
+            raise Interrupted(stop.signum)
         status = run.dir.read(rel, "tau.submission-status")
         if status is not None and status["state"] == "submitted":
             return
@@ -113,7 +169,7 @@ def _await_binding(run: Run, submission_id: str, env: dict) -> None:
         if time.monotonic() > limit:
             raise Refused(f"submission {submission_id} was not bound to a job in time; this allocation writes "
                           "nothing", submission_id=submission_id)
-        time.sleep(1.0)
+        stop.wait(1.0)
 
 
 def _readiness(run: Run, attempt: dict, state_name: str, message: str | None) -> None:
@@ -126,6 +182,23 @@ def _readiness(run: Run, attempt: dict, state_name: str, message: str | None) ->
         "message": message})
 
 
+def _record_stop(run: Run, attempt: dict, stop: _Stop) -> None:
+    """Readiness "stopped", once. The scheduler kills the allocation soon (Slurm: KillWait after the signal), so the
+    locks are waited for STOP_LOCK_WAIT seconds at most; when not granted by then, the record is given up (the
+    scheduler's evidence still decides the attempt) rather than left to be killed half-way."""
+    if stop.record_tried:
+        return
+    stop.record_tried = True
+    wait = min(STOP_LOCK_WAIT, locks.timeout_seconds())
+    try:
+        with locks.hold(run.dir, "run", shared=True, timeout=wait), \
+                locks.hold(run.dir, locks.shard_lock_name(attempt["shard_id"]), timeout=wait):
+            _readiness(run, attempt, "stopped", f"stopped by signal {stop.signum}; the scheduler's evidence decides "
+                       "the attempt")
+    except Busy:
+        pass
+
+
 def _update(run: Run, attempt: dict, **changes: object) -> dict:
     now = jsonio.now_rfc3339()
     record = dict(attempt, revision=attempt["revision"] + 1, updated_at=max(now, attempt["updated_at"]), **changes)
@@ -134,8 +207,19 @@ def _update(run: Run, attempt: dict, **changes: object) -> dict:
 
 
 def run_task(run_dir: str, submission_id: str, publish_winner: bool = True, env: dict | None = None) -> dict:
+    """Run this allocation's task (see the module docstring). Raises Interrupted when a stop signal arrived: the
+    caller ends the process by that signal."""
     env = dict(os.environ) if env is None else env
     identity = allocation_identity(env)
+    with _Stop() as stop:
+        summary = _run_task(run_dir, submission_id, publish_winner, env, identity, stop)
+    if stop.signum is not None:  # arrived after the client had ended, while its result was recorded
+        raise Interrupted(stop.signum)
+    return summary
+
+
+def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict, identity: dict,
+              stop: _Stop) -> dict:
     with Run(run_dir) as run:
         sub = run.dir.read(f"submissions/{submission_id}/plan.json", "tau.submission-plan")
         if sub is None:
@@ -144,7 +228,7 @@ def run_task(run_dir: str, submission_id: str, publish_winner: bool = True, env:
         if not tasks:
             raise Refused(f"submission {submission_id!r} has no task {identity['task_index']}")
         sid, aid = tasks[0]["shard_id"], tasks[0]["attempt_id"]
-        _await_binding(run, submission_id, env)
+        _await_binding(run, submission_id, env, stop)
         restarts = _restart_count(env)
         with ExitStack() as stack:
             if run.plan["resume"] == "always":
@@ -161,13 +245,11 @@ def run_task(run_dir: str, submission_id: str, publish_winner: bool = True, env:
                     if run.dir.has_dir(attempt["dataset"]):
                         run.dir.remove_tree(attempt["dataset"])  # a requeued allocation starts clean
                 run.dir.mkdir(attempt["dataset"])
-            outcome = _run_client(run, attempt, env)
-            if outcome.get("interrupted"):
+            outcome = _run_client(run, attempt, env, stop)
+            if outcome["interrupted"]:
                 # The scheduler stopped this allocation (scancel, time limit, requeue, preemption): it alone knows
                 # which, so no result is recorded here and the attempt stays running; its evidence decides.
-                with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, locks.shard_lock_name(sid)):
-                    _readiness(run, attempt, "stopped", f"stopped by signal {outcome['interrupted']}; the "
-                               "scheduler's evidence decides the attempt")
+                _record_stop(run, attempt, stop)
                 raise Interrupted(outcome["interrupted"])
             summary = _finish(run, attempt, outcome)
             if summary["state"] == "succeeded" and publish_winner:
@@ -194,52 +276,36 @@ def _client_env(run: Run, attempt: dict, env: dict) -> dict:
     return out
 
 
-def _run_client(run: Run, attempt: dict, env: dict) -> dict:
+def _run_client(run: Run, attempt: dict, env: dict, stop: _Stop) -> dict:
     started = jsonio.now_rfc3339()
-    received: dict = {"signal": None, "proc": None}
-
-    def forward(signum, frame):  # installed before anything here, so a stop signal is never lost in between
-        received["signal"] = signum
-        if received["proc"] is not None:
-            try:
-                received["proc"].send_signal(signum)
-            except ProcessLookupError:
-                pass
-
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    log = run.dir.open_append(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "client.log"))
     try:
-        log = run.dir.open_append(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "client.log"))
+        with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, locks.shard_lock_name(attempt["shard_id"])):
+            _readiness(run, attempt, "running", None)
+        if stop.signum is not None:  # stopped before the client started: do not start it
+            return {"started_at": started, "exit_code": None, "signal": stop.signum, "error": None,
+                    "interrupted": stop.signum}
         try:
-            with locks.hold(run.dir, "run", shared=True), \
-                    locks.hold(run.dir, locks.shard_lock_name(attempt["shard_id"])):
-                _readiness(run, attempt, "running", None)
-            if received["signal"] is not None:  # stopped before the client started: do not start it
-                return {"started_at": started, "exit_code": None, "signal": received["signal"], "error": None,
-                        "interrupted": received["signal"]}
-            try:
-                received["proc"] = proc = subprocess.Popen(
-                    run.plan["command"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    env=_client_env(run, attempt, env), close_fds=True)
-            except OSError as exc:
-                return {"started_at": started, "exit_code": None, "signal": None,
-                        "error": f"cannot start the client {run.plan['command'][0]!r}: {exc.strerror}"}
-        finally:
-            os.close(log)
-        if received["signal"] is not None:  # arrived while the client was being started
-            forward(received["signal"], None)
-        while True:
-            try:
-                code = proc.wait()
-                break
-            except InterruptedError:
-                continue
+            stop.client = proc = subprocess.Popen(
+                run.plan["command"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                env=_client_env(run, attempt, env), close_fds=True)
+        except OSError as exc:
+            return {"started_at": started, "exit_code": None, "signal": None, "interrupted": None,
+                    "error": f"cannot start the client {run.plan['command'][0]!r}: {exc.strerror}"}
     finally:
-        for s, handler in previous.items():
-            # once stopped, further stop signals (the scheduler repeats them) must not end this process before it
-            # has recorded readiness "stopped"; it then ends by the first signal itself
-            signal.signal(s, signal.SIG_IGN if received["signal"] is not None else handler)
+        os.close(log)
+    stop.forward()  # a stop signal that arrived while the client was being started
+    while True:
+        try:
+            code = proc.wait(timeout=CLIENT_POLL)
+            break
+        except subprocess.TimeoutExpired:
+            if stop.signum is not None:
+                _record_stop(run, attempt, stop)  # now, while the client ends, not after
+    if stop.signum is None and -code in STOP_SIGNALS:
+        stop.wait(STOP_GRACE)  # the scheduler signalled the client first: this process's signal is on its way
     return {"started_at": started, "exit_code": code if code >= 0 else None,
-            "signal": -code if code < 0 else received["signal"], "error": None, "interrupted": received["signal"]}
+            "signal": -code if code < 0 else stop.signum, "error": None, "interrupted": stop.signum}
 
 
 def _finish(run: Run, attempt: dict, outcome: dict) -> dict:

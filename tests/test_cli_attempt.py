@@ -4,12 +4,15 @@ attempt's scheduler identity; a late, duplicate or foreign allocation exits 77 a
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from helpers import BIN, CLIENT, PYTHON, env_for_tests, error_of, init_run, settle, snapshot, tau
+from helpers import BIN, CLIENT, PYTHON, env_for_tests, error_of, hold_lock, init_run, settle, snapshot, tau
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +102,134 @@ def test_the_allocation_started_by_the_executor_records_result_manifest_and_winn
     assert json.loads((failed / "result.json").read_text())["error"] == "the client exited with status 3"
     assert not (failed / "manifest.json").exists()
     assert not (settled / "shards/shard-00001/winner.json").exists()
+
+
+# -- stop signals: a scheduler signals the allocation's processes one by one -------------------------------------
+
+STOPPED = "stopped by signal 15; the scheduler's evidence decides the attempt"
+SLOW_TO_STOP = """import signal, time
+signal.signal(signal.SIGTERM, lambda *a: None)  # a client that cleans up for longer than the scheduler waits
+time.sleep(60)
+"""
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
+        except OSError:
+            continue
+        if stat and int(stat.rpartition(")")[2].split()[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+def _running_client(run_dir: Path, marker: str, timeout: float = 30) -> tuple[int, int]:
+    """(tau-attempt pid, client pid) of the local run's task 0, once its client (argv naming marker) runs."""
+    record = run_dir / "submissions/submission-0001/local/task-00000.json"
+    deadline = time.monotonic() + timeout
+    while True:
+        if record.exists():
+            pid = json.loads(record.read_text())["pid"]
+            for child in _children(pid):
+                try:
+                    if marker in Path(f"/proc/{child}/cmdline").read_text():
+                        time.sleep(0.3)  # the client is past its start-up
+                        return pid, child
+                except OSError:
+                    pass
+        assert time.monotonic() < deadline, "the client of task 0 did not start"
+        time.sleep(0.05)
+
+
+def _ended(run_dir: Path, timeout: float = 30) -> dict:
+    """The local task record of task 0 once its tau-attempt has ended."""
+    record = run_dir / "submissions/submission-0001/local/task-00000.json"
+    deadline = time.monotonic() + timeout
+    while True:
+        task = json.loads(record.read_text())
+        if task["state"] == "finished":
+            return task
+        assert time.monotonic() < deadline, f"tau-attempt did not end: {task}"
+        time.sleep(0.05)
+
+
+def _attempt_file(run_dir: Path, name: str) -> Path:
+    return run_dir / "shards/shard-00000/attempts/attempt-0001" / name
+
+
+def _readiness(run_dir: Path) -> dict:
+    return json.loads(_attempt_file(run_dir, "readiness.json").read_text())
+
+
+def test_a_stop_signal_that_kills_the_client_before_it_reaches_the_attempt_is_still_recorded_as_the_stop(
+        workspace):
+    # Slurm signals the client (the deepest process) first: the attempt sees it die of SIGTERM, then gets its own
+    run_dir = init_run(workspace, records=10, shards=1, command=[PYTHON, CLIENT, "--sleep", "60"])
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    attempt, client = _running_client(run_dir, CLIENT)
+    os.kill(client, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while _alive(client):  # gone from /proc only once the attempt has reaped it
+        assert time.monotonic() < deadline, "the attempt did not reap its client"
+        time.sleep(0.01)
+    time.sleep(0.2)
+    os.kill(attempt, signal.SIGTERM)
+    task = _ended(run_dir)
+    assert (task["exit_code"], task["signal"]) == (None, 15), task
+    assert (_readiness(run_dir)["state"], _readiness(run_dir)["message"]) == ("stopped", STOPPED)
+    assert not _attempt_file(run_dir, "result.json").exists()
+    assert json.loads(_attempt_file(run_dir, "attempt.json").read_text())["state"] == "running"
+
+
+def test_a_stop_is_recorded_at_once_while_the_client_is_still_ending_and_the_attempt_ends_by_the_signal(workspace):
+    client_py = workspace / "slow_to_stop.py"
+    client_py.write_text(SLOW_TO_STOP)
+    run_dir = init_run(workspace, records=10, shards=1, command=[PYTHON, str(client_py)])
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    attempt, client = _running_client(run_dir, str(client_py))
+    os.kill(attempt, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while _readiness(run_dir)["state"] != "stopped":
+        assert time.monotonic() < deadline, _readiness(run_dir)
+        time.sleep(0.05)
+    assert _readiness(run_dir)["message"] == STOPPED
+    assert _alive(client) and _alive(attempt)  # the client keeps its time to end; the attempt waits for it
+    os.kill(client, signal.SIGKILL)  # what the scheduler does after its grace (KillWait)
+    task = _ended(run_dir)
+    assert (task["exit_code"], task["signal"]) == (None, 15), task
+    assert not _attempt_file(run_dir, "result.json").exists()
+
+
+def test_a_client_killed_by_sigterm_while_the_attempt_gets_no_stop_signal_fails_after_a_short_grace(workspace):
+    run_dir = init_run(workspace, records=10, shards=1, command=[PYTHON, CLIENT, "--sleep", "60"])
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    attempt, client = _running_client(run_dir, CLIENT)
+    os.kill(client, signal.SIGTERM)
+    task = _ended(run_dir)
+    assert (task["exit_code"], task["signal"]) == (1, None), task
+    result = json.loads(_attempt_file(run_dir, "result.json").read_text())
+    assert (result["signal"], result["error"]) == (15, "the client was killed by signal 15"), result
+    record = json.loads(_attempt_file(run_dir, "attempt.json").read_text())
+    assert (record["state"], record["terminal"]["classification"]) == ("failed", "cancelled"), record
+    assert _readiness(run_dir)["state"] == "failed"
+
+
+def test_the_stop_record_waits_for_its_locks_only_briefly_and_the_attempt_still_ends_by_the_signal(workspace):
+    run_dir = init_run(workspace, records=10, shards=1, command=[PYTHON, CLIENT, "--sleep", "60"])
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    attempt, client = _running_client(run_dir, CLIENT)
+    with hold_lock(run_dir, "shard-00000"):
+        started = time.monotonic()
+        os.kill(attempt, signal.SIGTERM)
+        task = _ended(run_dir)
+        took = time.monotonic() - started
+    assert (task["exit_code"], task["signal"]) == (None, 15), task
+    assert took < 6, f"tau-attempt took {took:.1f}s to end (the test's lock timeout is 10 s)"
+    assert _readiness(run_dir)["state"] == "running"  # given up, not killed half-way: the evidence decides
+    assert not _attempt_file(run_dir, "result.json").exists()
