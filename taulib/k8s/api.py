@@ -29,7 +29,7 @@ class Read(NamedTuple):
     value: object = None  # the object (get) or its items (list) when observed
     reason: str | None = None
     denied: bool = False  # 401/403
-    unreachable: bool = False  # no answer at all: connection refused, reset, timed out
+    unreachable: str | None = None  # why there was no answer at all: "connection refused", "timed out", ...
 
 
 class Resource(NamedTuple):
@@ -146,8 +146,9 @@ class Session:
             response = self.client.call_api(*request, _request_timeout=self.timeout)
             raw = response.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            return Read(UNAVAILABLE, None, f"the API server cannot be reached reading the {what} "
-                        f"({_cause(exc)})", unreachable=True)
+            cause = _cause(exc)
+            return Read(UNAVAILABLE, None, f"the API server cannot be reached reading the {what} ({cause})",
+                        unreachable=cause)
         status = response.status
         if status == 404:
             try:

@@ -40,8 +40,8 @@ def _read_all(session: api.Session, name: str, namespace: str) -> dict[str, api.
     job = session.get(api.JOBS, namespace, name)
     if job.unreachable:
         server = session.client.configuration.host
-        raise Unavailable(f"the Kubernetes API server {server} cannot be reached: {job.reason}; check KUBECONFIG "
-                          "and the network, then try again", name=name, namespace=namespace)
+        raise Unavailable(f"the Kubernetes API server {server} cannot be reached ({job.unreachable}); check "
+                          "KUBECONFIG and the network, then try again", name=name, namespace=namespace)
     rayjob = session.get(api.RAYJOBS, namespace, name)
     uids = sorted(str(r.value["metadata"]["uid"]) for r in (job, rayjob)
                   if r.state == api.OBSERVED and (r.value.get("metadata") or {}).get("uid"))
