@@ -2,7 +2,7 @@
 
 Each fixture in `FIXTURES` is a scene: the objects the loopback API server (tests/kubeapi.py) holds, the resources
 it denies or breaks, the API groups that are not installed, and the workload to observe. The shapes follow
-batch/v1 Job, v1 Pod, ray.io/v1 RayJob and kueue.x-k8s.io/v1beta1 Workload as served (metadata with uid,
+batch/v1 Job, v1 Pod, ray.io/v1 RayJob and kueue.x-k8s.io/v1beta2 Workload as served (metadata with uid,
 ownerReferences and labels; status with conditions, containerStatuses with state and lastState). Times are fixed.
 """
 
@@ -144,7 +144,7 @@ def workload(owner: dict, *, queue: str, conditions: list[dict], cluster_queue: 
     if checks:
         status["admissionChecks"] = checks
     status.update(extra or {})
-    return {"kind": "Workload", "apiVersion": "kueue.x-k8s.io/v1beta1",
+    return {"kind": "Workload", "apiVersion": "kueue.x-k8s.io/v1beta2",
             "metadata": _meta(name, f"wl-{name}-uid", labels, owner, 1),
             "spec": {"queueName": queue, "priority": 0, "active": True,
                      "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": [

@@ -1,13 +1,15 @@
 """A small Kubernetes API server on 127.0.0.1 for tests: recorded objects served as the API server serves them.
 
 `KubeAPI()` serves, from a thread, Jobs (batch/v1), Pods (v1), RayJobs (ray.io/v1) and Kueue Workloads
-(kueue.x-k8s.io/v1beta1): `GET .../namespaces/NS/PLURAL/NAME` answers the object (200) or a `Status` NotFound naming
-it (404); `GET .../namespaces/NS/PLURAL?labelSelector=...` answers a `{"kind": "PodList", "items": [...]}`-style
-list filtered by the selector (equality `k=v`, `k==v`, `k!=v`, set-based `k in (a,b)`, `k notin (a,b)`, `k`, `!k`,
-comma-joined); `GET /apis/GROUP/VERSION` answers the discovery `APIResourceList`. A group listed in `absent` (a CRD
-that is not installed) answers every path under it with the API server's plain `404 page not found`. A plural in
-`deny` answers a `Status` Forbidden (403), one in `broken` a `Status` InternalError (500). `requests` lists the
-paths (with query) asked for. `kubeconfig(path)` writes a kubeconfig (no auth) pointing at it; pass it with
+(kueue.x-k8s.io/v1beta2 and v1beta1, from one store, as the API server converts between versions):
+`GET .../namespaces/NS/PLURAL/NAME` answers the object (200) or a `Status` NotFound naming it (404);
+`GET .../namespaces/NS/PLURAL?labelSelector=...` answers a `{"kind": "PodList", "items": [...]}`-style list
+filtered by the selector (equality `k=v`, `k==v`, `k!=v`, set-based `k in (a,b)`, `k notin (a,b)`, `k`, `!k`,
+comma-joined); `GET /apis/GROUP/VERSION` answers the discovery `APIResourceList`. A group (or a "group/version")
+listed in `absent` (a CRD, or a version of it, not installed) answers every path under it with the API server's
+plain `404 page not found`. A plural in `deny` answers a `Status` Forbidden (403), one in `broken` a `Status`
+InternalError (500). `requests` lists the paths (with query) asked for. `kubeconfig(path)` writes a kubeconfig (no
+auth) pointing at it; pass it with
 KUBECONFIG. Use it as a context manager.
 """
 
@@ -23,8 +25,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 NAMESPACE = "team-a"
 # (group, version, plural) -> kind; group "" is the core group, served under /api
 RESOURCES = {("batch", "v1", "jobs"): "Job", ("", "v1", "pods"): "Pod", ("ray.io", "v1", "rayjobs"): "RayJob",
+             ("kueue.x-k8s.io", "v1beta2", "workloads"): "Workload",
              ("kueue.x-k8s.io", "v1beta1", "workloads"): "Workload"}
-PLURALS = {kind: key for key, kind in RESOURCES.items()}
+PLURALS = {kind: key for key, kind in RESOURCES.items()}  # (the last version listed of a kind)
 
 
 def status(code: int, reason: str, message: str, details: dict | None = None) -> dict:
@@ -150,7 +153,7 @@ class KubeAPI:
         else:
             return 404, "404 page not found\n"
         served = {plural: kind for (g, v, plural), kind in RESOURCES.items() if g == group and v == version}
-        if group in self.absent or not served:
+        if group in self.absent or f"{group}/{version}" in self.absent or not served:
             return 404, "404 page not found\n"
         if not rest:
             return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion":

@@ -244,12 +244,37 @@ def test_the_reads_are_the_workload_its_kueue_workloads_and_its_pods_by_their_se
     assert paths == [
         f"/apis/batch/v1/namespaces/{ns}/jobs/tune",
         f"/apis/ray.io/v1/namespaces/{ns}/rayjobs/tune",
-        f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads?labelSelector=kueue.x-k8s.io/job-uid in "
+        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads?labelSelector=kueue.x-k8s.io/job-uid in "
         "(job-tune-submitter-uid,rayjob-tune-uid)",
-        f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads?labelSelector=tau.azure.com/job=tune",
+        f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads?labelSelector=tau.azure.com/job=tune",
         f"/api/v1/namespaces/{ns}/pods?labelSelector=job-name=tune",
         f"/api/v1/namespaces/{ns}/pods?labelSelector=tau.azure.com/job=tune",
         f"/api/v1/namespaces/{ns}/pods?labelSelector=ray.io/cluster=tune-raycluster-kx2v9"]
+
+
+@pytest.mark.parametrize("served, asked", [
+    ("v1beta2", ["v1beta2", "v1beta2"]),  # Kueue 0.20 and later serve only v1beta2
+    ("v1beta1", ["v1beta2", "v1beta1", "v1beta1"]),  # a Kueue older than 0.15 only v1beta1: asked once, then v1beta1
+])
+def test_kueue_workloads_are_read_in_the_newest_version_the_server_serves(api, served, asked):
+    stage(api, k8s_fixtures.job_pending_in_kueue())
+    api.absent.add("kueue.x-k8s.io/" + ("v1beta1" if served == "v1beta2" else "v1beta2"))
+    doc = snapshot_of(observe(api, "train-7"))
+    assert doc["observations"]["workloads"] == {"state": "observed", "reason": None}
+    assert [w["phase"] for w in doc["workloads"]] == ["Pending"]
+    lists = [p.split("/")[3] for p in api.requests if "/workloads?" in p]
+    assert lists == asked
+
+
+def test_without_kueue_the_workload_read_is_not_installed_naming_both_versions(api):
+    stage(api, {**k8s_fixtures.job_succeeded(), "absent": ["kueue.x-k8s.io"]})
+    doc = snapshot_of(observe(api, "train-7"))
+    assert doc["observations"]["workloads"] == {
+        "state": "notFound", "reason": "resource type not installed: the API server serves neither "
+        "workloads.kueue.x-k8s.io/v1beta2 nor v1beta1"}
+    kueue = next(p for p in doc["phases"] if p["name"] == "Kueue admission")
+    assert kueue == {"name": "Kueue admission", "status": "warning", "detail": "it names queue 'gpu', but Kueue is "
+                     "not installed", "hint": "install Kueue, or remove the kueue.x-k8s.io/queue-name label"}
 
 
 # -- an API server that does not answer ----------------------------------------------------------------------------

@@ -223,3 +223,13 @@ def test_the_snapshot_does_not_depend_on_the_order_of_lists(fixture):
 def test_as_of_is_the_latest_time_in_the_objects():
     doc = snap("train-7", **reads_of(fx.job_failed_oom()))
     assert doc["asOf"] == fx.t(9)
+
+
+def test_a_finished_job_whose_kueue_workload_is_gone_skips_kueue_admission_instead_of_waiting_for_it():
+    job = fx.job("train-7", queue="gpu", status={"conditions": [fx.cond("Complete")]})
+    doc = snap("train-7", job=Read(OBSERVED, job))
+    kueue = next(p for p in doc["phases"] if p["name"] == "Kueue admission")
+    assert (kueue["status"], kueue["detail"]) == ("skipped", "queue 'gpu': no Kueue Workload is left")
+    running = fx.job("train-7", queue="gpu", suspend=True)
+    kueue = next(p for p in snap("train-7", job=Read(OBSERVED, running))["phases"] if p["name"] == "Kueue admission")
+    assert (kueue["status"], kueue["detail"]) == ("active", "queue 'gpu': Kueue has not created a Workload yet")

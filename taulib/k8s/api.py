@@ -49,7 +49,8 @@ class Resource(NamedTuple):
 
 JOBS = Resource("batch", "v1", "jobs", "Job")
 RAYJOBS = Resource("ray.io", "v1", "rayjobs", "RayJob")
-WORKLOADS = Resource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
+WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")  # Kueue 0.15 and later (only it from 0.20)
+WORKLOADS_V1BETA1 = Resource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")  # Kueue before 0.20
 PODS = Resource("", "v1", "pods", "Pod")
 
 

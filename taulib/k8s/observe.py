@@ -1,7 +1,8 @@
 """Observing one Kubernetes workload: the reads behind a status snapshot (`tau-observe --kubernetes`).
 
 `observe(NAME, NAMESPACE)` reads, in this order, the Job and the RayJob named NAME, the Kueue Workloads that belong to
-them (label `kueue.x-k8s.io/job-uid` of either, and Tau's `tau.azure.com/job=NAME`), and their pods (labels
+them (label `kueue.x-k8s.io/job-uid` of either, and Tau's `tau.azure.com/job=NAME`; kueue.x-k8s.io/v1beta2, else
+v1beta1 on a Kueue older than 0.15), and their pods (labels
 `job-name=NAME`, `tau.azure.com/job=NAME`, and `ray.io/cluster=` the RayJob's cluster), merging lists by uid, then
 returns `taulib.k8s.status.snapshot` of those reads. Reads only.
 
@@ -48,13 +49,28 @@ def _read_all(session: api.Session, name: str, namespace: str) -> dict[str, api.
     selectors = [f"tau.azure.com/job={name}"]
     if uids:
         selectors.insert(0, f"kueue.x-k8s.io/job-uid in ({','.join(uids)})")
-    workloads = _merged([session.list_(api.WORKLOADS, namespace, s) for s in selectors])
+    workloads = _workloads(session, namespace, selectors)
     cluster = (rayjob.value.get("status") or {}).get("rayClusterName") if rayjob.state == api.OBSERVED else None
     selectors = [f"job-name={name}", f"tau.azure.com/job={name}"]
     if isinstance(cluster, str) and cluster:
         selectors.append(f"ray.io/cluster={cluster}")
     pods = _merged([session.list_(api.PODS, namespace, s) for s in selectors])
     return {"job": job, "rayjob": rayjob, "workloads": workloads, "pods": pods}
+
+
+def _workloads(session: api.Session, namespace: str, selectors: list[str]) -> api.Read:
+    """Kueue Workloads in the newest API version the server has: v1beta2 (Kueue 0.15 and later; the only one from
+    0.20), else v1beta1. The fields read are the same in both."""
+    for resource in (api.WORKLOADS, api.WORKLOADS_V1BETA1):
+        reads = []
+        for selector in selectors:
+            reads.append(session.list_(resource, namespace, selector))
+            if reads[-1].state == api.NOT_FOUND:  # a list is only ever not found when its type is not served
+                break
+        if reads[-1].state != api.NOT_FOUND:
+            return _merged(reads)
+    return api.Read(api.NOT_FOUND, None, f"{api.NOT_INSTALLED}: the API server serves neither "
+                    f"{api.WORKLOADS.full_name}/{api.WORKLOADS.version} nor {api.WORKLOADS_V1BETA1.version}")
 
 
 def _merged(reads: list[api.Read]) -> api.Read:

@@ -486,7 +486,7 @@ def phases(kind: str, primary: str | None, state: str, job: dict | None, ray: di
     if obj is None:  # the submitter of a RayJob that cannot be read
         return [_phase("Submitted", "warning", "the RayJob cannot be read")]
     out.append(_phase("Submitted", "done", f"{primary} created {_meta(obj).get('creationTimestamp') or ''}".strip()))
-    out.append(_kueue_phase(obj, wls, wl_read))
+    out.append(_kueue_phase(obj, wls, wl_read, state))
     if any(w["workerCluster"] or w["nominatedClusters"] for w in wls):
         placed = next((w["workerCluster"] for w in wls if w["workerCluster"]), None)
         nominated = sorted({c for w in wls for c in w["nominatedClusters"]})
@@ -514,17 +514,23 @@ def phases(kind: str, primary: str | None, state: str, job: dict | None, ray: di
     return out
 
 
-def _kueue_phase(obj: dict, wls: list[dict], wl_read: Read) -> dict:
+def _kueue_phase(obj: dict, wls: list[dict], wl_read: Read, state: str) -> dict:
     name = "Kueue admission"
     queue = (_meta(obj).get("labels") or {}).get(QUEUE_LABEL)
     if wl_read.state == UNAVAILABLE:  # never "not admitted" from a read we could not make
         return _phase(name, "warning", f"cannot tell: {wl_read.reason}")
     if not wls:
-        if queue:
-            return _phase(name, "active", f"queue {queue!r}: Kueue has not created a Workload yet",
-                          "check that Kueue runs and that the LocalQueue exists in this namespace")
-        why = "Kueue is not installed" if wl_read.state == NOT_FOUND else f"no {QUEUE_LABEL} label"
-        return _phase(name, "skipped", f"not queued by Kueue ({why})")
+        if wl_read.state == NOT_FOUND and queue:
+            return _phase(name, "warning", f"it names queue {queue!r}, but Kueue is not installed",
+                          "install Kueue, or remove the kueue.x-k8s.io/queue-name label")
+        if wl_read.state == NOT_FOUND:
+            return _phase(name, "skipped", "not queued by Kueue (Kueue is not installed)")
+        if not queue:
+            return _phase(name, "skipped", f"not queued by Kueue (no {QUEUE_LABEL} label)")
+        if state in TERMINAL:
+            return _phase(name, "skipped", f"queue {queue!r}: no Kueue Workload is left")
+        return _phase(name, "active", f"queue {queue!r}: Kueue has not created a Workload yet",
+                      "check that Kueue runs and that the LocalQueue exists in this namespace")
     wl = wls[-1]
     where = f"ClusterQueue {wl['clusterQueue']}" if wl["clusterQueue"] else f"queue {wl['queue']}"
     explained = ": ".join(p for p in (wl["reason"], wl["message"]) if p)
