@@ -22,7 +22,7 @@ demo: venv
 	@if [ "$(SCHEDULER)" = slurm ]; then contrib/slurm/cluster-up.sh; fi
 	SCHEDULER=$(SCHEDULER) contrib/demo/run-demo.sh
 
-## system-deps: the system packages the tests need (bats, mandoc, jq), installed when missing (as root)
+## system-deps: the system packages the tests need (bats, mandoc, jq, zsh, fish), installed when missing (as root)
 system-deps:
 	@contrib/ci/system-deps.sh
 

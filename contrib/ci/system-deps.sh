@@ -5,6 +5,8 @@ need=""
 command -v bats >/dev/null 2>&1 || need="$need bats bats-support bats-assert"
 command -v mandoc >/dev/null 2>&1 || need="$need mandoc"
 command -v jq >/dev/null 2>&1 || need="$need jq"
+command -v zsh >/dev/null 2>&1 || need="$need zsh"    # the shell completion tests
+command -v fish >/dev/null 2>&1 || need="$need fish"
 [ -n "$need" ] || exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "system-deps: missing:$need; install them (apt-get install$need) or run as root" >&2

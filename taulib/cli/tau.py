@@ -25,9 +25,11 @@ Commands:
   bundle-seal    seal an output tree as a generation's bundle (and upload it)
   bundle-verify  check a bundle, local or on Blob storage, against its acknowledgement
   bundle-fetch   download a complete, verified bundle from Blob storage
+  completion     print the shell completion of every tau command (bash, zsh or fish)
 
 Example:
   tau observe runs/demo | tau reconcile runs/demo -o table
+  eval "$(tau completion bash)"
 
 'tau COMMAND --help' and 'man tau-COMMAND' tell more; 'man 5 tau-run' describes a run directory.
 """
@@ -42,6 +44,8 @@ def main() -> None:
         sys.stdout.write(f"tau {__version__}\n")
         sys.exit(0)
     name = args[0]
+    if name == "completion":
+        sys.exit(_completion(args[1:]))
     if name == "bundle" and len(args) > 1 and f"bundle-{args[1]}" in COMMANDS:  # `tau bundle seal` too
         name, args = f"bundle-{args[1]}", [f"bundle-{args[1]}"] + args[2:]
     if name not in COMMANDS:
@@ -52,6 +56,22 @@ def main() -> None:
     module = importlib.import_module(f"taulib.cli.{name.replace('-', '_')}")
     sys.argv = [f"tau-{name}"] + args[1:]
     module.main()
+
+
+def _completion(args: list[str]) -> int:
+    """`tau completion SHELL`: print the script to source (exit 2 with one JSON error on a wrong shell)."""
+    from taulib.cli import common, completion
+
+    if len(args) != 1 or args[0] not in completion.SHELLS:
+        common._write_error("tau", 2, "usage: tau completion bash|zsh|fish (then source its output, for example "
+                            "eval \"$(tau completion bash)\" in ~/.bashrc)")
+        return 2
+    try:
+        sys.stdout.write(completion.script(args[0]))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return common.EPIPE_EXIT
+    return 0
 
 
 if __name__ == "__main__":
