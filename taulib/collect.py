@@ -26,7 +26,7 @@ import hashlib
 import os
 import stat
 
-from taulib import failpoints, jsonio, layout, locks, publish, winner
+from taulib import failpoints, jsonio, layout, locks, publish, store, winner
 from taulib.errors import Busy, CheckFailed, Conflict, Refused, Unavailable, UsageError
 
 BATCH_ROWS = 65_536
@@ -246,10 +246,8 @@ def _submit_job(run, plan: dict, status: dict) -> dict:
     text = script.render_collection(job_name=_job_name(run, plan["collection_id"]), run_dir=run.path,
                                     collection_id=plan["collection_id"], python=sys.executable,
                                     profile=run.plan["scheduler"]["slurm"])
-    script_rel = f"collections/{plan['collection_id']}/job.sh"
-    run.dir.publish_bytes(script_rel, text.encode())
     try:
-        job_id = commands.sbatch(os.path.join(run.path, script_rel))
+        job_id = commands.sbatch_script(run, f"collections/{plan['collection_id']}/job.sh", text)
     except commands.SubmitRefused as exc:
         _fail(run, plan, status, exc.message)
         raise
@@ -444,9 +442,7 @@ def _remove_stage(parent_fd: int, stage: str) -> None:
         return
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         raise Refused(f"stage {stage!r} exists and is not a folder of ours; remove it by hand", path=stage)
-    from taulib.store import rmtree_at
-
-    rmtree_at(parent_fd, stage)
+    store.rmtree_at(parent_fd, stage)
     os.fsync(parent_fd)
 
 
@@ -590,14 +586,7 @@ def _write_stage(run, plan: dict, winners: list[dict], parent_fd: int, stage: st
                   "collection_id": plan["collection_id"], "plan_sha256": jsonio.digest(plan),
                   "completed_at": jsonio.now_rfc3339(), "format": plan["format"], "records": total,
                   "files": files}
-        data = jsonio.canonical(result)
-        fd = os.open(RESULT, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                     dir_fd=stage_fd)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        store.write_new(stage_fd, RESULT, jsonio.canonical(result))
         os.fsync(stage_fd)
         return result
     finally:

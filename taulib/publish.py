@@ -14,6 +14,7 @@ import errno
 import os
 import stat
 
+from taulib import store
 from taulib.errors import Conflict
 
 RENAME_NOREPLACE = 1
@@ -52,10 +53,7 @@ def marker_name(dst: str) -> str:
 
 def _fallback(parent_fd: int, src: str, dst: str) -> None:
     marker = marker_name(dst)
-    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=parent_fd)
-    os.write(fd, f"{src}\n{dst}\n".encode())
-    os.fsync(fd)
-    os.close(fd)
+    store.write_new(parent_fd, marker, f"{src}\n{dst}\n".encode())
     try:
         os.mkdir(dst, 0o700, dir_fd=parent_fd)
     except FileExistsError:

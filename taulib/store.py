@@ -412,16 +412,30 @@ class RunDir:
             _unlink_quiet(name, dfd)
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_new(dfd: int, name: str, data: bytes) -> None:
+    """A new private file `name` (O_EXCL, 0600, never through a symlink) in folder dfd, written whole and fsynced.
+    For files inside a private stage that is published as a whole afterwards; the folder's fsync is the caller's."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_temp(dfd: int, data: bytes, protocol: str) -> str:
     """Step one of both protocols: a new temp file (O_EXCL, 0600) in folder dfd, written and fsynced."""
     temp = f".tau.{os.urandom(8).hex()}.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
     try:
         os.fchmod(fd, 0o600)
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        _write_all(fd, data)
         failpoints.hit(f"{protocol}.temp_written")
         os.fsync(fd)
         failpoints.hit(f"{protocol}.temp_synced")

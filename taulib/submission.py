@@ -96,10 +96,8 @@ def _hand_off(run, plan: dict, status: dict, text: str | None) -> dict:
         return _bind(run, plan, status, plan["submission_id"])
     from taulib.slurm import commands
 
-    script_rel = f"submissions/{plan['submission_id']}/job.sh"
-    run.dir.publish_bytes(script_rel, text.encode())
     try:
-        job_id = commands.sbatch(os.path.join(run.path, script_rel))
+        job_id = commands.sbatch_script(run, f"submissions/{plan['submission_id']}/job.sh", text)
     except commands.SubmitRefused as exc:
         _retire(run, plan, status, exc.message)
         raise

@@ -38,6 +38,19 @@ def tau(command: str, *args: str, input: str | bytes | None = None, env: dict | 
                           env=env_for_tests(env), timeout=timeout)
 
 
+GOLDEN = ROOT / "tests" / "golden"
+
+
+def check_golden(name: str, text: str) -> None:
+    """`text` equals tests/golden/NAME; with TAU_ACCEPT_GOLDEN=1 it is written there first (an intended change)."""
+    path = GOLDEN / name
+    if os.environ.get("TAU_ACCEPT_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}; run with TAU_ACCEPT_GOLDEN=1 to create it"
+    assert text == path.read_text(), f"{name} differs from its golden file (TAU_ACCEPT_GOLDEN=1 accepts it)"
+
+
 def error_of(proc: subprocess.CompletedProcess) -> dict:
     """The one JSON error object a failing command printed on stderr (asserts there is exactly one)."""
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -58,9 +71,10 @@ def plan(records: int = 80, shards: int = 4, fail_first: tuple[str, ...] = (), *
     return doc
 
 
-def init_run(workspace: Path, name: str = "run", **plan_args) -> Path:
+def init_run(workspace: Path, name: str = "run", plan_doc: dict | None = None, **plan_args) -> Path:
+    """tau-init WORKSPACE/NAME from `plan_doc`, or from plan(**plan_args)."""
     run_dir = workspace / name
-    proc = tau("tau-init", str(run_dir), input=json.dumps(plan(**plan_args)))
+    proc = tau("tau-init", str(run_dir), input=json.dumps(plan_doc if plan_doc is not None else plan(**plan_args)))
     assert proc.returncode == 0, proc.stderr
     return run_dir
 

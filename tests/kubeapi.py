@@ -35,6 +35,15 @@ def status(code: int, reason: str, message: str, details: dict | None = None) ->
             "reason": reason, "details": details or {}, "code": code}
 
 
+def closed_port() -> int:
+    """A loopback port that was free a moment ago and that nothing listens on: an API server that is down."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def job(name: str, annotations: dict, namespace: str = NAMESPACE) -> dict:
     return {"kind": "Job", "apiVersion": "batch/v1",
             "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "resourceVersion": "1",
@@ -142,6 +151,13 @@ class KubeAPI:
         for obj in objects:
             self.add(obj)
 
+    def stage(self, scene: dict) -> None:
+        """Serve a scene of tests/k8s_fixtures.py: its objects, and the resources it denies, breaks or lacks."""
+        self.load(scene["objects"])
+        self.deny |= set(scene.get("deny", ()))
+        self.absent |= set(scene.get("absent", ()))
+        self.broken |= set(scene.get("broken", ()))
+
     def answer(self, raw_path: str) -> tuple[int, dict | str]:
         url = urlsplit(raw_path)
         parts = [unquote(p) for p in url.path.strip("/").split("/")]
@@ -218,9 +234,7 @@ def main(argv: list[str]) -> int:
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     with KubeAPI() as api:
-        api.load(scene["objects"])
-        api.deny |= set(scene.get("deny", ()))
-        api.absent |= set(scene.get("absent", ()))
+        api.stage(scene)
         api.kubeconfig(Path(argv[1]))
         print(api.port, flush=True)
         stopped.wait()

@@ -104,11 +104,8 @@ def test_no_job_and_no_rayjob_of_that_name_is_not_found_with_exit_66(api, tmp_pa
 
 
 def test_an_unreachable_api_server_exits_69_within_seconds(api, tmp_path):
-    import socket
 
-    with socket.socket() as sock:  # a port that was free a moment ago and that nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        closed = sock.getsockname()[1]
+    closed = kubeapi.closed_port()
     api.config = api.kubeconfig(tmp_path / "closed-kubeconfig", port=closed)
     started = time.monotonic()
     proc = fetch(api, tmp_path)

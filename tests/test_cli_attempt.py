@@ -15,16 +15,6 @@ import pytest
 from helpers import BIN, CLIENT, PYTHON, env_for_tests, error_of, hold_lock, init_run, settle, snapshot, tau
 
 
-@pytest.fixture(scope="module")
-def settled(tmp_path_factory) -> Path:
-    """A settled run of 4 shards whose shard-00001 failed its first attempt (not retried)."""
-    ws = tmp_path_factory.mktemp("attempt") / "ws"
-    ws.mkdir(mode=0o700)
-    run_dir = init_run(ws, fail_first=("shard-00001",))
-    assert tau("tau-submit", str(run_dir)).returncode == 0
-    settle(run_dir)
-    return run_dir
-
 
 def allocation(run_dir: Path, submission: str = "submission-0001", **env: str) -> subprocess.CompletedProcess:
     """Run `tau-attempt run` as an allocation with exactly the scheduler variables given."""

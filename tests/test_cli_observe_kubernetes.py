@@ -8,31 +8,19 @@ TAU_ACCEPT_GOLDEN=1 .venv/bin/python -m pytest tests/test_cli_observe_kubernetes
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import threading
 import time
-from pathlib import Path
 from urllib.parse import unquote_plus
 
 import k8s_fixtures
 import kubeapi
 import pytest
-from helpers import BIN, env_for_tests, error_of, init_run, tau
+from helpers import BIN, check_golden, env_for_tests, error_of, init_run, tau
 
 from taulib import schema
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "kubernetes"
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("TAU_ACCEPT_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"no golden file {path}; run with TAU_ACCEPT_GOLDEN=1 to create it"
-    assert text == path.read_text(), f"{name} differs from its golden file (TAU_ACCEPT_GOLDEN=1 accepts it)"
 
 
 @pytest.fixture
@@ -40,13 +28,6 @@ def api(tmp_path):
     with kubeapi.KubeAPI() as server:
         server.config = server.kubeconfig(tmp_path / "kubeconfig")
         yield server
-
-
-def stage(api: kubeapi.KubeAPI, scene: dict) -> None:
-    api.load(scene["objects"])
-    api.deny |= set(scene.get("deny", ()))
-    api.absent |= set(scene.get("absent", ()))
-    api.broken |= set(scene.get("broken", ()))
 
 
 def observe(api, name, *args, namespace=kubeapi.NAMESPACE, timeout=60):
@@ -69,9 +50,9 @@ def snapshot_of(proc) -> dict:
 @pytest.mark.parametrize("fixture", sorted(k8s_fixtures.FIXTURES))
 def test_the_snapshot_of_each_scene_matches_its_golden_file(api, fixture):
     scene = k8s_fixtures.FIXTURES[fixture]()
-    stage(api, scene)
+    api.stage(scene)
     doc = snapshot_of(observe(api, scene["name"]))
-    check_golden(f"{fixture}.json", json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    check_golden(f"kubernetes/{fixture}.json", json.dumps(doc, indent=2, sort_keys=False) + "\n")
     again = snapshot_of(observe(api, scene["name"]))
     assert again == doc, "the same reads give the same snapshot (no clock in it)"
 
@@ -80,16 +61,16 @@ def test_the_snapshot_of_each_scene_matches_its_golden_file(api, fixture):
                                      "same-name-failed-job-beside-succeeded-rayjob"])
 def test_the_table_of_a_scene_matches_its_golden_file(api, fixture):
     scene = k8s_fixtures.FIXTURES[fixture]()
-    stage(api, scene)
+    api.stage(scene)
     proc = observe(api, scene["name"], "-o", "table")
     assert proc.returncode == 0, proc.stderr
-    check_golden(f"{fixture}.table", proc.stdout)
+    check_golden(f"kubernetes/{fixture}.table", proc.stdout)
 
 
 # -- the points of the issue, spelled out (the golden files pin the rest) ------------------------------------------
 
 def test_a_job_pending_in_kueue_says_why_kueue_has_not_admitted_it(api):
-    stage(api, k8s_fixtures.job_pending_in_kueue())
+    api.stage(k8s_fixtures.job_pending_in_kueue())
     doc = snapshot_of(observe(api, "train-7"))
     assert (doc["kind"], doc["state"], doc["degraded"], doc["reason"]) == ("Job", "pending", False, None)
     assert "waiting for Kueue to admit it" in doc["stateDetail"]
@@ -102,7 +83,7 @@ def test_a_job_pending_in_kueue_says_why_kueue_has_not_admitted_it(api):
 
 
 def test_a_running_job_with_a_crash_looping_sidecar_is_running_and_degraded_with_the_container_named(api):
-    stage(api, k8s_fixtures.job_running_with_crashlooping_sidecar())
+    api.stage(k8s_fixtures.job_running_with_crashlooping_sidecar())
     doc = snapshot_of(observe(api, "train-7"))
     assert (doc["state"], doc["degraded"]) == ("running", True)
     assert doc["reason"] == "train-7-x8k2p/log-shipper waiting reason=CrashLoopBackOff exit=1 restarts=5"
@@ -114,7 +95,7 @@ def test_a_running_job_with_a_crash_looping_sidecar_is_running_and_degraded_with
 
 
 def test_a_job_failed_by_oom_reports_exit_137_out_of_memory_and_the_backoff_reason(api):
-    stage(api, k8s_fixtures.job_failed_oom())
+    api.stage(k8s_fixtures.job_failed_oom())
     doc = snapshot_of(observe(api, "train-7"))
     assert (doc["state"], doc["degraded"]) == ("failed", True)
     assert doc["issues"] == ["BackoffLimitExceeded: Job has reached the specified backoff limit",
@@ -127,7 +108,7 @@ def test_a_job_failed_by_oom_reports_exit_137_out_of_memory_and_the_backoff_reas
 def test_a_rayjob_failed_with_a_stale_running_job_status_is_failed_and_degraded_with_a_reason(api):
     """Seed review P1: deriveRayJobState said Failed while the failure helper saw RUNNING: degraded false, no
     reason. Here Failed always carries degraded and a reason."""
-    stage(api, k8s_fixtures.rayjob_failed_with_stale_running_job_status())
+    api.stage(k8s_fixtures.rayjob_failed_with_stale_running_job_status())
     doc = snapshot_of(observe(api, "tune"))
     assert (doc["kind"], doc["state"], doc["degraded"]) == ("RayJob", "failed", True)
     assert doc["reason"].startswith("DeadlineExceeded: The RayJob has passed the activeDeadlineSeconds")
@@ -136,7 +117,7 @@ def test_a_rayjob_failed_with_a_stale_running_job_status_is_failed_and_degraded_
 
 
 def test_a_succeeded_rayjob_calls_its_failed_worker_teardown_and_stays_healthy(api):
-    stage(api, k8s_fixtures.rayjob_succeeded_with_failed_teardown_pod())
+    api.stage(k8s_fixtures.rayjob_succeeded_with_failed_teardown_pod())
     doc = snapshot_of(observe(api, "tune"))
     assert (doc["state"], doc["degraded"], doc["reason"]) == ("succeeded", False, None)
     worker = next(p for p in doc["pods"] if p["role"] == "worker")
@@ -145,7 +126,7 @@ def test_a_succeeded_rayjob_calls_its_failed_worker_teardown_and_stays_healthy(a
 
 def test_same_name_ray_pods_never_degrade_the_batch_job(api):
     """Seed review P1: unrelated Ray pods degraded the batch Job of the same name."""
-    stage(api, k8s_fixtures.same_name_job_and_rayjob())
+    api.stage(k8s_fixtures.same_name_job_and_rayjob())
     doc = snapshot_of(observe(api, "eval"))
     assert (doc["kind"], doc["state"], doc["degraded"], doc["reason"]) == ("Job+RayJob", "running", False, None)
     assert doc["rayJob"]["degraded"] is True and doc["job"]["degraded"] is False
@@ -157,7 +138,7 @@ def test_same_name_ray_pods_never_degrade_the_batch_job(api):
 
 def test_a_succeeded_same_name_rayjob_never_turns_a_failed_batch_pod_into_teardown(api):
     """Seed review P1: a successful RayJob marked a failed batch pod as Teardown and hid its failure."""
-    stage(api, k8s_fixtures.same_name_failed_job_beside_succeeded_rayjob())
+    api.stage(k8s_fixtures.same_name_failed_job_beside_succeeded_rayjob())
     doc = snapshot_of(observe(api, "eval"))
     assert (doc["state"], doc["degraded"]) == ("failed", True)
     assert "eval-q7w2n/main terminated reason=Error exit=1 restarts=0" in doc["issues"]
@@ -167,7 +148,7 @@ def test_a_succeeded_same_name_rayjob_never_turns_a_failed_batch_pod_into_teardo
 
 
 def test_a_pod_read_denied_by_rbac_is_unavailable_access_denied_and_never_no_pods(api):
-    stage(api, k8s_fixtures.pods_denied())
+    api.stage(k8s_fixtures.pods_denied())
     doc = snapshot_of(observe(api, "train-7"))
     pods = doc["observations"]["pods"]
     assert pods["state"] == "unavailable"
@@ -183,7 +164,7 @@ def test_a_pod_read_denied_by_rbac_is_unavailable_access_denied_and_never_no_pod
 
 
 def test_an_absent_rayjob_crd_is_not_installed_and_a_later_call_sees_it_installed(api):
-    stage(api, k8s_fixtures.rayjob_crd_absent())
+    api.stage(k8s_fixtures.rayjob_crd_absent())
     doc = snapshot_of(observe(api, "train-7"))
     assert doc["observations"]["rayJob"]["state"] == "notFound"
     assert doc["observations"]["rayJob"]["reason"].startswith("resource type not installed")
@@ -196,7 +177,7 @@ def test_an_absent_rayjob_crd_is_not_installed_and_a_later_call_sees_it_installe
 
 
 def test_neither_a_job_nor_a_rayjob_is_state_not_found(api):
-    stage(api, k8s_fixtures.nothing_there())
+    api.stage(k8s_fixtures.nothing_there())
     doc = snapshot_of(observe(api, "gone"))
     assert (doc["kind"], doc["state"], doc["degraded"]) == ("Unknown", "not_found", False)
     assert doc["observations"]["job"] == {"state": "notFound", "reason": None}
@@ -204,7 +185,7 @@ def test_neither_a_job_nor_a_rayjob_is_state_not_found(api):
 
 
 def test_a_denied_job_read_leaves_the_state_unknown_never_not_found(api):
-    stage(api, {"objects": [k8s_fixtures.job("train-7")], "deny": ["jobs"]})
+    api.stage({"objects": [k8s_fixtures.job("train-7")], "deny": ["jobs"]})
     doc = snapshot_of(observe(api, "train-7"))
     assert (doc["kind"], doc["state"]) == ("Unknown", "unknown")
     assert doc["stateDetail"].startswith("cannot tell: access denied by Kubernetes RBAC reading the Job")
@@ -212,7 +193,7 @@ def test_a_denied_job_read_leaves_the_state_unknown_never_not_found(api):
 
 
 def test_a_server_error_on_workloads_is_unavailable_and_kueue_admission_says_it_cannot_tell(api):
-    stage(api, {**k8s_fixtures.job_pending_in_kueue(), "broken": ["workloads"]})
+    api.stage({**k8s_fixtures.job_pending_in_kueue(), "broken": ["workloads"]})
     doc = snapshot_of(observe(api, "train-7"))
     assert doc["observations"]["workloads"]["state"] == "unavailable"
     assert "answered HTTP 500" in doc["observations"]["workloads"]["reason"]
@@ -221,7 +202,7 @@ def test_a_server_error_on_workloads_is_unavailable_and_kueue_admission_says_it_
 
 
 def test_every_read_denied_exits_77_naming_the_denial(api):
-    stage(api, {"objects": [], "deny": ["jobs", "rayjobs", "workloads", "pods"]})
+    api.stage({"objects": [], "deny": ["jobs", "rayjobs", "workloads", "pods"]})
     proc = observe(api, "train-7")
     assert proc.returncode == 77, proc.stderr
     assert proc.stdout == ""
@@ -231,13 +212,13 @@ def test_every_read_denied_exits_77_naming_the_denial(api):
 
 
 def test_the_namespace_defaults_to_the_kubeconfig_context(api):
-    stage(api, k8s_fixtures.job_succeeded())
+    api.stage(k8s_fixtures.job_succeeded())
     doc = snapshot_of(observe(api, "train-7", namespace=None))
     assert (doc["namespace"], doc["state"]) == (kubeapi.NAMESPACE, "succeeded")
 
 
 def test_the_reads_are_the_workload_its_kueue_workloads_and_its_pods_by_their_selectors(api):
-    stage(api, k8s_fixtures.rayjob_running())
+    api.stage(k8s_fixtures.rayjob_running())
     snapshot_of(observe(api, "tune"))
     paths = [unquote_plus(p) for p in api.requests]
     ns = kubeapi.NAMESPACE
@@ -257,7 +238,7 @@ def test_the_reads_are_the_workload_its_kueue_workloads_and_its_pods_by_their_se
     ("v1beta1", ["v1beta2", "v1beta1", "v1beta1"]),  # a Kueue older than 0.15 only v1beta1: asked once, then v1beta1
 ])
 def test_kueue_workloads_are_read_in_the_newest_version_the_server_serves(api, served, asked):
-    stage(api, k8s_fixtures.job_pending_in_kueue())
+    api.stage(k8s_fixtures.job_pending_in_kueue())
     api.absent.add("kueue.x-k8s.io/" + ("v1beta1" if served == "v1beta2" else "v1beta2"))
     doc = snapshot_of(observe(api, "train-7"))
     assert doc["observations"]["workloads"] == {"state": "observed", "reason": None}
@@ -267,7 +248,7 @@ def test_kueue_workloads_are_read_in_the_newest_version_the_server_serves(api, s
 
 
 def test_without_kueue_the_workload_read_is_not_installed_naming_both_versions(api):
-    stage(api, {**k8s_fixtures.job_succeeded(), "absent": ["kueue.x-k8s.io"]})
+    api.stage({**k8s_fixtures.job_succeeded(), "absent": ["kueue.x-k8s.io"]})
     doc = snapshot_of(observe(api, "train-7"))
     assert doc["observations"]["workloads"] == {
         "state": "notFound", "reason": "resource type not installed: the API server serves neither "
@@ -280,9 +261,7 @@ def test_without_kueue_the_workload_read_is_not_installed_naming_both_versions(a
 # -- an API server that does not answer ----------------------------------------------------------------------------
 
 def test_an_unreachable_cluster_exits_69_within_seconds_with_a_clear_error(api, tmp_path):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed = sock.getsockname()[1]
+    closed = kubeapi.closed_port()
     api.config = api.kubeconfig(tmp_path / "closed", port=closed)
     started = time.monotonic()
     proc = observe(api, "train-7")
@@ -352,7 +331,7 @@ def test_observing_a_run_does_not_load_the_kubernetes_package_and_observing_a_wo
     assert loads_kubernetes(str(run_dir)) == (0, "CLEAN")
     assert loads_kubernetes(str(run_dir), "-o", "table") == (0, "CLEAN")
     assert loads_kubernetes("--help") == (0, "CLEAN")
-    stage(api, k8s_fixtures.job_succeeded())
+    api.stage(k8s_fixtures.job_succeeded())
     assert loads_kubernetes("--kubernetes", "train-7", env={"KUBECONFIG": str(api.config)}) == (0, "LOADED")
 
 
@@ -376,7 +355,7 @@ def test_observe_names_its_source_once_and_watch_is_a_table(tmp_path, args, mess
 
 def test_watch_renders_each_change_once_and_ends_when_the_workload_ends(api):
     scene = k8s_fixtures.job_pending_in_kueue()
-    stage(api, scene)
+    api.stage(scene)
     proc = subprocess.Popen([str(BIN / "tau-observe"), "--kubernetes", "train-7", "-n", kubeapi.NAMESPACE,
                              "-o", "table", "--watch", "--interval", "0.2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -403,9 +382,7 @@ def test_watch_renders_each_change_once_and_ends_when_the_workload_ends(api):
 
 
 def test_watch_keeps_going_while_the_api_server_does_not_answer(api, tmp_path):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed = sock.getsockname()[1]
+    closed = kubeapi.closed_port()
     config = api.kubeconfig(tmp_path / "closed", port=closed)
     proc = subprocess.Popen([str(BIN / "tau-observe"), "--kubernetes", "train-7", "-o", "table", "--watch",
                              "--interval", "0.2"],
@@ -418,6 +395,7 @@ def test_watch_keeps_going_while_the_api_server_does_not_answer(api, tmp_path):
     finally:
         proc.send_signal(2)
         out, err = proc.communicate(timeout=30)
-    assert first.startswith("cannot read the workload: tau-observe") or "cannot be reached" in first, first
+    assert first.startswith(f"cannot read the workload: the Kubernetes API server http://127.0.0.1:{closed} cannot "
+                            "be reached (connection refused)"), first
     assert proc.returncode == 130, err
     assert json.loads(err.splitlines()[-1])["message"] == "tau-observe: interrupted"

@@ -6,22 +6,11 @@ from __future__ import annotations
 import copy
 import json
 import time
-from pathlib import Path
 
 import pytest
 
 from helpers import CLIENT, PYTHON, copy_run, error_of, init_run, settle, snapshot, tau
 
-
-@pytest.fixture(scope="module")
-def settled(tmp_path_factory) -> Path:
-    """A settled run of 4 shards whose shard-00001 failed its first attempt (not retried). Copy it to change it."""
-    ws = tmp_path_factory.mktemp("observe") / "ws"
-    ws.mkdir(mode=0o700)
-    run_dir = init_run(ws, fail_first=("shard-00001",))
-    assert tau("tau-submit", str(run_dir)).returncode == 0
-    settle(run_dir)
-    return run_dir
 
 
 def observation(run_id: str = "run", shard: str = "shard-00001", attempt: str = "attempt-0001",
@@ -186,30 +175,17 @@ def test_observations_that_are_not_valid_exit_65_and_change_nothing(settled, std
     assert snapshot(settled) == before
 
 
-def test_observations_for_another_run_exit_65_and_change_nothing(settled):
+@pytest.mark.parametrize("changed, message", [
+    ({"run_id": "other"}, "observations on standard input are for run 'other', not 'run'"),
+    ({"attempt": "attempt-0009"}, "observations name shard-00001/attempt-0009, which this run does not have"),
+    ({"task_index": 3}, "observations give shard-00001/attempt-0001 another scheduler identity than the recorded "
+                        "one"),
+], ids=["another run", "an attempt the run does not have", "another scheduler identity"])
+def test_observations_that_do_not_match_the_run_exit_65_and_change_nothing(settled, changed, message):
     before = snapshot(settled)
-    proc = tau("tau-reconcile", str(settled), input=json.dumps(observation(run_id="other")))
+    proc = tau("tau-reconcile", str(settled), input=json.dumps(observation(**changed)))
     assert proc.returncode == 65
-    assert error_of(proc)["message"] == ("tau-reconcile: observations on standard input are for run 'other', "
-                                         "not 'run'")
-    assert snapshot(settled) == before
-
-
-def test_observations_naming_an_attempt_the_run_does_not_have_exit_65_and_change_nothing(settled):
-    before = snapshot(settled)
-    proc = tau("tau-reconcile", str(settled), input=json.dumps(observation(attempt="attempt-0009")))
-    assert proc.returncode == 65
-    assert error_of(proc)["message"] == ("tau-reconcile: observations name shard-00001/attempt-0009, which this run "
-                                         "does not have")
-    assert snapshot(settled) == before
-
-
-def test_observations_with_another_scheduler_identity_exit_65_and_change_nothing(settled):
-    before = snapshot(settled)
-    proc = tau("tau-reconcile", str(settled), input=json.dumps(observation(task_index=3)))
-    assert proc.returncode == 65
-    assert error_of(proc)["message"] == ("tau-reconcile: observations give shard-00001/attempt-0001 another "
-                                         "scheduler identity than the recorded one")
+    assert error_of(proc)["message"] == "tau-reconcile: " + message
     assert snapshot(settled) == before
 
 

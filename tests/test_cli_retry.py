@@ -8,20 +8,9 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from helpers import BIN, copy_run, env_for_tests, error_of, init_run, settle, snapshot, tau
 
-
-@pytest.fixture(scope="module")
-def settled(tmp_path_factory) -> Path:
-    """A settled run of 4 shards whose shard-00001 failed its first attempt (not retried). Copy it to change it."""
-    ws = tmp_path_factory.mktemp("retry") / "ws"
-    ws.mkdir(mode=0o700)
-    run_dir = init_run(ws, fail_first=("shard-00001",))
-    assert tau("tau-submit", str(run_dir)).returncode == 0
-    settle(run_dir)
-    return run_dir
 
 
 def attempts_of(run_dir: Path) -> dict[str, list[str]]:

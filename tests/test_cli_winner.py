@@ -11,16 +11,6 @@ import pytest
 from helpers import copy_run, error_of, init_run, settle, snapshot, tau
 
 
-@pytest.fixture(scope="module")
-def settled(tmp_path_factory) -> Path:
-    """A settled run of 4 shards whose shard-00001 failed its first attempt (not retried). Copy it to change it."""
-    ws = tmp_path_factory.mktemp("winner") / "ws"
-    ws.mkdir(mode=0o700)
-    run_dir = init_run(ws, fail_first=("shard-00001",))
-    assert tau("tau-submit", str(run_dir)).returncode == 0
-    settle(run_dir)
-    return run_dir
-
 
 @pytest.fixture(scope="module")
 def done(settled, tmp_path_factory) -> Path:

@@ -3,25 +3,14 @@
 Accept an intended change with: TAU_ACCEPT_GOLDEN=1 .venv/bin/python -m pytest tests/test_slurm_script.py
 """
 
-import os
-from pathlib import Path
-
 import pytest
+from helpers import check_golden
 
 from taulib.errors import BadInput
 from taulib.slurm.script import render
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
 BASE = dict(job_name="tau-demo-6ddb4c9a-0001", run_dir="/scratch/alice/runs/demo", submission_id="submission-0001",
             python="/opt/tau/.venv/bin/python")
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("TAU_ACCEPT_GOLDEN") == "1":
-        path.write_text(text)
-    assert path.exists(), f"no golden file {path}; run with TAU_ACCEPT_GOLDEN=1 to create it"
-    assert text == path.read_text(), f"{name} differs from its golden file (TAU_ACCEPT_GOLDEN=1 accepts it)"
 
 
 def test_a_full_array_with_every_profile_field_renders_its_golden_script():

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import stat
 
-from taulib import jsonio, publish
+from taulib import jsonio, publish, store
 from taulib.bundle import endpoint
 from taulib.bundle import manifest as mf
 from taulib.errors import CheckFailed, Conflict, NotFound, Refused, UsageError
@@ -108,12 +108,12 @@ def fetch(source: str, destination: str, generation: str | None, current: bool =
                 _download_all(client, location, record, listing, stage_fd)
                 for rel, data in ((mf.manifest_name(generation), manifest_bytes),
                                   (mf.marker_name(generation), marker_bytes)):
-                    fd = _create(stage_fd, rel)
+                    dfd = mf.make_folders(stage_fd, rel)
                     try:
-                        os.write(fd, data)
-                        os.fsync(fd)
+                        store.write_new(dfd, rel.rsplit("/", 1)[-1], data)
                     finally:
-                        os.close(fd)
+                        if dfd != stage_fd:
+                            os.close(dfd)
                 os.fsync(stage_fd)
             finally:
                 os.close(stage_fd)
@@ -123,9 +123,7 @@ def fetch(source: str, destination: str, generation: str | None, current: bool =
             publish.rename_noreplace(parent_fd, stage, name)
             os.fsync(parent_fd)
         except BaseException:
-            from taulib.store import rmtree_at
-
-            rmtree_at(parent_fd, stage)
+            store.rmtree_at(parent_fd, stage)
             if removed_empty:
                 try:
                     os.mkdir(name, 0o700, dir_fd=parent_fd)

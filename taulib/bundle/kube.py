@@ -35,7 +35,7 @@ DATA_ROOT = "/data"
 
 def resolve(name: str, namespace: str | None = None, env: dict | None = None) -> dict:
     """{"url", "generation", "kind", "name", "namespace"} of the bundle the Job or RayJob NAME carries."""
-    from taulib.k8s import api
+    from taulib.k8s import api, status
 
     env = dict(os.environ) if env is None else env
     with api.Session(env, timeout=15.0) as session:
@@ -50,7 +50,7 @@ def resolve(name: str, namespace: str | None = None, env: dict | None = None) ->
     for read in (job, rayjob):
         if read.state == api.UNAVAILABLE:
             raise Unavailable(f"{read.reason}; try again when it answers", name=name, namespace=namespace)
-    if job.state == api.OBSERVED and rayjob.state == api.OBSERVED and _submitter(job.value, rayjob.value):
+    if job.state == api.OBSERVED and rayjob.state == api.OBSERVED and status.owned_by(job.value, rayjob.value):
         job = api.Read(api.NOT_FOUND)  # KubeRay's submitter Job carries the RayJob's name: the RayJob is the workload
     if job.state == api.OBSERVED and rayjob.state == api.OBSERVED:
         raise UsageError(f"ambiguous: both a Job and a RayJob are named {where}; fetch by the Blob URL instead",
@@ -60,13 +60,6 @@ def resolve(name: str, namespace: str | None = None, env: dict | None = None) ->
     kind, obj = ("Job", job.value) if job.state == api.OBSERVED else ("RayJob", rayjob.value)
     annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
     return {**locate(annotations, f"{kind} {where}", env), "kind": kind, "name": name, "namespace": namespace}
-
-
-def _submitter(job: dict, rayjob: dict) -> bool:
-    """Whether the Job is owned by the RayJob (by uid): the submitter KubeRay creates under the RayJob's name."""
-    uid = (rayjob.get("metadata") or {}).get("uid")
-    refs = (job.get("metadata") or {}).get("ownerReferences") or []
-    return bool(uid) and any(isinstance(r, dict) and r.get("uid") == uid for r in refs)
 
 
 def locate(annotations: dict, what: str, env: dict | None = None) -> dict:

@@ -103,7 +103,8 @@ def _controller(obj: dict) -> dict | None:
     return refs[0] if refs else None
 
 
-def _owned_by(obj: dict | None, owner: dict | None) -> bool:
+def owned_by(obj: dict | None, owner: dict | None) -> bool:
+    """Whether one of obj's ownerReferences is `owner`, by uid (names can be reused; uids cannot)."""
     uid = _meta(owner).get("uid")
     return bool(uid) and any(isinstance(r, dict) and r.get("uid") == uid
                              for r in _meta(obj).get("ownerReferences") or [])
@@ -331,7 +332,7 @@ def snapshot(name: str, namespace: str, *, job: Read, rayjob: Read, workloads: R
     ray_obj = rayjob.value if rayjob.state == OBSERVED else None
     job_owner_ray = next((r for r in _meta(job_obj).get("ownerReferences") or []
                           if isinstance(r, dict) and r.get("kind") == "RayJob"), None) if job_obj else None
-    submitter = job_obj is not None and (_owned_by(job_obj, ray_obj) if ray_obj else job_owner_ray is not None
+    submitter = job_obj is not None and (owned_by(job_obj, ray_obj) if ray_obj else job_owner_ray is not None
                                          and rayjob.state == UNAVAILABLE)
     cluster = _status(ray_obj).get("rayClusterName") if ray_obj else None
 
@@ -346,7 +347,7 @@ def snapshot(name: str, namespace: str, *, job: Read, rayjob: Read, workloads: R
 
     def workload_owner(wl: dict) -> str | None:
         for kind, obj in (("Job", job_obj), ("RayJob", ray_obj)):
-            if obj and (_owned_by(wl, obj) or (_meta(wl).get("labels") or {}).get("kueue.x-k8s.io/job-uid")
+            if obj and (owned_by(wl, obj) or (_meta(wl).get("labels") or {}).get("kueue.x-k8s.io/job-uid")
                         == _meta(obj).get("uid")):
                 return "RayJob" if kind == "Job" and submitter else kind
         return None

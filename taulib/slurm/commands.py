@@ -82,6 +82,13 @@ def sacct(job_ids: list[str], arrays: set[str]) -> list[parse.Row]:
     return rows
 
 
+def sbatch_script(run, rel: str, text: str) -> str:
+    """Publish a job script as RUN/rel (immutable, through the run directory's writer) and submit it; the job id.
+    Raises Ambiguous or SubmitRefused as `sbatch` does."""
+    run.dir.publish_bytes(rel, text.encode())
+    return sbatch(os.path.join(run.path, rel))
+
+
 def sbatch(script_path: str) -> str:
     """Submit; return the job id. Raises Ambiguous or SubmitRefused."""
     timeout = _seconds("TAU_SBATCH_TIMEOUT", 60)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, CLIENT, PYTHON, ROOT, tau
+from helpers import BIN, CLIENT, PYTHON, ROOT, init_run, tau
 
 CLUSTER_UP = str(ROOT / "contrib" / "slurm" / "cluster-up.sh")
 CLUSTER_DOWN = str(ROOT / "contrib" / "slurm" / "cluster-down.sh")
@@ -46,10 +46,33 @@ def slurm_plan(records: int = 40, shards: int = 4, client_args: tuple[str, ...] 
 
 
 def init_slurm_run(workspace: Path, name: str = "run", **plan_args) -> Path:
-    run_dir = workspace / name
-    proc = tau("tau-init", str(run_dir), input=json.dumps(slurm_plan(**plan_args)))
+    return init_run(workspace, name, plan_doc=slurm_plan(**plan_args))
+
+
+def submit(run_dir: Path, env: dict | None = None) -> dict:
+    """tau-submit RUN_DIR, which must succeed; its summary."""
+    proc = tau("tau-submit", str(run_dir), env=env)
     assert proc.returncode == 0, proc.stderr
-    return run_dir
+    return json.loads(proc.stdout)
+
+
+def clients_running(run_dir: Path, job: str, tasks: dict[int, str]) -> None:
+    """Wait until squeue shows exactly `tasks` and each running task's client has started."""
+    wait_until(lambda: task_states(job) == tasks, 60, f"squeue shows {tasks}", pause=0.3)
+    for task, state in tasks.items():
+        if state == "RUNNING":
+            log = run_dir / "shards" / f"shard-{task:05d}" / "attempts" / "attempt-0001" / "client.log"
+            wait_until(log.exists, 30, f"the client of task {task} runs", pause=0.2)
+    time.sleep(0.5)  # the attempts are waiting for their clients, their signal handlers installed
+
+
+def two_tasks_running(workspace: Path, sleep: int) -> tuple[Path, str]:
+    """A submitted 2-shard run whose two clients sleep `sleep` seconds, both running: (run dir, array job id)."""
+    run_dir = init_slurm_run(workspace, records=20, shards=2, client_args=("--sleep", str(sleep)))
+    submit(run_dir)
+    job = job_id(run_dir)
+    clients_running(run_dir, job, {0: "RUNNING", 1: "RUNNING"})
+    return run_dir, job
 
 
 def job_id(run_dir: Path, submission: str = "submission-0001") -> str:

@@ -14,9 +14,9 @@ import time
 import pytest
 
 from helpers import tau
-from slurm import (attempt_record, cancel_workspace_jobs, daemon_stopped, init_slurm_run, job_id, observation_of,
-                   observe_reconcile, run_cmd, sacct_rows, settled, shard, task_states, wait_for, wait_job_gone,
-                   wait_until)
+from slurm import (attempt_record, cancel_workspace_jobs, clients_running, daemon_stopped, init_slurm_run, job_id,
+                   observation_of, observe_reconcile, run_cmd, sacct_rows, settled, shard, submit, task_states,
+                   two_tasks_running, wait_for, wait_job_gone, wait_until)
 
 WINDOWS = {"accounting_lag_seconds": 30, "preemption_seconds": 60, "submission_visibility_seconds": 30}
 
@@ -28,26 +28,10 @@ def jobs_cancelled(workspace):
     cancel_workspace_jobs(workspace)
 
 
-def _submit(run_dir) -> dict:
-    proc = tau("tau-submit", str(run_dir))
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
-def _clients_running(run_dir, job: str, tasks: dict[int, str]) -> None:
-    """Wait until squeue shows exactly `tasks` and each running task's client has started."""
-    wait_until(lambda: task_states(job) == tasks, 60, f"squeue shows {tasks}", pause=0.3)
-    for task, state in tasks.items():
-        if state == "RUNNING":
-            log = run_dir / "shards" / f"shard-{task:05d}" / "attempts" / "attempt-0001" / "client.log"
-            wait_until(log.exists, 30, f"the client of task {task} runs", pause=0.2)
-    time.sleep(0.5)  # the attempts are waiting for their clients, their signal handlers installed
-
-
 def test_a_task_that_exits_3_fails_with_that_status_and_a_sparse_retry_makes_the_run_succeed(
         cluster, workspace, jobs_cancelled):
     run_dir = init_slurm_run(workspace, client_args=("--fail-first", "shard-00001"))
-    _submit(run_dir)
+    submit(run_dir)
     status = wait_for(settled, run_dir, timeout=60)
     assert status["state"] == "failed" and status["retryable"] == ["shard-00001"], status
     failed = shard(status, "shard-00001")
@@ -77,10 +61,7 @@ def test_a_task_that_exits_3_fails_with_that_status_and_a_sparse_retry_makes_the
 def test_scancel_of_a_running_task_fails_its_shard_as_cancelled_from_accounting_and_spares_the_others(
         cluster, workspace, jobs_cancelled):
     # 20 s: the cancellation is terminal in accounting within about 6 s, well before the other task ends
-    run_dir = init_slurm_run(workspace, records=20, shards=2, client_args=("--sleep", "20"))
-    _submit(run_dir)
-    job = job_id(run_dir)
-    _clients_running(run_dir, job, {0: "RUNNING", 1: "RUNNING"})
+    run_dir, job = two_tasks_running(workspace, sleep=20)
     status = observe_reconcile(run_dir)
     assert [s["state"] for s in status["shards"]] == ["running", "running"], status
 
@@ -117,10 +98,10 @@ def test_scancel_of_a_pending_task_leaves_no_accounting_row_so_its_shard_waits_o
                              scheduler={"profile": "slurm",
                                         "slurm": {"partition": "debug", "time": "10:00", "max_parallel": 1}},
                              windows=dict(WINDOWS, accounting_lag_seconds=8))
-    _submit(run_dir)
+    submit(run_dir)
     assert "#SBATCH --array=0-2%1\n" in (run_dir / "submissions" / "submission-0001" / "job.sh").read_text()
     job = job_id(run_dir)
-    _clients_running(run_dir, job, {0: "RUNNING", 1: "PENDING", 2: "PENDING"})
+    clients_running(run_dir, job, {0: "RUNNING", 1: "PENDING", 2: "PENDING"})
     # task 1 is not the array's master record (that is the highest task, 2): cancelled while pending, it gets no row
     run_cmd("scancel", f"{job}_1")
     wait_until(lambda: 1 not in task_states(job), 15, "task 1 gone from squeue", pause=0.2)
@@ -165,7 +146,7 @@ def test_scancel_of_a_pending_task_leaves_no_accounting_row_so_its_shard_waits_o
 def test_a_task_past_its_time_limit_fails_its_shard_as_timed_out(cluster, workspace, jobs_cancelled):
     run_dir = init_slurm_run(workspace, records=10, shards=1, client_args=("--sleep", "300"),
                              scheduler={"profile": "slurm", "slurm": {"partition": "debug", "time": "0:01"}})
-    _submit(run_dir)
+    submit(run_dir)
     assert "#SBATCH --time=0:01\n" in (run_dir / "submissions" / "submission-0001" / "job.sh").read_text()
     status = wait_for(lambda st: shard(st, "shard-00000")["state"] == "failed", run_dir, timeout=150, pause=1)
     s = shard(status, "shard-00000")
@@ -180,10 +161,7 @@ def test_a_task_past_its_time_limit_fails_its_shard_as_timed_out(cluster, worksp
 
 def test_with_slurmdbd_down_accounting_is_unavailable_and_nothing_is_guessed_until_it_returns(
         cluster, workspace, jobs_cancelled):
-    run_dir = init_slurm_run(workspace, records=20, shards=2, client_args=("--sleep", "20"))
-    _submit(run_dir)
-    job = job_id(run_dir)
-    _clients_running(run_dir, job, {0: "RUNNING", 1: "RUNNING"})
+    run_dir, job = two_tasks_running(workspace, sleep=20)
     wait_until(lambda: sorted((r["job"], r["state"]) for r in sacct_rows(job)) == [
         (f"{job}_0", "RUNNING"), (f"{job}_1", "RUNNING")], 15, "both tasks running in accounting")
     status = observe_reconcile(run_dir)
@@ -232,10 +210,7 @@ def test_with_slurmdbd_down_accounting_is_unavailable_and_nothing_is_guessed_unt
 
 def test_with_slurmctld_down_the_queue_is_unavailable_and_the_evidence_stands_until_it_restarts(
         cluster, workspace, jobs_cancelled):
-    run_dir = init_slurm_run(workspace, records=20, shards=2, client_args=("--sleep", "15"))
-    _submit(run_dir)
-    job = job_id(run_dir)
-    _clients_running(run_dir, job, {0: "RUNNING", 1: "RUNNING"})
+    run_dir, job = two_tasks_running(workspace, sleep=15)
     status = observe_reconcile(run_dir)
     assert [s["state"] for s in status["shards"]] == ["running", "running"], status
     paths = [run_dir / "shards" / sid / "attempts" / "attempt-0001" / "observation.json"

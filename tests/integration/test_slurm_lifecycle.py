@@ -15,7 +15,7 @@ import pytest
 
 from helpers import tau
 from slurm import (attempt_record, cancel_workspace_jobs, init_slurm_run, job_id, observation_of, observe_reconcile,
-                   run_cmd, sacct_rows, settled, shard, task_states, wait_for, wait_task_state, wait_until)
+                   run_cmd, sacct_rows, settled, shard, submit, task_states, wait_for, wait_task_state, wait_until)
 
 
 @pytest.fixture
@@ -59,12 +59,6 @@ class ReadinessWatcher:
         return [s[1] for s in self.snapshots]
 
 
-def _submit(run_dir: Path, env: dict | None = None) -> dict:
-    proc = tau("tau-submit", str(run_dir), env=env)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
 def _queue_reasons(job: str) -> dict[int, tuple[str, str]]:
     proc = run_cmd("squeue", "--noheader", "--array", "--format=%i|%T|%r", f"--jobs={job}", check=False)
     out = {}
@@ -79,7 +73,7 @@ def _queue_reasons(job: str) -> dict[int, tuple[str, str]]:
 def test_an_array_that_succeeds_is_seen_pending_and_running_from_the_queue_then_wins_and_collects_every_record(
         cluster, workspace, extra_jobs):
     run_dir = init_slurm_run(workspace, client_args=("--sleep", "5"))
-    summary = _submit(run_dir)
+    summary = submit(run_dir)
     assert summary["created"] is True and summary["job_id"] == job_id(run_dir)
     script = (run_dir / "submissions" / "submission-0001" / "job.sh").read_text()
     directives = [line for line in script.splitlines() if line.startswith("#SBATCH")]
@@ -118,7 +112,7 @@ def test_an_array_that_succeeds_is_seen_pending_and_running_from_the_queue_then_
 def test_a_requeued_task_goes_pending_then_the_same_attempt_restarts_cleanly_and_wins(cluster, workspace, extra_jobs):
     run_dir = init_slurm_run(workspace, records=10, shards=1, client_args=("--sleep", "15"))
     # widen the windows between readiness writes a little, so that the sampler sees every snapshot
-    _submit(run_dir, env={"TAU_FAILPOINTS": "attempt.running=delay:1.5"})
+    submit(run_dir, env={"TAU_FAILPOINTS": "attempt.running=delay:1.5"})
     job = job_id(run_dir)
     readiness = run_dir / "shards" / "shard-00000" / "attempts" / "attempt-0001" / "readiness.json"
     with ReadinessWatcher(readiness) as watcher:
@@ -156,7 +150,7 @@ def test_a_requeued_task_goes_pending_then_the_same_attempt_restarts_cleanly_and
 
 def test_a_preempted_task_is_requeued_by_slurm_and_its_attempt_goes_on_to_win(cluster, workspace, extra_jobs):
     run_dir = init_slurm_run(workspace, records=20, shards=2, client_args=("--sleep", "20"))
-    _submit(run_dir)
+    submit(run_dir)
     job = job_id(run_dir)
     wait_until(lambda: task_states(job) == {0: "RUNNING", 1: "RUNNING"}, 30, "both tasks running (both CPUs)")
     for sid in ("shard-00000", "shard-00001"):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, ROOT, tau
-from slurm import (cancel_workspace_jobs, init_slurm_run, job_id, observe_reconcile, record, run_cmd, settled,
+from helpers import BIN, ROOT
+from slurm import (cancel_workspace_jobs, init_slurm_run, job_id, observe_reconcile, record, run_cmd, settled, submit,
                    wait_for, wait_task_state, wait_until)
 
 
@@ -21,12 +21,6 @@ def jobs_cancelled(workspace):
     """Every job the test's runs recorded is cancelled at the end."""
     yield
     cancel_workspace_jobs(workspace)
-
-
-def _submit(run_dir: Path) -> dict:
-    proc = tau("tau-submit", str(run_dir))
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
 
 
 def _status_file(run_dir: Path) -> Path:
@@ -43,7 +37,7 @@ def _read_json(path: Path) -> dict | None:
 def test_the_epilog_hook_reconciles_a_cancelled_task_by_itself_and_writes_the_status_beside_the_run(
         cluster, workspace, jobs_cancelled):
     run_dir = init_slurm_run(workspace, records=10, shards=1, client_args=("--sleep", "30"))
-    _submit(run_dir)
+    submit(run_dir)
     job = job_id(run_dir)
     wait_task_state(job, 0, "RUNNING")
     attempt_dir = run_dir / "shards" / "shard-00000" / "attempts" / "attempt-0001"
@@ -88,7 +82,7 @@ def _cron_command(run_dir: Path) -> str:
 
 def test_the_cron_line_writes_a_valid_status_document_of_the_run_beside_it(cluster, workspace, jobs_cancelled):
     run_dir = init_slurm_run(workspace, records=20, shards=2)
-    _submit(run_dir)
+    submit(run_dir)
     expected = wait_for(settled, run_dir, timeout=60)
     _status_file(run_dir).unlink(missing_ok=True)  # the epilog hook may have written one already
 
@@ -110,7 +104,7 @@ def test_the_cron_line_writes_a_valid_status_document_of_the_run_beside_it(clust
 def test_the_rendered_sbatch_script_passes_sbatch_test_only_with_the_options_tau_relies_on(
         cluster, workspace, jobs_cancelled):
     run_dir = init_slurm_run(workspace, records=20, shards=2)
-    _submit(run_dir)
+    submit(run_dir)
     folder = run_dir / "submissions" / "submission-0001"
     script = folder / "job.sh"
     proc = run_cmd("sbatch", "--test-only", str(script))
