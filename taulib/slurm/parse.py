@@ -110,14 +110,20 @@ def _job_fields(text: str) -> tuple[str, list[int | None]]:
     return match["job"], [None]
 
 
-def squeue(text: str) -> list[Row]:
-    rows = []
+def _split_rows(text: str, count: int, what: str):
+    """(fields, line) of every non-blank line of `|`-separated output, each with exactly `count` fields."""
     for line in text.splitlines():
         if not line.strip():
             continue
         fields = line.split("|")
-        if len(fields) != 3:
-            raise ParseError(f"squeue row has {len(fields)} fields, expected 3: {line!r}")
+        if len(fields) != count:
+            raise ParseError(f"{what} has {len(fields)} fields, expected {count}: {line!r}")
+        yield fields, line
+
+
+def squeue(text: str) -> list[Row]:
+    rows = []
+    for fields, _line in _split_rows(text, 3, "squeue row"):
         job, tasks = _job_fields(fields[0].strip())
         raw = fields[1].strip()
         for task in tasks:
@@ -137,12 +143,7 @@ def sacct(text: str, arrays: set[str] | None = None) -> list[Row]:
     is a placeholder)."""
     arrays = arrays or set()
     rows = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        fields = line.split("|")
-        if len(fields) != 8:
-            raise ParseError(f"sacct row has {len(fields)} fields, expected 8: {line!r}")
+    for fields, line in _split_rows(text, 8, "sacct row"):
         jobid, _raw_id, name, state, exit_text, submit, start, _end = (f.strip() for f in fields)
         if "." in jobid:
             raise ParseError(f"unexpected step row {line!r} (sacct must run with --allocations)")
@@ -180,12 +181,7 @@ def name_rows(text: str, fields: int) -> list[tuple[str, list[int | None], str, 
     """Rows of `JOBID|NAME[|SUBMIT]` (squeue %i|%j|%V, or sacct JobID,JobName,Submit) for exact-name recovery:
     (job, tasks, name, submit time or "")."""
     out = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = line.split("|")
-        if len(parts) != fields:
-            raise ParseError(f"row has {len(parts)} fields, expected {fields}: {line!r}")
+    for parts, _line in _split_rows(text, fields, "row"):
         jobid = parts[0].strip()
         if "." in jobid:
             continue
