@@ -167,29 +167,29 @@ def rayjob_state(rayjob: dict) -> tuple[str, str, str | None, str | None]:
     return state, detail, None, None if problem is None else problem.format(deployment=deployment, app=app)
 
 
-def job_section(job: dict, submitter_of: str | None) -> dict:
+def job_section(job: dict, submitter_of: str | None, verdict: dict) -> dict:
+    """The Job as reported, with its verdict (state, detail, problems)."""
     st = _status(job)
-    state, detail, _ = job_state(job)
     return {"name": _meta(job).get("name"), "uid": _meta(job).get("uid"),
             "submitterOf": submitter_of,
-            "state": state, "stateDetail": detail,
+            "state": verdict["state"], "stateDetail": verdict["detail"],
             "suspended": bool((job.get("spec") or {}).get("suspend")),
             "active": _int(st.get("active")), "succeeded": _int(st.get("succeeded")), "failed": _int(st.get("failed")),
             "startTime": st.get("startTime") or None, "completionTime": st.get("completionTime") or None,
-            "conditions": _conditions_out(job)}
+            "conditions": _conditions_out(job), "degraded": bool(verdict["problems"])}
 
 
-def rayjob_section(rayjob: dict) -> dict:
+def rayjob_section(rayjob: dict, verdict: dict) -> dict:
+    """The RayJob as reported, with its verdict (state, detail, problems)."""
     st = _status(rayjob)
-    state, detail, _, _ = rayjob_state(rayjob)
     return {"name": _meta(rayjob).get("name"), "uid": _meta(rayjob).get("uid"),
-            "state": state, "stateDetail": detail,
+            "state": verdict["state"], "stateDetail": verdict["detail"],
             "deploymentStatus": st.get("jobDeploymentStatus") or None, "jobStatus": st.get("jobStatus") or None,
             "rayClusterName": st.get("rayClusterName") or None, "jobId": st.get("jobId") or None,
             "reason": st.get("reason") or None, "message": st.get("message") or None,
             "succeeded": _int(st.get("succeeded")), "failed": _int(st.get("failed")),
             "startTime": st.get("startTime") or None, "endTime": st.get("endTime") or None,
-            "conditions": _conditions_out(rayjob)}
+            "conditions": _conditions_out(rayjob), "degraded": bool(verdict["problems"])}
 
 
 # -- Kueue ---------------------------------------------------------------------------------------------------------
@@ -419,12 +419,14 @@ def snapshot(name: str, namespace: str, *, job: Read, rayjob: Read, workloads: R
 
     sections = {}
     if job_obj is not None:
-        sections["job"] = job_section(job_obj, (job_owner_ray or {}).get("name") if submitter else None)
-        if "Job" in verdicts:  # a submitter Job is part of its RayJob, which carries the verdict
-            sections["job"].update(state=verdicts["Job"]["state"], stateDetail=verdicts["Job"]["detail"])
-        sections["job"]["degraded"] = bool(verdicts.get("Job", {}).get("problems"))
+        # a submitter Job is part of its RayJob, which carries the verdict: the Job's own state, never degraded
+        own = verdicts.get("Job")
+        if own is None:
+            own_state, own_detail, _ = job_state(job_obj)
+            own = {"state": own_state, "detail": own_detail, "problems": []}
+        sections["job"] = job_section(job_obj, (job_owner_ray or {}).get("name") if submitter else None, own)
     if ray_obj is not None:
-        sections["rayJob"] = dict(rayjob_section(ray_obj), degraded=bool(verdicts["RayJob"]["problems"]))
+        sections["rayJob"] = rayjob_section(ray_obj, verdicts["RayJob"])
     doc = {
         "schemaVersion": SCHEMA_VERSION,
         "name": name, "namespace": namespace, "kind": kind,
