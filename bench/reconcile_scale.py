@@ -24,9 +24,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from taulib import jsonio, layout, local, observe, run as runlib  # noqa: E402
+from taulib import jsonio  # noqa: E402
+from taulib.lifecycle import init, observe, reconcile  # noqa: E402
+from taulib.local.proc import process_start_ticks  # noqa: E402
+from taulib.rules.plan import shard_range  # noqa: E402
+from taulib.rundir import layout  # noqa: E402
+from taulib.rundir.records import RunDir  # noqa: E402
+from taulib.rundir.run import Run  # noqa: E402
 from taulib.slurm import parse  # noqa: E402
-from taulib.store import RunDir  # noqa: E402
 
 SHARDS = int(os.environ.get("BENCH_SHARDS", "100000"))
 LIVE = int(os.environ.get("BENCH_LIVE", "1000"))
@@ -43,7 +48,7 @@ def write(path: Path, record: dict) -> None:
 def build(run_dir: Path) -> None:
     request = {"records": SHARDS * 10, "shards": SHARDS, "command": ["true"],
                "scheduler": {"profile": "local"}}
-    plan = runlib.resolve_plan(request, run_dir.name)
+    plan = init.resolve_plan(request, run_dir.name)
     plan_bytes = jsonio.canonical(plan)
     os.mkdir(run_dir, 0o700)
     for sub in ("shards", "locks", "submissions", "submissions/submission-0001",
@@ -52,7 +57,7 @@ def build(run_dir: Path) -> None:
     (run_dir / "plan.json").write_bytes(plan_bytes)
     os.chmod(run_dir / "plan.json", 0o600)
     rid, plan_sha = run_dir.name, jsonio.sha256_hex(plan_bytes)
-    me, ticks = os.getpid(), local.process_start_ticks(os.getpid())
+    me, ticks = os.getpid(), process_start_ticks(os.getpid())
     live_from = SHARDS - LIVE
     tasks = []
     for index in range(SHARDS):
@@ -62,7 +67,7 @@ def build(run_dir: Path) -> None:
         os.makedirs(adir, 0o700)
         os.chmod(shard_dir / "attempts", 0o700)
         os.chmod(shard_dir, 0o700)
-        start, end = runlib.shard_range(plan, index)
+        start, end = shard_range(plan, index)
         write(shard_dir / "shard.json", {"kind": "tau.shard", "schema_version": 1, "run_id": rid, "shard_id": sid,
                                          "index": index, "record_start": start, "record_end": end})
         live = index >= live_from
@@ -121,9 +126,9 @@ def build(run_dir: Path) -> None:
 
 
 def observe_reconcile(run_dir: Path) -> dict:
-    with runlib.Run(str(run_dir)) as run:
+    with Run(str(run_dir)) as run:
         doc = observe.observe(run)
-        return observe.apply(run, doc)
+        return reconcile.apply(run, doc)
 
 
 def read_every_record(run_dir: Path) -> int:

@@ -16,51 +16,41 @@ import os
 import signal
 import time
 
+from taulib import env
 from taulib.errors import FailpointError
 
 NAMES = (
-    # taulib.store: immutable publish
+    # taulib.fs.atomic: immutable publish
     "store.publish.temp_written",
     "store.publish.temp_synced",
     "store.publish.linked",
     "store.publish.temp_removed",
-    # taulib.store: mutable replace
+    # taulib.fs.atomic: mutable replace
     "store.replace.temp_written",
     "store.replace.temp_synced",
     "store.replace.renamed",
-    # taulib.store: directories
+    # taulib.fs.tree: folders
     "store.mkdir.created",
-    # taulib.run: init
+    # taulib.lifecycle.init
     "init.shards_written",
-    # taulib.submission: the journal and the attempts
+    # taulib.lifecycle.submission: the journal and the attempts
     "submit.prepared",
     "submit.attempts_published",
     "submit.submitted",
-    # taulib.attempt: in-allocation side
+    # taulib.lifecycle.attempt: in-allocation side
     "attempt.running",
     "attempt.result_written",
     "attempt.manifest_written",
-    # taulib.winner
+    # taulib.lifecycle.winner
     "winner.validated",
-    # taulib.collect
+    # taulib.collect.collection
     "collect.planned",
     "collect.staged",
     "collect.renamed",
 )
 
 
-def _parse(text: str) -> dict[str, str]:
-    armed: dict[str, str] = {}
-    for item in text.replace(",", ";").split(";"):
-        item = item.strip()
-        if not item:
-            continue
-        name, _, action = item.partition("=")
-        armed[name.strip()] = action.strip() or "crash"
-    return armed
-
-
-_ARMED = _parse(os.environ.get("TAU_FAILPOINTS", ""))
+_ARMED: dict[str, str] = env.get("TAU_FAILPOINTS")  # type: ignore[assignment]
 
 
 def hit(name: str) -> None:
@@ -71,7 +61,7 @@ def hit(name: str) -> None:
     if action == "crash":
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "once-crash":
-        marker = os.environ.get("TAU_FAILPOINT_ONCE", "")
+        marker = env.get("TAU_FAILPOINT_ONCE")
         try:
             fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         except FileExistsError:

@@ -16,7 +16,7 @@ import pytest
 
 from helpers import PYTHON, ROOT
 from taulib import failpoints, jsonio
-from taulib.store import RunDir
+from taulib.rundir.records import RunDir
 
 REPEATS = 5
 FOLDER = "shards/shard-00000/attempts/attempt-0001"
@@ -34,7 +34,7 @@ STORE_NAMES = [name for name in failpoints.NAMES if name.startswith("store.")]
 CHILD = r"""
 import json, sys, time
 from taulib.errors import TauError
-from taulib.store import RunDir
+from taulib.rundir.records import RunDir
 
 run, op, rel, payload = sys.argv[1:5]
 started = time.monotonic()
@@ -45,7 +45,7 @@ with RunDir(run) as run_dir:
         elif op == "replace":
             run_dir.replace(rel, json.loads(payload))
         else:
-            run_dir.mkdir(rel)
+            run_dir.make_folders(rel)
     except TauError as exc:
         print(json.dumps({"error": type(exc).__name__, "code": exc.code, "message": exc.message}))
         sys.exit(exc.code)
@@ -75,12 +75,12 @@ def prepare(run_path: Path, protocol: str) -> tuple[bytes | None, bytes | None, 
     run_path.mkdir(mode=0o700)
     with RunDir(str(run_path)) as run_dir:
         if protocol == "publish":
-            run_dir.mkdir(FOLDER)
+            run_dir.make_folders(FOLDER)
             return None, jsonio.canonical(shard()), shard()
         if protocol == "replace":
             run_dir.replace(TARGET["replace"], readiness(1))
             return jsonio.canonical(readiness(1)), jsonio.canonical(readiness(2)), readiness(2)
-        run_dir.mkdir(FOLDER.rpartition("/")[0])  # mkdir creates one folder: the attempt's
+        run_dir.make_folders(FOLDER.rpartition("/")[0])  # mkdir creates one folder: the attempt's
     return None, None, None
 
 
@@ -103,7 +103,7 @@ def state_of(run_path: Path, protocol: str) -> bytes | None:
     """What a fresh RunDir sees: the record's bytes (validated, canonical), or for mkdir a marker."""
     with RunDir(str(run_path)) as run_dir:
         if protocol == "mkdir":
-            if not run_dir.has_dir(FOLDER):
+            if not run_dir.has_folder(FOLDER):
                 return None
             assert (run_path / FOLDER).stat().st_mode & 0o777 == 0o700
             return b"folder"

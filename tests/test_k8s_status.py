@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taulib import schema
-from taulib.k8s import status
+from taulib.k8s import jobs, status
 from taulib.k8s.api import NOT_FOUND, OBSERVED, UNAVAILABLE, Read
 
 ABSENT = Read(NOT_FOUND)
@@ -70,7 +70,7 @@ def test_a_retrying_rayjob_is_pending_and_degraded_by_the_failed_attempt():
     assert doc["reason"] == "a previous attempt failed (AppFailed: job exited 1)"
 
 
-DEPLOYMENTS = st.sampled_from(sorted(status.RAYJOB_DEPLOYMENT) + ["Exploded", "complete"])
+DEPLOYMENTS = st.sampled_from(sorted(jobs.RAYJOB_DEPLOYMENT) + ["Exploded", "complete"])
 JOB_STATUSES = st.sampled_from(["", "PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED", "Weird"])
 REASONS = st.sampled_from([None, "", "SubmissionFailed", "DeadlineExceeded", "AppFailed", "ValidationFailed",
                            "JobDeploymentStatusTransitionGracePeriodExceeded"])

@@ -16,7 +16,7 @@ from referencing.jsonschema import DRAFT202012
 
 from helpers import complete_run, init_run, plan, tau, wait_settled
 from taulib import jsonio, schema
-from taulib.store import RunDir, schema_of
+from taulib.rundir.records import RunDir, schema_of
 
 SCHEMA_DIR = Path(schema.SCHEMA_DIR)
 ALL = sorted(p.name.removesuffix(".schema.json") for p in SCHEMA_DIR.glob("*.schema.json"))

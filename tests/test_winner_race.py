@@ -15,7 +15,7 @@ import pytest
 
 from helpers import BIN, complete_run, env_for_tests, error_of, status, tau
 from taulib import jsonio
-from taulib.store import RunDir
+from taulib.rundir.records import RunDir
 
 RACERS = 32
 

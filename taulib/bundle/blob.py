@@ -22,6 +22,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
+from taulib import env
 from taulib.bundle.endpoint import Location
 from taulib.errors import CheckFailed, Conflict, NotFound, Refused, Unavailable
 
@@ -42,9 +43,8 @@ def _connection_string_key(text: str, account: str) -> dict:
     return {"account_name": name, "account_key": key}
 
 
-def credential(location: Location, env: dict | None = None):
-    env = os.environ if env is None else env
-    text = env.get("AZURE_STORAGE_CONNECTION_STRING")
+def credential(location: Location, environ: dict | None = None):
+    text = env.get("AZURE_STORAGE_CONNECTION_STRING", environ)
     if text:
         return _connection_string_key(text, location.account)
     try:
@@ -67,24 +67,17 @@ def _session():
     return session
 
 
-def container(location: Location, env: dict | None = None):
+def container(location: Location, environ: dict | None = None):
     from azure.storage.blob import ContainerClient, ExponentialRetry
 
     for name in ("azure", "urllib3"):  # a handler of our own: the SDK's warnings never fall through to stderr
         logging.getLogger(name).addHandler(logging.NullHandler())
-    env = os.environ if env is None else env
-    try:
-        retries = int(env.get("TAU_BLOB_RETRIES", "2"))
-        read_timeout = float(env.get("TAU_BLOB_READ_TIMEOUT", "60"))
-    except ValueError:
-        from taulib.errors import UsageError
-
-        raise UsageError("TAU_BLOB_RETRIES must be an integer and TAU_BLOB_READ_TIMEOUT a number of seconds") \
-            from None
+    retries = env.get("TAU_BLOB_RETRIES", environ)
+    read_timeout = env.get("TAU_BLOB_READ_TIMEOUT", environ)
     kwargs = {}
-    if env.get("TAU_BLOB_API_VERSION"):
-        kwargs["api_version"] = env["TAU_BLOB_API_VERSION"]
-    return ContainerClient(location.account_url, location.container, credential=credential(location, env),
+    if env.get("TAU_BLOB_API_VERSION", environ):
+        kwargs["api_version"] = env.get("TAU_BLOB_API_VERSION", environ)
+    return ContainerClient(location.account_url, location.container, credential=credential(location, environ),
                            retry_policy=ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=retries),
                            connection_timeout=5, read_timeout=read_timeout, session=_session(),
                            max_single_get_size=RANGE, max_chunk_get_size=RANGE, **kwargs)
@@ -331,10 +324,9 @@ def upload_bundle(root: str, record: dict, manifest_bytes: bytes, url: str) -> d
         raise Conflict(f"{where} holds blobs that are not in generation {generation!r} ({', '.join(strangers[:5])}"
                        f"{', ...' if len(strangers) > 5 else ''}); a reader would see them as extra: upload to a "
                        "fresh prefix", extra=strangers[:100])
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
+    with mf.open_tree(root) as tree:
         def one(entry: dict) -> None:
-            fd = mf.open_in_tree(root_fd, entry["path"])
+            fd = mf.open_payload(tree, entry["path"])
             try:
                 sent = upload_file(client, f"{location.prefix}/{entry['path']}", fd, entry["size"])
             finally:
@@ -346,8 +338,6 @@ def upload_bundle(root: str, record: dict, manifest_bytes: bytes, url: str) -> d
         for entry in [e for e in record["files"] if e["size"] > RANGE]:
             one(entry)
         run_all([e for e in record["files"] if e["size"] <= RANGE], one)
-    finally:
-        os.close(root_fd)
     uploaded = list_prefix(client, location.prefix)
     for entry in record["files"]:
         if uploaded.get(entry["path"], (None,))[0] != entry["size"]:

@@ -13,12 +13,12 @@ it passes the same checks.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from taulib.errors import Refused, UsageError
+from taulib import env
+from taulib.errors import Refused
 
 CLOUD_SUFFIXES = (".blob.core.windows.net", ".blob.core.usgovcloudapi.net", ".blob.core.chinacloudapi.cn")
 _ACCOUNT = re.compile(r"^[a-z0-9]{3,24}\Z")
@@ -36,23 +36,11 @@ class Location(NamedTuple):
         return f"{self.account_url}/{self.container}/{self.prefix}"
 
 
-def trusted_origins(env: dict | None = None) -> set[str]:
-    text = (os.environ if env is None else env).get("TAU_TRUSTED_BLOB_ENDPOINTS", "")
-    origins = set()
-    for item in text.split(","):
-        item = item.strip().rstrip("/")
-        if not item:
-            continue
-        parts = urlsplit(item)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query \
-                or parts.fragment or parts.username or parts.password:
-            raise UsageError(f"TAU_TRUSTED_BLOB_ENDPOINTS holds {item!r}, which is not an origin like "
-                             "http://127.0.0.1:10000")
-        origins.add(f"{parts.scheme}://{parts.netloc.lower()}")
-    return origins
+def trusted_origins(environ: dict | None = None) -> frozenset[str]:
+    return env.get("TAU_TRUSTED_BLOB_ENDPOINTS", environ)  # type: ignore[return-value]
 
 
-def parse(source: str, env: dict | None = None) -> Location:
+def parse(source: str, environ: dict | None = None) -> Location:
     """The Location of a Blob SOURCE URL, or Refused (77) when tau must not contact it."""
     if any(ord(c) < 0x21 or ord(c) == 0x7F for c in source):
         raise Refused(f"blob URL {source!r} contains spaces or control characters")
@@ -67,7 +55,7 @@ def parse(source: str, env: dict | None = None) -> Location:
         raise Refused(f"blob URL {source!r} has a fragment; refusing an ambiguous endpoint")
     origin = f"{parts.scheme}://{parts.netloc.lower()}"
     segments = [s for s in parts.path.split("/")]
-    if origin in trusted_origins(env):
+    if origin in trusted_origins(environ):
         if len(segments) < 2 or not segments[1]:
             raise Refused(f"blob URL {source!r} names no account: a trusted endpoint is used as ORIGIN/ACCOUNT/"
                           "CONTAINER/PREFIX")

@@ -21,51 +21,39 @@ from __future__ import annotations
 import os
 import stat
 
-from taulib import jsonio, publish, store
+from taulib import jsonio
 from taulib.bundle import endpoint
 from taulib.bundle import manifest as mf
 from taulib.errors import CheckFailed, Conflict, NotFound, Refused, UsageError
+from taulib.fs import publish
+from taulib.fs.tree import Tree
 
 
-def _destination(destination: str) -> tuple[int, str, bool]:
+def _destination(destination: str) -> tuple[Tree, str, bool]:
+    """(the destination's parent folder, its final name, whether it exists as an empty folder)."""
     dest = os.path.abspath(destination)
     parent, name = os.path.split(dest)
     if not name:
         raise UsageError(f"--destination {destination!r} has no final name")
     try:
-        parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
+        tree = Tree.open(parent, label="destination parent", follow=True, what="destination folder")
+    except NotFound:
         raise NotFound(f"the parent folder of {dest!r} does not exist") from None
-    st = os.fstat(parent_fd)
-    if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
-        os.close(parent_fd)
-        raise Refused(f"the parent folder of {dest!r} is writable by anyone; refusing to publish there")
     try:
-        dst = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return parent_fd, name, False
-    if not stat.S_ISDIR(dst.st_mode):
-        os.close(parent_fd)
-        raise Conflict(f"destination {dest!r} exists and is not a folder; tau never overwrites", destination=dest)
-    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
-    try:
-        empty = not os.listdir(sub)
-    finally:
-        os.close(sub)
-    if not empty:
-        os.close(parent_fd)
-        raise Conflict(f"destination {dest!r} exists and is not empty; tau never overwrites", destination=dest)
-    return parent_fd, name, True
-
-
-def _create(stage_fd: int, rel: str) -> int:
-    dfd = mf.make_folders(stage_fd, rel)
-    try:
-        return os.open(rel.rsplit("/", 1)[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                       0o600, dir_fd=dfd)
-    finally:
-        if dfd != stage_fd:
-            os.close(dfd)
+        st = os.fstat(tree.fd)
+        if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
+            raise Refused(f"the parent folder of {dest!r} is writable by anyone; refusing to publish there")
+        dst = tree.lstat(name)
+        if dst is None:
+            return tree, name, False
+        if not stat.S_ISDIR(dst.st_mode):
+            raise Conflict(f"destination {dest!r} exists and is not a folder; tau never overwrites", destination=dest)
+        if tree.listdir(name):
+            raise Conflict(f"destination {dest!r} exists and is not empty; tau never overwrites", destination=dest)
+    except BaseException:
+        tree.close()
+        raise
+    return tree, name, True
 
 
 def fetch(source: str, destination: str, generation: str | None, current: bool = False,
@@ -79,8 +67,8 @@ def fetch(source: str, destination: str, generation: str | None, current: bool =
     if generation is not None:
         mf.check_generation(generation)
     where = location.url()
-    parent_fd, name, existed = _destination(destination)
-    try:
+    parent, name, existed = _destination(destination)
+    with parent:
         from taulib.bundle import blob
 
         client = blob.container(location, env)
@@ -100,38 +88,22 @@ def fetch(source: str, destination: str, generation: str | None, current: bool =
             raise CheckFailed(f"the blobs under {where} do not match generation {generation!r}: "
                               + _describe(differences), **differences)
         stage = f".{name}.tau-fetch-{os.urandom(6).hex()}"
-        os.mkdir(stage, 0o700, dir_fd=parent_fd)
         removed_empty = False
         try:
-            stage_fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
-            try:
-                _download_all(client, location, record, listing, stage_fd)
-                for rel, data in ((mf.manifest_name(generation), manifest_bytes),
-                                  (mf.marker_name(generation), marker_bytes)):
-                    dfd = mf.make_folders(stage_fd, rel)
-                    try:
-                        store.write_new(dfd, rel.rsplit("/", 1)[-1], data)
-                    finally:
-                        if dfd != stage_fd:
-                            os.close(dfd)
-                os.fsync(stage_fd)
-            finally:
-                os.close(stage_fd)
+            with parent.subtree(stage, create=True, what="fetch stage") as staged:
+                _download_all(client, location, record, listing, staged)
+                staged.write_new(mf.manifest_name(generation), manifest_bytes)
+                staged.write_new(mf.marker_name(generation), marker_bytes)
+                os.fsync(staged.fd)
             if existed:
-                os.rmdir(name, dir_fd=parent_fd)  # it was empty: the rename below takes its place, never overwrites
+                parent.remove_empty(name)  # it was empty: the rename below takes its place, never overwrites
                 removed_empty = True
-            publish.rename_noreplace(parent_fd, stage, name)
-            os.fsync(parent_fd)
+            publish.publish_folder(parent, stage, name)
         except BaseException:
-            store.rmtree_at(parent_fd, stage)
+            parent.remove_tree(stage)
             if removed_empty:
-                try:
-                    os.mkdir(name, 0o700, dir_fd=parent_fd)
-                except FileExistsError:
-                    pass
+                parent.make_folders(name)
             raise
-    finally:
-        os.close(parent_fd)
     return {"kind": "tau.bundle-fetch", "schema_version": 1, "source": where, "generation": generation,
             "destination": os.path.abspath(destination), "manifest_sha256": jsonio.sha256_hex(manifest_bytes),
             "files": record["totals"]["files"], "bytes": record["totals"]["bytes"]}
@@ -149,7 +121,7 @@ def _describe(differences: dict) -> str:
     return "; ".join(parts)
 
 
-def _download_all(client, location, record: dict, listing: dict, stage_fd: int) -> None:
+def _download_all(client, location, record: dict, listing: dict, stage: Tree) -> None:
     from taulib.bundle import blob
 
     progress = blob.Progress(record["totals"]["bytes"])
@@ -169,6 +141,6 @@ def _download_all(client, location, record: dict, listing: dict, stage_fd: int) 
 
     try:
         blob.download_many(client, location.prefix, record["files"], {p: v[1] for p, v in listing.items()},
-                           lambda entry: _create(stage_fd, entry["path"]), finish, progress)
+                           lambda entry: stage.create(mf.safe_relpath(entry["path"])), finish, progress)
     finally:
         progress.finish()

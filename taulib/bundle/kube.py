@@ -20,7 +20,6 @@ The reads go through `taulib.k8s.api`, which alone imports `kubernetes`, and onl
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 
 from taulib.bundle import endpoint
@@ -37,7 +36,6 @@ def resolve(name: str, namespace: str | None = None, env: dict | None = None) ->
     """{"url", "generation", "kind", "name", "namespace"} of the bundle the Job or RayJob NAME carries."""
     from taulib.k8s import api, status
 
-    env = dict(os.environ) if env is None else env
     with api.Session(env, timeout=15.0) as session:
         namespace = namespace or session.namespace
         job = session.get(api.JOBS, namespace, name)

@@ -1,4 +1,4 @@
-"""Bundle manifests and completion markers, and describing a local output tree.
+"""Bundle manifests and completion markers, and describing a local output tree (a `fs.tree.Tree`).
 
 A generation G of a bundle rooted at DIR is acknowledged by two files, written in this order:
   DIR/.tau/bundles/G.json      the manifest (tau.bundle-manifest): every payload file's relative path, size and
@@ -16,10 +16,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import stat
 
 from taulib import jsonio, schema
 from taulib.errors import BadInput, CheckFailed, Conflict, Refused
+from taulib.fs.tree import Tree
 
 TAU_DIR = ".tau"
 BUNDLES = ".tau/bundles"
@@ -112,129 +112,38 @@ def hash_fd(fd: int) -> tuple[int, str]:
         h.update(chunk)
 
 
-def walk(root: str) -> list[tuple[str, int]]:
-    """(relative path, size) of every payload file under root, sorted; refuses symlinks and special files."""
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        out: list[tuple[str, int]] = []
-        _walk(root_fd, "", out, top=True)
-        return sorted(out)
-    finally:
-        os.close(root_fd)
+def open_tree(root: str) -> Tree:
+    """The bundle folder ROOT (a path the user names: followed if it is a symlink; nothing below it is)."""
+    return Tree.open(root, label="bundle folder", follow=True, context=" inside a bundle", what="bundle tree")
 
 
-def _walk(dir_fd: int, prefix: str, out: list, top: bool) -> None:
-    for entry in sorted(os.listdir(dir_fd)):
-        if top and entry == TAU_DIR:
-            continue
-        rel = f"{prefix}{entry}"
-        st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-            sub = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-            try:
-                _walk(sub, rel + "/", out, top=False)
-            finally:
-                os.close(sub)
-        elif stat.S_ISREG(st.st_mode):
-            out.append((safe_relpath(rel), st.st_size))
-        elif stat.S_ISLNK(st.st_mode):
-            raise Refused(f"the bundle tree holds a symlink {rel!r}; tau never follows one: replace it by the file")
-        else:
-            raise Refused(f"the bundle tree holds {rel!r}, which is not a regular file or folder")
+def walk(tree: Tree) -> list[tuple[str, int]]:
+    """(relative path, size) of every payload file of the tree, sorted; refuses symlinks and special files."""
+    return [(safe_relpath(rel), size) for rel, size in tree.walk(skip=frozenset({TAU_DIR}))]
 
 
-def open_in_tree(root_fd: int, rel: str) -> int:
-    """Open a payload file below root without following any symlink on the way."""
-    segments = safe_relpath(rel).split("/")
-    fd = root_fd
-    opened = []
-    try:
-        for segment in segments[:-1]:
-            fd = os.open(segment, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            opened.append(fd)
-        file_fd = os.open(segments[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-    finally:
-        for d in opened:
-            os.close(d)
-    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
-        os.close(file_fd)
-        raise Refused(f"bundle path {rel!r} is not a regular file")
-    return file_fd
+def open_payload(tree: Tree, rel: str) -> int:
+    """A read descriptor of a payload file, reached without following any symlink."""
+    return tree.open_read(safe_relpath(rel))
 
 
-def make_folders(root_fd: int, rel: str) -> int:
-    """Folders of rel below root (created 0700 as needed, no symlink followed); returns the descriptor of the
-    file's folder (root_fd itself for a top-level file; any other is the caller's to close)."""
-    fd = root_fd
-    for segment in rel.split("/")[:-1]:
-        try:
-            os.mkdir(segment, 0o700, dir_fd=fd)
-        except FileExistsError:
-            pass
-        new = os.open(segment, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-        if fd != root_fd:
-            os.close(fd)
-        fd = new
-    return fd
+def generations(tree: Tree) -> list[str]:
+    """Generations with a completion marker in the tree."""
+    return sorted(n[: -len(".complete")] for n in tree.listdir(BUNDLES)
+                  if n.endswith(".complete") and _GENERATION.match(n[: -len(".complete")]))
 
 
-def read_ack(root_fd: int, rel: str) -> bytes | None:
-    """Bytes of an acknowledgement file (`.tau/bundles/NAME`) below root, or None; no symlink is followed."""
-    fd = root_fd
-    opened = []
-    try:
-        for segment in rel.split("/")[:-1]:
-            try:
-                fd = os.open(segment, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except FileNotFoundError:
-                return None
-            opened.append(fd)
-        try:
-            file_fd = os.open(rel.rsplit("/", 1)[1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-        except FileNotFoundError:
-            return None
-    finally:
-        for d in opened:
-            os.close(d)
-    try:
-        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
-            raise Refused(f"{rel} is not a regular file")
-        chunks = []
-        while chunk := os.read(file_fd, CHUNK):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(file_fd)
-
-
-def generations(root_fd: int) -> list[str]:
-    """Generations with a completion marker below root."""
-    try:
-        dfd = os.open(BUNDLES, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
-    except FileNotFoundError:
-        return []
-    try:
-        return sorted(n[: -len(".complete")] for n in os.listdir(dfd)
-                      if n.endswith(".complete") and _GENERATION.match(n[: -len(".complete")]))
-    finally:
-        os.close(dfd)
-
-
-def describe(root: str) -> list[dict]:
+def describe(tree: Tree) -> list[dict]:
     """Manifest entries of every payload file: path, size, sha256."""
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        files = []
-        for rel, _ in walk(root):
-            fd = open_in_tree(root_fd, rel)
-            try:
-                size, sha = hash_fd(fd)
-            finally:
-                os.close(fd)
-            files.append({"path": rel, "size": size, "sha256": sha})
-        return files
-    finally:
-        os.close(root_fd)
+    files = []
+    for rel, _ in walk(tree):
+        fd = open_payload(tree, rel)
+        try:
+            size, sha = hash_fd(fd)
+        finally:
+            os.close(fd)
+        files.append({"path": rel, "size": size, "sha256": sha})
+    return files
 
 
 def build(generation: str, files: list[dict], run: dict | None, producer: dict, index: dict | None) -> dict:

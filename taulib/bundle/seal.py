@@ -25,8 +25,7 @@ import os
 import re
 import socket
 
-from taulib import __version__, jsonio
-from taulib import store
+from taulib import __version__, env, jsonio
 from taulib.bundle import manifest as mf
 from taulib.errors import BadInput, Conflict, NotFound, Refused, TauError
 
@@ -43,24 +42,16 @@ class PayloadFailed(TauError):
         return "payload_failed"
 
 
-def _index_entry(root: str, index: str | None, generation: str) -> dict | None:
+def _index_entry(tree, index: str | None, generation: str) -> dict | None:
     if index is None:
         return None
     rel = mf.safe_relpath(index)
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        try:
-            fd = mf.open_in_tree(root_fd, rel)
-        except FileNotFoundError:
-            return None  # declared but absent: no acknowledgement for that part, never a failed payload
-        try:
-            data = b""
-            while chunk := os.read(fd, 1 << 20):
-                data += chunk
-        finally:
-            os.close(fd)
-    finally:
-        os.close(root_fd)
+        data = tree.read_bytes(rel)
+    except NotFound:
+        data = None
+    if data is None:
+        return None  # declared but absent: no acknowledgement for that part, never a failed payload
     doc = jsonio.loads(data, f"artifact index {rel!r}")
     if not isinstance(doc, dict):
         raise BadInput(f"artifact index {rel!r} is not a JSON object")
@@ -72,41 +63,24 @@ def _index_entry(root: str, index: str | None, generation: str) -> dict | None:
     return {"path": rel, "sha256": jsonio.sha256_hex(data), "generation": generation}
 
 
-def _write_once(root_fd: int, rel: str, data: bytes) -> bool:
-    """Publish DIR/rel with the writer's link-no-overwrite protocol. True when created, False when identical
-    bytes were there; other bytes are a conflict."""
-    dfd = mf.make_folders(root_fd, rel)
-    try:
-        name = rel.rsplit("/", 1)[1]
-        if store.link_new(dfd, name, data):
-            return True
-        if mf.read_ack(root_fd, rel) != data:
-            raise Conflict(f"{rel} already exists with other content; a generation's acknowledgement is "
-                           "immutable: choose a new generation")
-        return False
-    finally:
-        if dfd != root_fd:
-            os.close(dfd)
+def _write_once(tree, rel: str, data: bytes) -> bool:
+    """Publish DIR/rel with the link-no-overwrite protocol. True when created, False when identical bytes were
+    there; other bytes are a conflict."""
+    if tree.link_new(rel, data):
+        return True
+    if tree.read_bytes(rel) != data:
+        raise Conflict(f"{rel} already exists with other content; a generation's acknowledgement is "
+                       "immutable: choose a new generation")
+    return False
 
 
-def _replace(root_fd: int, rel: str, data: bytes) -> None:
-    """Replace DIR/rel with the writer's rename protocol: for the mutable current pointer only."""
-    dfd = mf.make_folders(root_fd, rel)
-    try:
-        store.rename_over(dfd, rel.rsplit("/", 1)[1], data)
-    finally:
-        if dfd != root_fd:
-            os.close(dfd)
-
-
-def run_identity(run_id: str | None, env: dict | None = None) -> dict | None:
+def run_identity(run_id: str | None, environ: dict | None = None) -> dict | None:
     """The manifest's `run`: None without a run id; the shard and attempt only from the environment of that run."""
     if run_id is None:
         return None
-    env = os.environ if env is None else env
-    inside = env.get("TAU_RUN_ID") == run_id
-    run = {"run_id": run_id, "shard_id": env.get("TAU_SHARD_ID") if inside else None,
-           "attempt_id": env.get("TAU_ATTEMPT_ID") if inside else None}
+    inside = env.get("TAU_RUN_ID", environ) == run_id
+    run = {"run_id": run_id, "shard_id": env.get("TAU_SHARD_ID", environ) if inside else None,
+           "attempt_id": env.get("TAU_ATTEMPT_ID", environ) if inside else None}
     for key, pattern in (("run_id", r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z"), ("shard_id", r"^shard-[0-9]{5,}\Z"),
                          ("attempt_id", r"^attempt-[0-9]{4,}\Z")):
         if run[key] is not None and not re.match(pattern, run[key]):
@@ -155,14 +129,11 @@ def seal(root: str, generation: str, run: dict | None = None, index: str | None 
         if status != 0:
             raise PayloadFailed(f"the payload {command[0]!r} exited with status {status}; nothing sealed", status,
                                 payload_status=status)
-    if not os.path.isdir(root):
-        raise NotFound(f"bundle folder {root!r} does not exist")
-    root = os.path.abspath(root)
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        existing = mf.read_ack(root_fd, mf.manifest_name(generation))
-        files = mf.describe(root)
-        index_entry = _index_entry(root, index, generation)
+    with mf.open_tree(root) as tree:
+        root = tree.path
+        existing = tree.read_bytes(mf.manifest_name(generation))
+        files = mf.describe(tree)
+        index_entry = _index_entry(tree, index, generation)
         if existing is not None:
             record = mf.decode(existing, generation)
             if (record["files"], record["index"], record["run"]) != (files, index_entry, run):
@@ -174,11 +145,9 @@ def seal(root: str, generation: str, run: dict | None = None, index: str | None 
                         "command": command or None}
             record = mf.build(generation, files, run, producer, index_entry)
             data = jsonio.canonical(record)
-        created = _write_once(root_fd, mf.manifest_name(generation), data)
-        _write_once(root_fd, mf.marker_name(generation), mf.marker_text(generation, jsonio.sha256_hex(data)))
-        _replace(root_fd, mf.CURRENT, mf.current_text(generation))
-    finally:
-        os.close(root_fd)
+        created = _write_once(tree, mf.manifest_name(generation), data)
+        _write_once(tree, mf.marker_name(generation), mf.marker_text(generation, jsonio.sha256_hex(data)))
+        tree.rename_over(mf.CURRENT, mf.current_text(generation))
     result = {"kind": "tau.bundle-seal", "schema_version": 1, "root": root, "generation": generation,
               "created": created, "manifest_sha256": jsonio.sha256_hex(data), "files": record["totals"]["files"],
               "bytes": record["totals"]["bytes"], "index": record["index"], "run": record["run"], "uploaded": None}

@@ -71,21 +71,18 @@ def verify(source: str, generation: str | None, deep: bool = False, env: dict | 
 
 
 def verify_local(root: str, generation: str | None) -> dict:
-    if not os.path.isdir(root):
-        raise NotFound(f"bundle folder {root!r} does not exist")
-    root = os.path.abspath(root)
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        generation = choose_generation(mf.generations(root_fd), generation, root)
+    with mf.open_tree(root) as tree:
+        root = tree.path
+        generation = choose_generation(mf.generations(tree), generation, root)
         report = _report(root, generation)
         if generation is None:
             return _no_generation(report, root)
-        record = check_ack(report, generation, mf.read_ack(root_fd, mf.manifest_name(generation)),
-                           mf.read_ack(root_fd, mf.marker_name(generation)))
+        record = check_ack(report, generation, tree.read_bytes(mf.manifest_name(generation)),
+                           tree.read_bytes(mf.marker_name(generation)))
         if record is None:
             return _finish(report)
         try:
-            listing = dict(mf.walk(root))
+            listing = dict(mf.walk(tree))
         except TauError as exc:  # a symlink or a special file in the tree: named, never followed
             report["problems"].append(exc.message)
             return _finish(report)
@@ -94,15 +91,13 @@ def verify_local(root: str, generation: str | None) -> dict:
         for entry in record["files"]:
             if entry["path"] not in listing or listing[entry["path"]] != entry["size"]:
                 continue
-            fd = mf.open_in_tree(root_fd, entry["path"])
+            fd = mf.open_payload(tree, entry["path"])
             try:
                 _, sha = mf.hash_fd(fd)
             finally:
                 os.close(fd)
             if sha != entry["sha256"]:
                 report["digest_mismatch"].append(entry["path"])
-    finally:
-        os.close(root_fd)
     return _finish(report)
 
 

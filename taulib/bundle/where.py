@@ -8,13 +8,16 @@ a record is data: it passes the same endpoint checks as one typed by hand before
 
 from __future__ import annotations
 
-from taulib import jsonio, locks
+import os
+
+from taulib import env, jsonio
+from taulib.rundir import locks
 from taulib.errors import NotFound, UsageError
 
 
 def record(run_dir: str, generation: str, url: str, manifest_sha256: str, shard_id: str | None,
            attempt_id: str | None) -> dict:
-    from taulib.run import Run
+    from taulib.rundir.run import Run
 
     with Run(run_dir) as run:
         if shard_id is not None:
@@ -31,9 +34,18 @@ def record(run_dir: str, generation: str, url: str, manifest_sha256: str, shard_
         return ref
 
 
+def record_sealed(run_dir: str, generation: str, url: str, manifest_sha256: str, environ: dict | None = None) -> dict:
+    """`record` for tau-bundle-seal --record: the shard and attempt are the environment's (TAU_SHARD_ID,
+    TAU_ATTEMPT_ID) only when the seal runs inside an allocation of that same run (TAU_RUN_DIR names it)."""
+    own = env.get("TAU_RUN_DIR", environ)
+    inside = bool(own) and os.path.realpath(own) == os.path.realpath(run_dir)  # type: ignore[arg-type]
+    return record(run_dir, generation, url, manifest_sha256, env.get("TAU_SHARD_ID", environ) if inside else None,
+                  env.get("TAU_ATTEMPT_ID", environ) if inside else None)
+
+
 def resolve(run_dir: str, shard_id: str | None, generation: str | None) -> dict:
     """The one bundle record of the run that matches the shard and generation asked for."""
-    from taulib.run import Run
+    from taulib.rundir.run import Run
 
     with Run(run_dir) as run:
         refs = [run.dir.require(f"bundles/{name}", "tau.bundle-ref")

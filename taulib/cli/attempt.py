@@ -34,7 +34,7 @@ def run_cmd(run_dir: str, submission_id: str, no_winner: bool) -> None:
     import os
     import signal
 
-    from taulib import attempt
+    from taulib.lifecycle import attempt
     from taulib.errors import CheckFailed
 
     try:

@@ -50,22 +50,17 @@ def cli(directory: str, command: tuple[str, ...], generation: str, index: str | 
     if record_in and not upload:
         raise UsageError("--record needs --upload: it records where the bundle went")
     if record_in:
-        from taulib.run import Run
+        from taulib.rundir.run import Run
 
         with Run(record_in):  # an unknown run is refused before the payload runs
             pass
     result = seal.seal(directory, generation, run=seal.run_identity(run_id), index=index,
                        command=list(command) or None, upload=upload)
     if record_in:
-        import os
-
         from taulib.bundle import where
 
-        inside = os.environ.get("TAU_RUN_DIR") and os.path.realpath(os.environ["TAU_RUN_DIR"]) == \
-            os.path.realpath(record_in)
-        result["recorded"] = where.record(record_in, generation, result["uploaded"]["url"], result["manifest_sha256"],
-                                          os.environ.get("TAU_SHARD_ID") if inside else None,
-                                          os.environ.get("TAU_ATTEMPT_ID") if inside else None)
+        result["recorded"] = where.record_sealed(record_in, generation, result["uploaded"]["url"],
+                                                 result["manifest_sha256"])
     common.emit(result)
 
 

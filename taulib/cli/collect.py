@@ -28,7 +28,7 @@ tau-collect runs/demo --destination runs/demo-dataset --wait -o table   # a Slur
 def cli(run_dir: str, destination: str | None, wait: bool, worker: str | None, output: str) -> None:
     from taulib import collect
     from taulib.errors import UsageError
-    from taulib.run import Run
+    from taulib.rundir.run import Run
 
     if worker:
         if destination or wait:

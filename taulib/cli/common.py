@@ -14,7 +14,7 @@ from typing import Callable
 
 import click
 
-from taulib import __version__, jsonio
+from taulib import __version__, env, jsonio
 from taulib.errors import EXIT_CODES, INTERNAL, USAGE, BadInput, TauError
 
 EPIPE_EXIT = 141  # what a C tool killed by SIGPIPE reports: the reader went away
@@ -28,7 +28,7 @@ def error_object(command: str, code: int, message: str, details: dict | None = N
     return obj
 
 
-def _write_error(command: str, code: int, message: str, details: dict | None = None) -> None:
+def write_error(command: str, code: int, message: str, details: dict | None = None) -> None:
     try:
         sys.stderr.buffer.write(jsonio.canonical(error_object(command, code, message, details)))
         sys.stderr.flush()
@@ -76,23 +76,23 @@ def run_command(name: str, cmd: click.Command, argv: list[str] | None = None) ->
     except click.exceptions.Exit as exc:
         code = exc.exit_code
     except click.exceptions.Abort:
-        _write_error(name, 130, "interrupted")
+        write_error(name, 130, "interrupted")
         code = 130
     except click.ClickException as exc:
-        _write_error(name, USAGE, exc.format_message(), None)
+        write_error(name, USAGE, exc.format_message(), None)
         code = USAGE
     except TauError as exc:
-        _write_error(name, exc.code, exc.message, exc.details or None)
+        write_error(name, exc.code, exc.message, exc.details or None)
         code = exc.code
     except (BrokenPipeError, StdoutClosed):
         code = EPIPE_EXIT
     except KeyboardInterrupt:
-        _write_error(name, 130, "interrupted")
+        write_error(name, 130, "interrupted")
         code = 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
-        if os.environ.get("TAU_DEBUG") == "1":
+        if env.get("TAU_DEBUG"):
             raise
-        _write_error(name, INTERNAL, f"internal error ({type(exc).__name__}: {exc}); please report it with "
+        write_error(name, INTERNAL, f"internal error ({type(exc).__name__}: {exc}); please report it with "
                      "TAU_DEBUG=1 output")
         code = INTERNAL
     return code

@@ -11,15 +11,10 @@ from __future__ import annotations
 
 import importlib
 
+from taulib.cli import registry
 from taulib.errors import UsageError
 
 SHELLS = ("bash", "zsh", "fish")
-
-
-def _commands() -> dict[str, str]:
-    from taulib.cli.tau import COMMANDS
-
-    return {name: f"taulib.cli.{name.replace('-', '_')}" for name in COMMANDS}
 
 
 def complete_var(command: str) -> str:
@@ -34,11 +29,11 @@ def script(shell: str) -> str:
         raise UsageError(f"completion is for {', '.join(SHELLS)}, not {shell!r}")
     cls = get_completion_class(shell)
     parts = []
-    for name, module in _commands().items():
-        command = f"tau-{name}"
-        cli = importlib.import_module(module).cli
-        parts.append(cls(cli, {}, command, complete_var(command)).source())
-    parts.append(_FRONT[shell].replace("@COMMANDS@", " ".join(["completion", *_commands()])))
+    for command in registry.COMMANDS:
+        cli = importlib.import_module(command.module).cli
+        parts.append(cls(cli, {}, command.program, complete_var(command.program)).source())
+    names = [registry.COMPLETION[0], *(c.name for c in registry.COMMANDS)]
+    parts.append(_FRONT[shell].replace("@COMMANDS@", " ".join(names)))
     return "\n".join(parts)
 
 

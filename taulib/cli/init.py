@@ -13,7 +13,7 @@ echo '{"records": 800, "shards": 8, "command": ["python3", "client.py"]}' | tau-
                 "same plan is a no-op; a different plan for an existing run is refused (exit 73).", EXAMPLE)
 @common.run_dir_argument
 def cli(run_dir: str) -> None:
-    from taulib import run as runlib
+    from taulib.lifecycle import init as runlib
 
     request = common.read_stdin_json("plan on standard input")
     common.emit(runlib.init(run_dir, request))

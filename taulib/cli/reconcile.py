@@ -16,12 +16,12 @@ tau-observe runs/demo | tau-reconcile runs/demo | jq -r '.shards[] | select(.sta
 @common.run_dir_argument
 @common.output_option
 def cli(run_dir: str, output: str) -> None:
-    from taulib import observe
-    from taulib.run import Run
+    from taulib.lifecycle import reconcile
+    from taulib.rundir.run import Run
 
-    doc = observe.validate_document(common.read_stdin_json("observations on standard input"))
+    doc = reconcile.validate_document(common.read_stdin_json("observations on standard input"))
     with Run(run_dir) as run:
-        status = observe.apply(run, doc)
+        status = reconcile.apply(run, doc)
     if output == "table":
         from taulib import table
 

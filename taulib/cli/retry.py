@@ -19,8 +19,8 @@ tau-retry runs/demo --shard shard-00003
 @click.option("--shard", "shards", multiple=True, metavar="SHARD_ID",
               help="Retry only these shards (repeatable); shards that are not retryable are reported as skipped.")
 def cli(run_dir: str, shards: tuple[str, ...]) -> None:
-    from taulib import retry
-    from taulib.run import Run
+    from taulib.lifecycle import retry
+    from taulib.rundir.run import Run
 
     with Run(run_dir) as run:
         common.emit(retry.retry(run, list(shards) or None))

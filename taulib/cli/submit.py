@@ -14,8 +14,8 @@ tau-submit runs/demo
                 "reported, not submitted again.", EXAMPLE)
 @common.run_dir_argument
 def cli(run_dir: str) -> None:
-    from taulib import retry
-    from taulib.run import Run
+    from taulib.lifecycle import retry
+    from taulib.rundir.run import Run
 
     with Run(run_dir) as run:
         common.emit(retry.initial(run))

@@ -22,8 +22,8 @@ tau-winner runs/demo --shard shard-00003 -o table
               help="Only these shards (repeatable); default: every shard.")
 @common.output_option
 def cli(run_dir: str, shards: tuple[str, ...], output: str) -> None:
-    from taulib import winner
-    from taulib.run import Run
+    from taulib.lifecycle import winner
+    from taulib.rundir.run import Run
 
     with Run(run_dir) as run:
         result = winner.publish_many(run, list(shards) or run.shard_ids())

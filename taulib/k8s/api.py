@@ -1,6 +1,6 @@
 """Talking to the Kubernetes API server: configuration, and every read classified.
 
-`connect(env)` builds a client from the kubeconfig (`KUBECONFIG`, else `~/.kube/config`) or, without one, the
+`Session(environ)` builds a client from the kubeconfig (`KUBECONFIG`, else `~/.kube/config`) or, without one, the
 in-cluster service account, and learns the current context's namespace. `get` and `list_` read through the real
 `kubernetes` client without deserialising into its models (they would drop the fields of custom resources), and
 return a `Read`: `observed` with the object or the items; `notFound` (404 for that object, or the resource type is
@@ -16,6 +16,7 @@ import json
 import os
 from typing import NamedTuple
 
+from taulib import env
 from taulib.errors import BadInput, Unavailable
 
 OBSERVED, NOT_FOUND, UNAVAILABLE = "observed", "notFound", "unavailable"
@@ -57,14 +58,14 @@ PODS = Resource("", "v1", "pods", "Pod")
 class Session:
     """An ApiClient, the namespace of the current context, and the per-request timeout."""
 
-    def __init__(self, env: dict | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, environ: dict | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         from kubernetes import client, config
 
-        env = dict(os.environ) if env is None else env
+        kubeconfig = env.get("KUBECONFIG", environ)
         configuration = client.Configuration()
-        path = env.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        path = kubeconfig or os.path.expanduser("~/.kube/config")
         namespace = "default"
-        if env.get("KUBECONFIG") or os.path.exists(path):
+        if kubeconfig or os.path.exists(path):
             try:
                 config.load_kube_config(config_file=path, client_configuration=configuration, persist_config=False)
                 _, current = config.list_kube_config_contexts(config_file=path)

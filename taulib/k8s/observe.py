@@ -13,7 +13,6 @@ answer (5xx, timeouts) `Unavailable`. Otherwise the snapshot is the answer, with
 
 from __future__ import annotations
 
-import os
 
 from taulib.errors import Refused, Unavailable
 from taulib.k8s import api, status
@@ -21,7 +20,6 @@ from taulib.k8s import api, status
 
 def observe(name: str, namespace: str | None = None, env: dict | None = None,
             timeout: float = api.DEFAULT_TIMEOUT) -> dict:
-    env = dict(os.environ) if env is None else env
     with api.Session(env, timeout) as session:
         namespace = namespace or session.namespace
         reads = _read_all(session, name, namespace)

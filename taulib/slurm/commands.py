@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+from taulib import env
 from taulib.errors import Busy, TauError, Unavailable
 from taulib.slurm import parse
 
@@ -27,13 +28,6 @@ class Ambiguous(Busy):
 
 class SubmitRefused(TauError):
     code = 69
-
-
-def _seconds(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
 
 
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
@@ -55,7 +49,7 @@ def squeue(job_ids: list[str]) -> list[parse.Row]:
     for start in range(0, len(job_ids), CHUNK):
         chunk = job_ids[start:start + CHUNK]
         proc = _run(["squeue", "--noheader", "--array", "--format=%i|%T|%r", f"--jobs={','.join(chunk)}"],
-                    _seconds("TAU_SLURM_TIMEOUT", 30))
+                    env.get("TAU_SLURM_TIMEOUT"))
         if proc.returncode != 0:
             if "Invalid job id specified" in proc.stderr:
                 continue  # every id of the chunk has left slurmctld's memory
@@ -72,7 +66,7 @@ def sacct(job_ids: list[str], arrays: set[str]) -> list[parse.Row]:
     for start in range(0, len(job_ids), CHUNK):
         chunk = job_ids[start:start + CHUNK]
         proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", "--duplicates",
-                     f"--format={SACCT_FORMAT}", f"--jobs={','.join(chunk)}"], _seconds("TAU_SLURM_TIMEOUT", 30))
+                     f"--format={SACCT_FORMAT}", f"--jobs={','.join(chunk)}"], env.get("TAU_SLURM_TIMEOUT"))
         if proc.returncode != 0:
             raise Unavailable(f"sacct failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
         try:
@@ -91,7 +85,7 @@ def sbatch_script(run, rel: str, text: str) -> str:
 
 def sbatch(script_path: str) -> str:
     """Submit; return the job id. Raises Ambiguous or SubmitRefused."""
-    timeout = _seconds("TAU_SBATCH_TIMEOUT", 60)
+    timeout = env.get("TAU_SBATCH_TIMEOUT")
     try:
         proc = subprocess.run(["sbatch", "--parsable", script_path], capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
@@ -129,7 +123,7 @@ def find_by_name(name: str, uid: int, created: float) -> dict[str, set[int | Non
     since_local = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(created - LOOKUP_SLACK))
     found: dict[str, set[int | None]] = {}
     proc = _run(["squeue", "--noheader", "--array", "--states=all", f"--user={uid}", f"--name={name}",
-                 "--format=%i|%j|%V"], _seconds("TAU_SLURM_TIMEOUT", 30))
+                 "--format=%i|%j|%V"], env.get("TAU_SLURM_TIMEOUT"))
     if proc.returncode != 0:
         raise Unavailable(f"squeue failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
     for job, tasks, seen_name, submit in parse.name_rows(proc.stdout, 3):
@@ -137,7 +131,7 @@ def find_by_name(name: str, uid: int, created: float) -> dict[str, set[int | Non
             found.setdefault(job, set()).update(tasks)
     proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", f"--uid={uid}", f"--name={name}",
                  f"--starttime={since_local}", "--format=JobID,JobName%200,Submit"],
-                _seconds("TAU_SLURM_TIMEOUT", 30))
+                env.get("TAU_SLURM_TIMEOUT"))
     if proc.returncode != 0:
         raise Unavailable(f"sacct failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
     for job, tasks, seen_name, submit in parse.name_rows(proc.stdout, 3):

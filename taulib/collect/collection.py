@@ -1,0 +1,163 @@
+"""Collection (tau-collect): every shard's winner, in planned order, into one deterministic dataset (SPEC 8).
+
+Reads and writes: the collection journal (`rundir.journal.COLLECTIONS`) under run.lock (shared) and collect.lock;
+the destination's parent folder (the stage, the published dataset). Order of work:
+  1. validate every planned shard's winner chain from its records, no bulk data read yet (`collect.winners`);
+  2. authorise the destination (`collect.destination`);
+  3. journal `collections/collection-NNNN/{plan.json,status.json}`;                      failpoint collect.planned
+  4. stream the winners into a private stage beside the destination (`collect.stage`);   failpoint collect.staged
+  5. publish the stage without replacing anything (`fs.publish`), fsync;                 failpoint collect.renamed
+  6. status succeeded.
+Under the local executor steps 4 to 6 run inline; under Slurm they run in a CPU job without GPUs
+(`tau-collect RUN --worker ID`, fenced on its SLURM_JOB_ID: `collect.job`), which `--wait` follows to its end.
+Promises: a rerun after a crash removes the exact stage of an unfinished collection and starts it again, or adopts
+a destination that a crashed run had already published (its _tau_collection.json names this plan); a rerun after
+success reports the collection (created false). Nothing is ever overwritten, and a collection never leaves a
+partial dataset at its destination.
+"""
+
+from __future__ import annotations
+
+import time
+
+from taulib import env, failpoints, jsonio
+from taulib.collect import job, stage, winners
+from taulib.collect.destination import authorise, open_parent, read_result, remove_stage, stage_name
+from taulib.collect.report import summary
+from taulib.errors import Busy, Conflict, Refused
+from taulib.fs import publish
+from taulib.rundir import locks
+from taulib.rundir.journal import COLLECTIONS, Journal
+
+UNFINISHED = ("prepared", "submitted", "running")
+
+
+def collect(run, destination: str, wait: bool = False) -> dict:
+    """Plan a collection and run it: inline under the local executor, as a CPU job under Slurm (returned as
+    `submitted`; with `wait`, followed to its end and then reported as a later call would)."""
+    result = _once(run, destination)
+    if wait and result["state"] in ("submitted", "running"):
+        book = Journal(run, COLLECTIONS)
+        job.wait(book, result["collection_id"], lambda: _settle_gone(run, result["collection_id"]))
+        result = _once(run, destination)
+    return result
+
+
+def _once(run, destination: str) -> dict:
+    found = winners.validate(run)
+    where = authorise(run, destination)
+    with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"), open_parent(where) as parent:
+        return _coordinate(run, Journal(run, COLLECTIONS), found, where, parent)
+
+
+def _coordinate(run, book: Journal, found: list, where, parent) -> dict:
+    local = run.plan["scheduler"]["profile"] == "local"
+    resumed = None
+    entry = book.newest()
+    if entry is not None:
+        plan, status = entry
+        if status["state"] == "succeeded" and plan["destination"] == where.path:
+            result = read_result(parent, where.name)
+            if result is not None and jsonio.digest(result) == status["result_sha256"]:
+                return summary(plan, status, result, created=False)
+        elif status["state"] in UNFINISHED:
+            if plan["destination"] != where.path:
+                raise Busy(f"collection {plan['collection_id']} to {plan['destination']!r} is not finished; "
+                           "run tau-collect for that destination first", collection_id=plan["collection_id"])
+            if local:
+                resumed = entry
+            else:
+                settled = job.settle(run, book, plan, status, parent, where.name,
+                                     lambda p, s, r: _finish(book, p, s, r))
+                if settled is not None:
+                    return settled
+    publish.recover_reservation(parent, where.name)
+    if resumed is not None:
+        plan, status = resumed
+        result = read_result(parent, where.name)
+        if result is not None and result["plan_sha256"] == jsonio.digest(plan):
+            return _finish(book, plan, status, result)  # published before the crash: adopt it
+    if parent.exists(where.name):
+        raise Conflict(f"destination {where.path!r} already exists; tau never overwrites a dataset",
+                       destination=where.path)
+    if resumed is None:
+        plan = _plan(run, book.next_id(), where.path, found)
+        status = book.open(plan, result_sha256=None)
+        failpoints.hit("collect.planned")
+        if not local:
+            return job.submit(run, book, plan, status)
+    else:
+        winners.check_unchanged(plan, found)
+    return _work(run, book, plan, status, found, parent, where.name)
+
+
+def _plan(run, collection_id: str, destination: str, found: list) -> dict:
+    return {"kind": "tau.collection-plan", "schema_version": 1, "run_id": run.run_id,
+            "collection_id": collection_id, "plan_sha256": run.plan_sha256, "created_at": jsonio.now_rfc3339(),
+            "destination": destination, "format": run.plan["output"]["format"],
+            "rows_per_partition": run.plan["output"]["rows_per_partition"], "records": run.plan["records"],
+            "schema_digest": found[0].manifest["schema_digest"],
+            "shards": [{"shard_id": w.shard_id, "winner_sha256": w.winner_sha256} for w in found]}
+
+
+def _work(run, book: Journal, plan: dict, status: dict, found: list, parent, name: str) -> dict:
+    """Steps 4-6 (inline, or inside the CPU job). The caller holds collect.lock."""
+    status = book.advance(status, state="running")
+    staged = stage_name(plan)
+    remove_stage(parent, staged)
+    try:
+        with parent.subtree(staged, create=True) as folder:
+            result = stage.write(run, plan, found, folder)
+        failpoints.hit("collect.staged")
+        publish.publish_folder(parent, staged, name)
+        failpoints.hit("collect.renamed")
+    except BaseException as exc:
+        remove_stage(parent, staged)
+        if isinstance(exc, Conflict):
+            book.retire(status, exc.message)
+        raise
+    return _finish(book, plan, status, result)
+
+
+def _finish(book: Journal, plan: dict, status: dict, result: dict) -> dict:
+    status = book.advance(status, state="succeeded", result_sha256=jsonio.digest(result))
+    return summary(plan, status, result, created=True)
+
+
+def _settle_gone(run, collection_id: str) -> None:
+    """While waiting: settle a CPU job that left the queue without finishing the collection."""
+    book = Journal(run, COLLECTIONS)
+    with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"):
+        plan, status = book.read(collection_id)
+        if status is not None and status["state"] in ("submitted", "running"):
+            where = authorise(run, plan["destination"])
+            with open_parent(where) as parent:
+                job.settle(run, book, plan, status, parent, where.name, lambda p, s, r: _finish(book, p, s, r))
+
+
+def work(run_dir: str, collection_id: str, environ: dict | None = None) -> dict:
+    """The CPU job's side (`tau-collect RUN --worker ID`): fence on SLURM_JOB_ID, then stream, stage, publish."""
+    from taulib.rundir.run import Run
+
+    job_id = env.get("SLURM_JOB_ID", environ)
+    if not job_id:
+        raise Refused("tau-collect --worker runs only inside its Slurm job (SLURM_JOB_ID is unset); on a login "
+                      "node, run tau-collect RUN --destination PATH")
+    with Run(run_dir) as run:
+        book = Journal(run, COLLECTIONS)
+        plan = run.dir.require(book.plan_rel(collection_id), COLLECTIONS.plan_kind)
+        job.await_binding(book, plan, job_id, time.monotonic() + env.get("TAU_BINDING_WAIT", environ))
+        found = winners.validate(run)
+        winners.check_unchanged(plan, found)
+        where = authorise(run, plan["destination"])
+        with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"):
+            status = run.dir.require(book.status_rel(collection_id), COLLECTIONS.status_kind)
+            if status["job_id"] != job_id or status["state"] not in ("submitted", "running"):
+                raise Refused(f"collection {collection_id} is no longer bound to job {job_id}; writing nothing")
+            with open_parent(where) as parent:
+                if parent.exists(where.name):
+                    result = read_result(parent, where.name)
+                    if result is not None and result["plan_sha256"] == jsonio.digest(plan):
+                        return _finish(book, plan, status, result)
+                    raise Conflict(f"destination {where.path!r} already exists; tau never overwrites a dataset")
+                return _work(run, book, plan, status, found, parent, where.name)

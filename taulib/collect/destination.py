@@ -1,0 +1,96 @@
+"""Step 2 of a collection: where the dataset may go, and the folder it is staged and published in (SPEC 8).
+
+Reads: the plan's `collection.allowed_roots`, the destination's parent folder and, when a dataset is there, its
+`_tau_collection.json`. Writes: the parent folders of the destination (0700, when missing), the stage and its
+removal. Promises:
+- a destination is authorised when, normalised and with symlinks in its parents resolved, it lies strictly below
+  the run's workspace (the run directory's parent) or an allowed root, does not overlap the run directory, and its
+  parent is a folder of ours that group and others cannot write (so nobody else can swap the dataset);
+- the stage (`.NAME.tau-stage-<plan digest>`) lives beside the destination, in the same folder, so publishing it
+  is one rename; a stage is removed only when it is a folder of ours;
+- a published dataset is adopted only when its `_tau_collection.json` is valid and was made from this plan.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import NamedTuple
+
+from taulib import jsonio, schema
+from taulib.errors import Refused, TauError, UsageError
+from taulib.fs.tree import Tree
+
+RESULT = "_tau_collection.json"  # leading "_": Arrow, Spark and DuckDB dataset readers skip it
+
+
+class Destination(NamedTuple):
+    path: str  # normalised, as the user gave it
+    real_parent: str  # the parent folder, symlinks resolved
+    name: str  # the final name in it
+
+
+def authorise(run, destination: str) -> Destination:
+    if not destination or "\0" in destination:
+        raise UsageError("--destination must be a path")
+    dest = os.path.normpath(os.path.abspath(destination))
+    parent, name = os.path.split(dest)
+    if not name or name in (".", ".."):
+        raise UsageError(f"--destination {destination!r} has no final name")
+    roots = [os.path.realpath(os.path.dirname(run.path))] + [
+        os.path.realpath(r) for r in run.plan["collection"]["allowed_roots"]]
+    real_parent = os.path.realpath(parent)
+    real_dest = os.path.join(real_parent, name)
+    real_run = os.path.realpath(run.path)
+    if not any(real_dest.startswith(root.rstrip("/") + "/") for root in roots):
+        raise Refused(f"destination {dest!r} is not below the run's workspace {roots[0]!r} or an allowed root "
+                      "(plan collection.allowed_roots)", destination=dest)
+    if real_dest == real_run or real_dest.startswith(real_run + "/") or real_run.startswith(real_dest + "/"):
+        raise Refused(f"destination {dest!r} overlaps the run directory", destination=dest)
+    return Destination(dest, real_parent, name)
+
+
+def open_parent(where: Destination) -> Tree:
+    """The destination's parent folder (made 0700 when missing), checked: ours, not writable by group or others."""
+    os.makedirs(where.real_parent, mode=0o700, exist_ok=True)
+    tree = Tree.open(where.real_parent, label="the destination's parent", what="destination folder")
+    st = os.fstat(tree.fd)
+    if st.st_mode & 0o022:
+        tree.close()
+        raise Refused(f"the destination's parent {where.real_parent!r} is writable by group or others; another user "
+                      "could replace the dataset", path=where.real_parent)
+    if st.st_uid != os.geteuid():
+        tree.close()
+        raise Refused(f"the destination's parent {where.real_parent!r} belongs to another user",
+                      path=where.real_parent)
+    return tree
+
+
+def stage_name(plan: dict) -> str:
+    return f".{os.path.basename(plan['destination'])}.tau-stage-{jsonio.digest(plan)[:16]}"
+
+
+def read_result(parent: Tree, name: str) -> dict | None:
+    """The `_tau_collection.json` of a dataset published at `name`, or None (absent, damaged or not ours)."""
+    try:
+        data = parent.read_bytes(f"{name}/{RESULT}", limit=64 << 20)
+    except (OSError, TauError):  # a foreign or damaged folder is simply not ours to adopt
+        return None
+    if data is None:
+        return None
+    try:
+        record = jsonio.loads(data, RESULT)
+        schema.validate(record, "collection-result")
+    except Exception:  # noqa: BLE001 - likewise
+        return None
+    return record  # type: ignore[return-value]
+
+
+def remove_stage(parent: Tree, stage: str) -> None:
+    """Remove an unfinished stage of ours (a stage of anybody else's is refused, never removed)."""
+    st = parent.lstat(stage)
+    if st is None:
+        return
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise Refused(f"stage {stage!r} exists and is not a folder of ours; remove it by hand", path=stage)
+    parent.remove_tree(stage)

@@ -1,0 +1,131 @@
+"""Every environment variable tau reads or sets, in one table: name, default, parser, meaning, and who sets it.
+
+Reads: the process environment (or a mapping a caller passes instead, as tests do). Writes: nothing.
+Promises: no module of tau reads `os.environ` itself; each asks `get(NAME)`, which applies the variable's parser and
+default, so a variable means the same everywhere. A value that does not parse falls back to the default, except for
+a `strict` variable, whose bad value is a usage error (exit 2) naming the variable.
+
+Scopes (the `scope` column) say who sets a variable and where it is documented:
+  user        set by a person or a script; documented in tau(1) ENVIRONMENT (a test checks the two agree)
+  allocation  set by the scheduler or tau's local executor inside an allocation; read by tau-attempt
+  client      set by tau for the client program of an attempt; documented in tau-run(5) "The client"
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Mapping, NamedTuple
+from urllib.parse import urlsplit
+
+
+class Var(NamedTuple):
+    name: str
+    default: object
+    parse: Callable[[str], object]  # raises ValueError on a value that does not parse
+    meaning: str
+    scope: str = "user"
+    strict: bool = False
+
+
+def _seconds(text: str) -> float:
+    return max(0.0, float(text))
+
+
+def _flag(text: str) -> bool:
+    return text == "1"
+
+
+def _text(text: str) -> str:
+    return text
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("negative")
+    return value
+
+
+def _origins(text: str) -> frozenset[str]:
+    """`http://127.0.0.1:10000,https://host:8443` -> the set of normalised origins."""
+    origins = set()
+    for item in text.split(","):
+        item = item.strip().rstrip("/")
+        if not item:
+            continue
+        parts = urlsplit(item)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query \
+                or parts.fragment or parts.username or parts.password:
+            raise ValueError(f"holds {item!r}, which is not an origin like http://127.0.0.1:10000")
+        origins.add(f"{parts.scheme}://{parts.netloc.lower()}")
+    return frozenset(origins)
+
+
+def _failpoints(text: str) -> dict[str, str]:
+    """`name=action;name2=action2` (also `,`) -> {name: action}; a name alone means crash."""
+    armed: dict[str, str] = {}
+    for item in text.replace(",", ";").split(";"):
+        item = item.strip()
+        if item:
+            name, _, action = item.partition("=")
+            armed[name.strip()] = action.strip() or "crash"
+    return armed
+
+
+VARS: dict[str, Var] = {v.name: v for v in (
+    Var("TAU_LOCK_TIMEOUT", 30.0, _seconds, "seconds to wait for a lock another tau process holds (then exit 75)"),
+    Var("TAU_FAILPOINTS", {}, _failpoints, "failpoints to arm, for tests: name=action pairs (taulib.failpoints)"),
+    Var("TAU_FAILPOINT_ONCE", "", _text, "the marker file of the once-crash failpoint action"),
+    Var("TAU_DEBUG", False, _flag, "1: an unexpected error shows its traceback instead of the JSON error (70)"),
+    Var("TAU_NO_RENAMEAT2", False, _flag, "1: publish folders with the fallback instead of renameat2"),
+    Var("TAU_SLURM_TIMEOUT", 30.0, _seconds, "seconds squeue and sacct may take"),
+    Var("TAU_SBATCH_TIMEOUT", 60.0, _seconds, "seconds sbatch may take before its outcome is ambiguous"),
+    Var("TAU_BINDING_WAIT", 300.0, _seconds, "seconds an allocation waits for its submission to be bound to it"),
+    Var("TAU_TRUSTED_BLOB_ENDPOINTS", frozenset(), _origins, "Blob storage origins trusted besides Azure's clouds",
+        strict=True),
+    Var("AZURE_STORAGE_CONNECTION_STRING", None, _text, "the storage account key for Blob storage (a secret)"),
+    Var("TAU_BLOB_RETRIES", 2, _count, "retries of one Blob storage request", strict=True),
+    Var("TAU_BLOB_READ_TIMEOUT", 60.0, _seconds, "seconds one Blob storage read may take", strict=True),
+    Var("TAU_BLOB_API_VERSION", None, _text, "the Blob storage API version to ask for (for emulators)"),
+    Var("KUBECONFIG", None, _text, "the kubeconfig file (else ~/.kube/config, else the in-cluster account)"),
+    # set inside an allocation by the executor
+    Var("TAU_LOCAL_JOB_ID", None, _text, "the local executor's job id (its submission id)", "allocation"),
+    Var("TAU_LOCAL_TASK_ID", None, _text, "the local executor's task index", "allocation"),
+    Var("SLURM_JOB_ID", None, _text, "Slurm's job id of the allocation", "allocation"),
+    Var("SLURM_ARRAY_JOB_ID", None, _text, "Slurm's array job id", "allocation"),
+    Var("SLURM_ARRAY_TASK_ID", None, _text, "Slurm's array task index", "allocation"),
+    Var("SLURM_RESTART_COUNT", 0, _count, "how often Slurm requeued this allocation", "allocation"),
+    # set by tau for the client of an attempt
+    Var("TAU_RUN_DIR", None, _text, "the run directory", "client"),
+    Var("TAU_RUN_ID", None, _text, "the run id", "client"),
+    Var("TAU_SHARD_ID", None, _text, "the shard id", "client"),
+    Var("TAU_SHARD_INDEX", None, _text, "the shard index", "client"),
+    Var("TAU_ATTEMPT_ID", None, _text, "the attempt id", "client"),
+    Var("TAU_ATTEMPT_ORDINAL", None, _text, "the attempt's ordinal", "client"),
+    Var("TAU_RECORD_START", None, _text, "the first record of the shard", "client"),
+    Var("TAU_RECORD_END", None, _text, "the record after the shard's last", "client"),
+    Var("TAU_OUTPUT_DIR", None, _text, "the folder the client writes its Parquet files into", "client"),
+    Var("TAU_OUTPUT_FORMAT", None, _text, "the format the client writes (parquet)", "client"),
+)}
+
+
+def get(name: str, env: Mapping[str, str] | None = None) -> object:
+    """The parsed value of variable NAME (from `env` when given, else the process environment)."""
+    var = VARS[name]
+    text = (os.environ if env is None else env).get(name)
+    if not text:
+        return var.default
+    try:
+        return var.parse(text)
+    except ValueError as exc:
+        if var.strict:
+            from taulib.errors import UsageError
+
+            detail = str(exc) if str(exc).startswith("holds") else f"holds {text[:100]!r}, which does not parse"
+            raise UsageError(f"{name} {detail}") from None
+        return var.default
+
+
+def current() -> dict[str, str]:
+    """A copy of the process environment: the base of a child process's environment."""
+    return dict(os.environ)

@@ -1,0 +1,136 @@
+"""The write protocols, one folder descriptor at a time (git's tempfile.c under lockfile.c).
+
+Writes: files in the folder whose descriptor the caller passes; nothing else. Reads: that folder's listing, to
+remove debris. Each step has a failpoint (`taulib.failpoints`), named after the protocol.
+Promises:
+- `write_new`: a new private file (O_EXCL, 0600, never through a symlink), written whole and fsynced; for files
+  inside a private stage that is published as a whole afterwards (the folder's fsync is the caller's).
+- immutable publish, `link_new`: temp file (O_EXCL, 0600) -> write -> fsync -> link(temp, name) -> unlink temp ->
+  fsync folder. The name is created complete or not at all; an existing name is never touched (False).
+- mutable replace, `rename_over`: temp -> write -> fsync -> rename over name -> fsync folder. A reader sees the old
+  bytes or the new ones, never a mix.
+- debris: temp files are named `.tau.<16 hex>.tmp`. `clean_debris` (run by the writer that holds the lock owning
+  the folder) removes the temp files there: one still linked to a record (same inode: a crash between link and
+  unlink) and unlinked orphans. Nothing is removed by pattern alone: the exact grammar, our uid, a regular file and
+  the inode identity decide.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+from taulib import failpoints
+
+_TEMP = re.compile(r"^\.tau\.[0-9a-f]{16}\.tmp\Z")  # \Z: "$" would also match before a final newline
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def is_temp(name: str) -> bool:
+    return _TEMP.match(name) is not None
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def create(dfd: int, name: str) -> int:
+    """A new private file `name` in folder dfd, open for writing (O_EXCL, 0600, never through a symlink)."""
+    return os.open(name, _NEW_FILE, 0o600, dir_fd=dfd)
+
+
+def write_new(dfd: int, name: str, data: bytes) -> None:
+    fd = create(dfd, name)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_temp(dfd: int, data: bytes, protocol: str) -> str:
+    """Step one of both protocols: a new temp file in folder dfd, written and fsynced; its name."""
+    temp = f".tau.{os.urandom(8).hex()}.tmp"
+    fd = create(dfd, temp)
+    try:
+        os.fchmod(fd, 0o600)
+        write_all(fd, data)
+        failpoints.hit(f"{protocol}.temp_written")
+        os.fsync(fd)
+        failpoints.hit(f"{protocol}.temp_synced")
+    except BaseException:
+        os.close(fd)
+        unlink_quiet(dfd, temp)
+        raise
+    os.close(fd)
+    return temp
+
+
+def link_new(dfd: int, name: str, data: bytes) -> bool:
+    """The immutable publish protocol: True when `name` was created with `data`, False when the name already
+    existed (its content is the caller's to compare)."""
+    temp = write_temp(dfd, data, "store.publish")
+    try:
+        try:
+            os.link(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        failpoints.hit("store.publish.linked")
+    finally:
+        unlink_quiet(dfd, temp)
+    failpoints.hit("store.publish.temp_removed")
+    os.fsync(dfd)
+    return True
+
+
+def rename_over(dfd: int, name: str, data: bytes) -> None:
+    """The mutable replace protocol (the caller checked whatever rule governs the record)."""
+    temp = write_temp(dfd, data, "store.replace")
+    try:
+        os.rename(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        unlink_quiet(dfd, temp)
+        raise
+    failpoints.hit("store.replace.renamed")
+    os.fsync(dfd)
+
+
+def clean_debris(dfd: int) -> None:
+    """Remove crash debris (temp files) from a folder whose owning lock the caller holds."""
+    uid = os.geteuid()
+    with os.scandir(dfd) as entries:
+        names = [e.name for e in entries if is_temp(e.name)]
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+            continue
+        if st.st_nlink > 1 and not _linked_record(dfd, st):
+            continue  # linked somewhere we cannot see: leave it
+        unlink_quiet(dfd, name)
+
+
+def _linked_record(dfd: int, temp_st: os.stat_result) -> bool:
+    with os.scandir(dfd) as entries:
+        for entry in entries:
+            if is_temp(entry.name):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if (st.st_dev, st.st_ino) == (temp_st.st_dev, temp_st.st_ino):
+                return True
+    return False
+
+
+def unlink_quiet(dfd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except FileNotFoundError:
+        pass

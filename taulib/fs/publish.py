@@ -1,0 +1,88 @@
+"""Publishing a staged folder at its final name without ever replacing anything (collections, bundle fetches).
+
+Reads and writes: two entries of one folder, the `parent` Tree (the stage and the final name), and a reservation
+marker beside them on the fallback path.
+Promises: `publish_folder(parent, stage, name)` renames the stage to the final name with
+`renameat2(RENAME_NOREPLACE)`, or raises Conflict (73) when the name exists; nothing that exists is ever replaced.
+Where the filesystem lacks renameat2 (EINVAL, ENOSYS, ENOTSUP: ZFS, some NFS servers), or TAU_NO_RENAMEAT2=1, it
+falls back to: create a reservation marker (O_EXCL) beside the target, `mkdir` the target exclusively (the
+no-replace claim), `rename` the stage onto the empty reserved folder (POSIX allows replacing an empty directory),
+remove the marker. `recover_reservation` undoes a crash in between: an empty target of ours plus its marker.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+
+from taulib import env
+from taulib.errors import Conflict
+from taulib.fs import atomic
+from taulib.fs.tree import Tree
+
+RENAME_NOREPLACE = 1
+_FALLBACK_ERRNOS = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
+_renameat2 = None
+
+
+def _libc_renameat2():
+    global _renameat2
+    if _renameat2 is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = getattr(libc, "renameat2", None)
+        if fn is not None:
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+            fn.restype = ctypes.c_int
+        _renameat2 = fn or False
+    return _renameat2 or None
+
+
+def publish_folder(parent: Tree, stage: str, name: str, force_fallback: bool | None = None) -> None:
+    """Rename `stage` to `name` (both entries of `parent`) without replacing anything; fsyncs the parent."""
+    if force_fallback is None:
+        force_fallback = bool(env.get("TAU_NO_RENAMEAT2"))
+    fn = None if force_fallback else _libc_renameat2()
+    if fn is not None:
+        if fn(parent.fd, os.fsencode(stage), parent.fd, os.fsencode(name), RENAME_NOREPLACE) == 0:
+            os.fsync(parent.fd)
+            return
+        err = ctypes.get_errno()
+        if err in (errno.EEXIST, errno.ENOTEMPTY):
+            raise Conflict(f"{name!r} already exists; tau never overwrites a dataset", path=name)
+        if err not in _FALLBACK_ERRNOS:
+            raise OSError(err, os.strerror(err), name)
+    _fallback(parent, stage, name)
+
+
+def marker_name(name: str) -> str:
+    return f".{name}.tau-reserved"
+
+
+def _fallback(parent: Tree, stage: str, name: str) -> None:
+    marker = marker_name(name)
+    atomic.write_new(parent.fd, marker, f"{stage}\n{name}\n".encode())
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent.fd)
+    except FileExistsError:
+        os.unlink(marker, dir_fd=parent.fd)
+        raise Conflict(f"{name!r} already exists; tau never overwrites a dataset", path=name) from None
+    os.fsync(parent.fd)
+    os.rename(stage, name, src_dir_fd=parent.fd, dst_dir_fd=parent.fd)
+    os.fsync(parent.fd)
+    os.unlink(marker, dir_fd=parent.fd)
+    os.fsync(parent.fd)
+
+
+def recover_reservation(parent: Tree, name: str) -> None:
+    """Undo a fallback publication interrupted between the claim and the rename."""
+    marker = marker_name(name)
+    mst = parent.lstat(marker)
+    if mst is None or not stat.S_ISREG(mst.st_mode) or mst.st_uid != os.geteuid():
+        return
+    dst = parent.lstat(name)
+    if dst is not None and stat.S_ISDIR(dst.st_mode) and dst.st_uid == os.geteuid() and not parent.listdir(name):
+        parent.remove_empty(name)
+    os.unlink(marker, dir_fd=parent.fd)
+    os.fsync(parent.fd)

@@ -1,0 +1,494 @@
+"""The safe-filesystem layer: a folder tree reached through one descriptor, never through a symlink below it.
+
+Reads: folders and files below the tree's root. Writes: folders (mkdir 0700 -> fchmod 0700 -> fsync of the parent;
+failpoint store.mkdir.created) and files by the protocols of `taulib.fs.atomic`. Everything tau touches on disk
+(run directories, bundle trees, collection stages and destinations, fetch stages) goes through a `Tree`.
+Promises:
+- The root is opened once; every folder below it is opened from its parent with O_DIRECTORY|O_NOFOLLOW and every
+  file with O_NOFOLLOW, so nothing below the root is reached through a symlink. `_refused` is the one place that
+  recognises a symlink where a folder or a file was expected (Linux reports ELOOP, or ENOTDIR for
+  O_DIRECTORY|O_NOFOLLOW) and turns it into a refusal (exit 77).
+- A private tree (a run directory) accepts only folders of ours that group and others cannot write, and reads only
+  records that are regular files of ours that others cannot write.
+- Paths are relative and `/`-separated, never with a `.`, `..` or NUL segment; a tree whose names follow a grammar
+  (a run directory) checks it in `_check_segment`.
+- Folder descriptors are cached (no more than MAX_CACHED_DIRS are kept between calls; a descriptor in use by a call
+  is never closed under it) and all are closed with the tree. A tree may be shared by threads: its calls take
+  turns.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import stat
+import threading
+from collections import OrderedDict
+
+from taulib import failpoints
+from taulib.errors import BadInput, IOFailure, NotFound, Refused
+from taulib.fs import atomic
+
+MAX_CACHED_DIRS = 128  # folder descriptors kept open between calls (a run can have 100,000s of folders)
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+CHUNK = 1 << 20
+
+
+def _operation(method):
+    """Public Tree calls: the folder-descriptor cache is trimmed only when no call is in progress, so a descriptor a
+    call is using is never closed under it."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:  # threads share a tree (bundle transfers): one call at a time touches its cache
+            if self._depth == 0 and len(self._dirs) > MAX_CACHED_DIRS:
+                self._trim()
+            self._depth += 1
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._depth -= 1
+
+    return wrapper
+
+
+def open_root(path: str, *, label: str, create: bool = False, private: bool = False, follow: bool = False,
+              context: str = "") -> tuple[int, str]:
+    """(descriptor, absolute path) of the folder PATH, named `label` in messages ("run directory"). Its parents
+    are the caller's own path and are followed; the folder itself is followed only with `follow` (a tree the user
+    names, such as a bundle folder), never when it is a run directory."""
+    path_abs = os.path.abspath(path)
+    if follow:
+        try:
+            fd = os.open(path_abs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise NotFound(f"{label} {path!r} does not exist", path=path_abs) from None
+        except NotADirectoryError:
+            raise NotFound(f"{label} {path!r} is not a folder", path=path_abs) from None
+        return fd, path_abs
+    parent, name = os.path.split(path_abs)
+    if not name:
+        raise BadInput(f"{label} {path!r} is not a directory path")
+    try:
+        parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NotFound(f"parent folder of {label} {path!r} does not exist", path=path_abs) from None
+    except NotADirectoryError:
+        raise NotFound(f"parent of {label} {path!r} is not a folder", path=path_abs) from None
+    try:
+        try:
+            fd = os.open(name, _DIR, dir_fd=parent_fd)
+        except FileNotFoundError:
+            if not create:
+                raise NotFound(f"{label} {path!r} does not exist", path=path_abs) from None
+            return _make_dir(parent_fd, name, path_abs, private, context), path_abs
+        except OSError as exc:
+            if _is_link(exc, parent_fd, name):
+                raise Refused(f"{label} {path!r} is a symlink; pass the real path", path=path_abs) from None
+            if exc.errno == errno.ENOTDIR:
+                raise NotFound(f"{label} {path!r} is not a folder", path=path_abs) from None
+            raise
+        if private:
+            _check_private_dir(fd, path_abs)
+        return fd, path_abs
+    finally:
+        os.close(parent_fd)
+
+
+class Tree:
+    """A folder tree reached through the descriptor `fd` of its root (which the tree owns and closes).
+
+    `private` trees hold only tau's own private files (run directories); `context` ends the refusal of a symlink
+    ("... tau never follows one inside a run"); `what` names the tree in `walk`'s refusals ("bundle tree").
+    """
+
+    def __init__(self, fd: int, path: str, *, private: bool = False, context: str = "", what: str = "tree") -> None:
+        self.fd = fd
+        self.path = path
+        self.private = private
+        self.context = context
+        self.what = what
+        self._dirs: OrderedDict[str, int] = OrderedDict({"": fd})
+        self._depth = 0
+        self._lock = threading.RLock()
+
+    @classmethod
+    def open(cls, path: str, *, label: str, create: bool = False, private: bool = False, follow: bool = False,
+             context: str = "", what: str = "tree") -> Tree:
+        fd, path_abs = open_root(path, label=label, create=create, private=private, follow=follow, context=context)
+        return cls(fd, path_abs, private=private, context=context, what=what)
+
+    # -- lifetime -----------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        for fd in self._dirs.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._dirs = OrderedDict()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _trim(self) -> None:
+        while len(self._dirs) > MAX_CACHED_DIRS // 2:
+            key = next(k for k in self._dirs if k != "")
+            os.close(self._dirs.pop(key))
+
+    # -- names --------------------------------------------------------------------------------------------------
+    def show(self, rel: str) -> str:
+        """The path of `rel` for messages."""
+        return os.path.join(self.path, rel) if rel else self.path
+
+    def _check_segment(self, segment: str, rel: str) -> None:
+        if segment in (".", "..") or "\0" in segment:
+            raise Refused(f"path {rel!r} escapes its folder or is not normalised", path=rel)
+
+    def _segments(self, rel: str) -> list[str]:
+        parts = [p for p in rel.split("/") if p]
+        for part in parts:
+            self._check_segment(part, rel)
+        return parts
+
+    def _leaf(self, rel: str, create: bool = False) -> tuple[int, str]:
+        """(descriptor of the folder holding `rel`, its last name)."""
+        folder, _, name = rel.rpartition("/")
+        if not name:
+            raise Refused(f"path {rel!r} names no file", path=rel)
+        self._check_segment(name, rel)
+        return self.folder(folder, create), name
+
+    # -- folders ------------------------------------------------------------------------------------------------
+    @_operation
+    def folder(self, rel: str, create: bool = False) -> int:
+        """Descriptor of the folder `rel` (the tree keeps it), created 0700 component by component if asked."""
+        key = "/".join(self._segments(rel))
+        fd = self._dirs.get(key)
+        if fd is not None:
+            self._dirs.move_to_end(key)
+            return fd
+        parent_key, _, name = key.rpartition("/")
+        parent_fd = self.folder(parent_key, create)
+        fd = self._open_dir(parent_fd, name, create, self.show(key))
+        self._dirs[key] = fd
+        return fd
+
+    def _open_dir(self, parent_fd: int, name: str, create: bool, where: str) -> int:
+        try:
+            fd = os.open(name, _DIR, dir_fd=parent_fd)
+        except FileNotFoundError:
+            if not create:
+                raise NotFound(f"{where} does not exist", path=where) from None
+            return _make_dir(parent_fd, name, where, self.private, self.context)
+        except OSError as exc:
+            raise self._refused(exc, parent_fd, name, where, "folder") from None
+        if self.private:
+            _check_private_dir(fd, where)
+        return fd
+
+    def _refused(self, exc: OSError, parent_fd: int, name: str, where: str, expected: str) -> Exception:
+        """What an open that failed with `exc` means: the one place that refuses a symlink."""
+        if _is_link(exc, parent_fd, name):
+            return Refused(f"{where} is a symlink; tau never follows one{self.context}", path=where)
+        if expected == "folder" and exc.errno == errno.ENOTDIR:
+            return Refused(f"{where} is not a folder", path=where)
+        return exc
+
+    @_operation
+    def has_folder(self, rel: str) -> bool:
+        try:
+            self.folder(rel)
+            return True
+        except NotFound:
+            return False
+
+    @_operation
+    def make_folders(self, rel: str) -> None:
+        self.folder(rel, create=True)
+
+    @_operation
+    def subtree(self, rel: str, create: bool = False, what: str | None = None) -> Tree:
+        """The folder `rel` as a tree of its own (with its own descriptor: close it, or use it in a with)."""
+        fd = os.dup(self.folder(rel, create))
+        return Tree(fd, self.show(rel), private=self.private, context=self.context, what=what or self.what)
+
+    @_operation
+    def listdir(self, rel: str = "") -> list[str]:
+        """Names in folder `rel`, sorted. A missing folder is empty."""
+        try:
+            fd = self.folder(rel)
+        except NotFound:
+            return []
+        return sorted(os.listdir(fd))
+
+    @_operation
+    def scan(self, rel: str = "") -> list[tuple[str, str]]:
+        """(name, type) of every entry of folder `rel`, sorted; type is file, dir, symlink or other."""
+        fd = self.folder(rel)
+        out = []
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                out.append((entry.name, _kind(entry.stat(follow_symlinks=False).st_mode)))
+        return sorted(out)
+
+    @_operation
+    def walk(self, rel: str = "", skip: frozenset[str] = frozenset()) -> list[tuple[str, int]]:
+        """(path relative to `rel`, size) of every regular file below folder `rel`, sorted, not descending into
+        the top-level names in `skip`. A symlink or a special file anywhere below is refused, never followed."""
+        out: list[tuple[str, int]] = []
+        self._walk(self.folder(rel), "", out, skip)
+        return sorted(out)
+
+    def _walk(self, dfd: int, prefix: str, out: list, skip: frozenset[str]) -> None:
+        for name in sorted(os.listdir(dfd)):
+            if name in skip:
+                continue
+            rel = f"{prefix}{name}"
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                try:
+                    sub = os.open(name, _DIR, dir_fd=dfd)
+                except OSError as exc:
+                    raise self._refused(exc, dfd, name, rel, "folder") from None
+                try:
+                    self._walk(sub, rel + "/", out, frozenset())
+                finally:
+                    os.close(sub)
+            elif stat.S_ISREG(st.st_mode):
+                out.append((rel, st.st_size))
+            elif stat.S_ISLNK(st.st_mode):
+                raise Refused(f"the {self.what} holds a symlink {rel!r}; tau never follows one: replace it by the "
+                              "file", path=rel)
+            else:
+                raise Refused(f"the {self.what} holds {rel!r}, which is not a regular file or folder", path=rel)
+
+    @_operation
+    def remove_tree(self, rel: str) -> None:
+        """Remove folder `rel` and everything in it, following no symlink (one found there is unlinked, never
+        followed); missing is done. The parent folder is fsynced."""
+        parent, name = self._leaf(rel)
+        key = "/".join(self._segments(rel))
+        for k in [k for k in self._dirs if k == key or k.startswith(key + "/")]:
+            os.close(self._dirs.pop(k))
+        _rmtree_at(parent, name)
+        os.fsync(parent)
+
+    @_operation
+    def remove_empty(self, rel: str) -> None:
+        """Remove the empty folder `rel` (OSError when it is not empty)."""
+        parent, name = self._leaf(rel)
+        key = "/".join(self._segments(rel))
+        if key in self._dirs:
+            os.close(self._dirs.pop(key))
+        os.rmdir(name, dir_fd=parent)
+
+    # -- files --------------------------------------------------------------------------------------------------
+    @_operation
+    def lstat(self, rel: str) -> os.stat_result | None:
+        """The entry `rel` itself (a symlink is not followed), or None when it (or its folder) does not exist."""
+        try:
+            dfd, name = self._leaf(rel)
+        except NotFound:
+            return None
+        try:
+            return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def exists(self, rel: str) -> bool:
+        return self.lstat(rel) is not None
+
+    @_operation
+    def open_read(self, rel: str) -> int:
+        """A read descriptor of the regular file `rel` (of ours, in a private tree); NotFound when missing."""
+        dfd, name = self._leaf(rel)
+        where = self.show(rel)
+        try:
+            fd = os.open(name, _READ, dir_fd=dfd)
+        except FileNotFoundError:
+            raise NotFound(f"{where} does not exist", path=where) from None
+        except OSError as exc:
+            raise self._refused(exc, dfd, name, where, "file") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (self.private and st.st_uid != os.geteuid()):
+            os.close(fd)
+            raise Refused(f"{where} is not a regular file" + (" of ours" if self.private else ""), path=where)
+        return fd
+
+    @_operation
+    def read_bytes(self, rel: str, limit: int | None = None) -> bytes | None:
+        """The bytes of the regular file `rel`, or None when it (or its folder) does not exist. In a private tree
+        the file must be ours and not writable by others."""
+        try:
+            dfd, name = self._leaf(rel)
+        except NotFound:
+            return None
+        where = self.show(rel)
+        try:
+            fd = os.open(name, _READ, dir_fd=dfd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            refused = self._refused(exc, dfd, name, where, "file")
+            if refused is exc:
+                raise IOFailure(f"cannot open {where}: {exc.strerror}", path=where) from None
+            raise refused from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise Refused(f"{where} is not a regular file", path=where)
+            if self.private and (st.st_uid != os.geteuid() or st.st_mode & 0o022):
+                raise Refused(f"{where} is writable by another user or not ours; refusing to trust it", path=where)
+            if limit is not None and st.st_size > limit:
+                raise BadInput(f"{where} is larger than {limit} bytes", path=where)
+            # one read of size+1 bytes sees the whole file and its end (reads cost ~0.1 ms each on some kernels)
+            want = st.st_size + 1
+            chunks = []
+            while True:
+                chunk = os.read(fd, want)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                if len(chunk) < want:
+                    break
+                want = CHUNK
+            data = b"".join(chunks)
+            if limit is not None and len(data) > limit:
+                raise BadInput(f"{where} is larger than {limit} bytes", path=where)
+            return data
+        finally:
+            os.close(fd)
+
+    @_operation
+    def open_own(self, rel: str, flags: int, what: str) -> int:
+        """A descriptor of the file `rel`, created 0600 when missing (folders too), never through a symlink; it
+        must be a regular file of ours (log and lock files)."""
+        dfd, name = self._leaf(rel, create=True)
+        where = self.show(rel)
+        try:
+            fd = os.open(name, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        except OSError as exc:
+            raise self._refused(exc, dfd, name, where, "file") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            os.close(fd)
+            raise Refused(f"{what} {where} is not a regular file of ours", path=where)
+        return fd
+
+    @_operation
+    def create(self, rel: str) -> int:
+        """A new private file `rel` open for writing (O_EXCL, 0600), its folders made as needed."""
+        dfd, name = self._leaf(rel, create=True)
+        return atomic.create(dfd, name)
+
+    @_operation
+    def write_new(self, rel: str, data: bytes) -> None:
+        """A new private file `rel` written whole and fsynced (see `atomic.write_new`)."""
+        dfd, name = self._leaf(rel, create=True)
+        atomic.write_new(dfd, name, data)
+
+    @_operation
+    def link_new(self, rel: str, data: bytes) -> bool:
+        """Publish `rel` with the immutable protocol; False when the name already existed."""
+        dfd, name = self._leaf(rel, create=True)
+        return atomic.link_new(dfd, name, data)
+
+    @_operation
+    def rename_over(self, rel: str, data: bytes) -> None:
+        """Replace `rel` with the mutable protocol."""
+        dfd, name = self._leaf(rel, create=True)
+        try:
+            atomic.rename_over(dfd, name, data)
+        except IsADirectoryError:
+            raise Refused(f"{self.show(rel)} is a folder", path=self.show(rel)) from None
+
+    @_operation
+    def clean_debris(self, rel: str) -> None:
+        """Remove crash debris from folder `rel` (the caller holds the lock that owns it)."""
+        atomic.clean_debris(self.folder(rel, create=True))
+
+    @_operation
+    def same_file(self, rel: str, fd: int) -> bool:
+        """True when `rel` still names the file open as `fd` (used after taking a lock)."""
+        st = self.lstat(rel)
+        fst = os.fstat(fd)
+        return st is not None and (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
+
+
+# -- the folder steps, shared by the root and every folder below it --------------------------------------------------
+
+def _make_dir(parent_fd: int, name: str, where: str, private: bool, context: str) -> int:
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent_fd)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(name, _DIR, dir_fd=parent_fd)
+    except OSError as exc:  # someone put a symlink there between our mkdir and our open
+        if _is_link(exc, parent_fd, name):
+            raise Refused(f"{where} is a symlink; tau never follows one{context}", path=where) from None
+        raise
+    if private:
+        _check_private_dir(fd, where)
+    os.fchmod(fd, 0o700)
+    failpoints.hit("store.mkdir.created")
+    os.fsync(parent_fd)
+    return fd
+
+
+def _is_link(exc: OSError, parent_fd: int, name: str) -> bool:
+    """Whether an open failed because `name` is a symlink: ELOOP for O_NOFOLLOW, ENOTDIR (what Linux reports for
+    O_DIRECTORY|O_NOFOLLOW on a symlink) when the entry is one."""
+    if exc.errno == errno.ELOOP:
+        return True
+    if exc.errno != errno.ENOTDIR:
+        return False
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _check_private_dir(fd: int, where: str) -> None:
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid():
+        os.close(fd)
+        raise Refused(f"{where} belongs to another user", path=where)
+    if st.st_mode & 0o022:
+        os.close(fd)
+        raise Refused(f"{where} is writable by group or others; tau keeps runs private (chmod 700)", path=where)
+
+
+def _kind(mode: int) -> str:
+    return ("file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode)
+            else "symlink" if stat.S_ISLNK(mode) else "other")
+
+
+def _rmtree_at(parent_fd: int, name: str) -> None:
+    try:
+        fd = os.open(name, _DIR, dir_fd=parent_fd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP):  # a file or a symlink: unlinked, never followed
+            atomic.unlink_quiet(parent_fd, name)
+            return
+        raise
+    try:
+        for entry in os.listdir(fd):
+            st = os.stat(entry, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                _rmtree_at(fd, entry)
+            else:
+                atomic.unlink_quiet(fd, entry)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=parent_fd)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,131 @@
+"""Creating a run (tau-init): the plan resolved from the request, then the run's records.
+
+Reads: the plan request (validated against `plan-request`). Writes: plan.json, shards/*/shard.json, and run.json
+last, so a run exists exactly when run.json does.
+Promises: the resolved plan is a pure function of the request and the run id (no clock, no machine facts);
+identical re-creation is a no-op, a different plan for an existing run is a conflict (73); a crash at any step
+leaves no run.json, and running tau-init again finishes the job. A folder that holds anything but a tau run is
+refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from taulib import __version__, failpoints, jsonio, schema
+from taulib.errors import BadInput, Conflict, UsageError
+from taulib.rules.plan import shard_count, shard_range
+from taulib.rundir import layout, locks
+from taulib.rundir.records import RunDir
+
+DEFAULT_WINDOW = 300
+DEFAULT_MAX_PARALLEL = 4
+DEFAULT_ROWS_PER_PARTITION = 1_000_000
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+_RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards", "submissions", "collections", "index", "bundles"}
+
+
+def resolve_plan(request: dict, run_id: str) -> dict:
+    """The resolved plan (a pure function of the request and the run id: no clock, no machine facts)."""
+    schema.validate(request, "plan-request", "plan on standard input")
+    records = request["records"]
+    if "shards" in request and "shard_size" in request:
+        raise BadInput("plan on standard input gives both 'shards' and 'shard_size'; give one")
+    if "shards" in request and request["shards"] > records:
+        raise BadInput(f"plan on standard input asks for {request['shards']} shards of {records} records; every "
+                       "shard needs at least one record")
+    sched = request.get("scheduler", {"profile": "local"})
+    windows = request.get("windows", {})
+    output = request.get("output", {})
+    plan = {
+        "kind": "tau.plan",
+        "schema_version": 1,
+        "run_id": run_id,
+        "records": records,
+        "shard_count": shard_count(records, request.get("shards"), request.get("shard_size")),
+        "shard_size": request.get("shard_size"),
+        "command": list(request["command"]),
+        "resume": request.get("resume", "never"),
+        "scheduler": {
+            "profile": sched["profile"],
+            "local": {"max_parallel": sched.get("local", {}).get("max_parallel", DEFAULT_MAX_PARALLEL)},
+            "slurm": dict(sched.get("slurm", {})),
+        },
+        "output": {"format": output.get("format", "parquet"),
+                   "rows_per_partition": output.get("rows_per_partition", DEFAULT_ROWS_PER_PARTITION)},
+        "windows": {key: windows.get(key, DEFAULT_WINDOW) for key in
+                    ("accounting_lag_seconds", "preemption_seconds", "submission_visibility_seconds")},
+        "collection": {"allowed_roots": [os.path.normpath(p) for p in
+                                         request.get("collection", {}).get("allowed_roots", [])]},
+        "env": dict(request.get("env", {})),
+    }
+    schema.validate(plan, "plan")
+    if plan["scheduler"]["profile"] == "slurm" or plan["scheduler"]["slurm"]:
+        from taulib.slurm import script
+
+        script.validate_profile(plan["scheduler"]["slurm"])
+    return plan
+
+
+def run_id_for(run_dir: str) -> str:
+    name = os.path.basename(os.path.abspath(run_dir))
+    if not _RUN_ID.match(name):
+        raise UsageError(f"run directory name {name!r} must match [A-Za-z0-9][A-Za-z0-9._-]* (it is the run id)")
+    return name
+
+
+def init(run_dir: str, request: object) -> dict:
+    if not isinstance(request, dict):
+        raise BadInput("plan on standard input must be a JSON object")
+    run_id = run_id_for(run_dir)
+    plan = resolve_plan(request, run_id)
+    if plan["scheduler"]["profile"] == "slurm":
+        from taulib.slurm import script
+
+        try:
+            script.check_path(os.path.abspath(run_dir), "run directory")
+        except BadInput as exc:
+            raise UsageError(f"{exc.message}: use a path of letters, digits and ._-/ only, as sbatch needs") from None
+    plan_bytes = jsonio.canonical(plan)
+    plan_sha = jsonio.sha256_hex(plan_bytes)
+    _refuse_foreign_directory(run_dir)
+    with RunDir(run_dir, create=True) as run, locks.hold(run, "run"):
+        existing = run.read(layout.RUN, "tau.run")
+        if existing is not None:
+            if existing["plan"]["sha256"] != plan_sha:
+                raise Conflict(f"run {run_id!r} already exists with a different plan; choose another run "
+                               "directory", run_dir=run.path, plan_sha256=existing["plan"]["sha256"])
+            return _summary(run, existing, plan, created=False)
+        run.publish_bytes(layout.PLAN, plan_bytes)
+        run.make_folders("shards")
+        for index in range(plan["shard_count"]):
+            start, end = shard_range(plan, index)
+            sid = layout.shard_id(index)
+            run.publish(layout.shard_record(sid), {
+                "kind": "tau.shard", "schema_version": 1, "run_id": run_id, "shard_id": sid, "index": index,
+                "record_start": start, "record_end": end})
+        failpoints.hit("init.shards_written")
+        record = {"kind": "tau.run", "schema_version": 1, "run_id": run_id, "created_at": jsonio.now_rfc3339(),
+                  "plan": {"path": layout.PLAN, "sha256": plan_sha}, "shard_count": plan["shard_count"],
+                  "tau_version": __version__}
+        run.publish(layout.RUN, record)
+        return _summary(run, record, plan, created=True)
+
+
+def _refuse_foreign_directory(run_dir: str) -> None:
+    try:
+        names = set(os.listdir(run_dir))
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        raise Conflict(f"{run_dir!r} exists and is not a folder") from None
+    if names - _RUN_ENTRIES:
+        raise Conflict(f"{run_dir!r} exists and holds files that are not a tau run; choose an empty or new "
+                       "folder", run_dir=os.path.abspath(run_dir))
+
+
+def _summary(run: RunDir, record: dict, plan: dict, created: bool) -> dict:
+    return {"run_id": record["run_id"], "run_dir": run.path, "created": created,
+            "plan_sha256": record["plan"]["sha256"], "records": plan["records"],
+            "shard_count": plan["shard_count"], "scheduler": plan["scheduler"]["profile"]}

@@ -1,0 +1,47 @@
+"""Observation (tau-observe RUN): ask the executors about a run's live attempts. Read-only.
+
+Reads: the shards' records (the sealed-shard index first, so finished shards cost nothing) and whatever the
+executor keeps: the local executor's records (`taulib.local.observe`), or one batched squeue and one batched sacct
+for the recorded Slurm jobs (`taulib.slurm.observe`). Writes: nothing.
+Promises: the live attempts are the newest attempt of each shard without a winner whose lifecycle is not finished;
+the result is one normalised `tau.observations` document (schema `observations`), which tau-reconcile applies.
+"""
+
+from __future__ import annotations
+
+from taulib import jsonio, schema
+from taulib.rundir import layout, state
+
+
+def live_attempts(run) -> list[dict]:
+    out = []
+    for sid in state.unsealed_shards(run):
+        if run.dir.exists(layout.winner(sid)):
+            continue
+        attempt = state.latest_attempt(run, sid)
+        if attempt is not None and attempt["state"] in ("submitted", "running"):
+            out.append(attempt)
+    return out
+
+
+def observe(run) -> dict:
+    attempts = live_attempts(run)
+    observed_at = jsonio.now_rfc3339()
+    executor = run.plan["scheduler"]["profile"]
+    sources = {"queue": "observed", "accounting": "observed", "reason": None}
+    local_attempts = [a for a in attempts if a["scheduler"]["executor"] == "local"]
+    slurm_attempts = [a for a in attempts if a["scheduler"]["executor"] == "slurm"]
+    views = []
+    if local_attempts:
+        from taulib.local import observe as local_observe
+
+        views.extend(local_observe.observe(run, local_attempts))
+    if slurm_attempts:
+        from taulib.slurm import observe as slurm_observe
+
+        slurm_views, sources = slurm_observe.observe(slurm_attempts)
+        views.extend(slurm_views)
+    doc = {"kind": "tau.observations", "schema_version": 1, "run_id": run.run_id, "observed_at": observed_at,
+           "executor": executor, "sources": sources, "attempts": views}
+    schema.validate(doc, "observations")
+    return doc

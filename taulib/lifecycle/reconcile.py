@@ -1,0 +1,97 @@
+"""Reconciliation (tau-reconcile): a `tau.observations` document applied to the run's records under locks.
+
+Reads: the document (validated against `observations` before anything is touched) and the records of the attempts
+it names. Writes, under the run lock (shared) and each shard's lock: observation.json (revision + 1) where the
+evidence changed, and attempt.json where terminal evidence ended an unfinished attempt; then the sealed-shard index.
+Promises: the rules are the pure table `rules.evidence` and the verdict `rules.attempt`; a document that names an
+attempt this run does not have, or gives it another scheduler identity, is refused whole before anything is
+written; nothing but the run directory and the document is needed, so any fresh process can reconcile.
+"""
+
+from __future__ import annotations
+
+from taulib import jsonio, schema
+from taulib.errors import BadInput, NotFound
+from taulib.rules import evidence as evidence_rules
+from taulib.rules.attempt import effective_attempt, terminal_classification
+from taulib.rundir import layout, locks, state
+
+
+def validate_document(doc: object) -> dict:
+    if not isinstance(doc, dict):
+        raise BadInput("observations on standard input must be one JSON object (the output of tau-observe)")
+    schema.validate(doc, "observations", "observations on standard input")
+    return doc  # type: ignore[return-value]
+
+
+def apply(run, doc: dict) -> dict:
+    """Apply a validated observations document; returns the run status with the `changes` made."""
+    if doc["run_id"] != run.run_id:
+        raise BadInput(f"observations on standard input are for run {doc['run_id']!r}, not {run.run_id!r}")
+    observed_at = jsonio.parse_time(doc["observed_at"])
+    queue_ok = doc["sources"]["queue"] == "observed"
+    accounting_ok = doc["sources"]["accounting"] == "observed"
+    seen_by_shard: dict[str, list[dict]] = {}
+    for view in doc["attempts"]:
+        try:
+            run.check_shard(view["shard_id"])
+        except NotFound:
+            raise BadInput(f"observations name {view['shard_id']}, which run {run.run_id!r} does not have",
+                           shard_id=view["shard_id"]) from None
+        seen_by_shard.setdefault(view["shard_id"], []).append(view)
+    changes = []
+    with locks.hold(run.dir, "run", shared=True):
+        for view in doc["attempts"]:  # refuse the whole document before writing any of it
+            _recorded_attempt(run, view)
+        for sid in sorted(seen_by_shard):
+            with locks.hold(run.dir, locks.shard_lock_name(sid)):
+                for view in seen_by_shard[sid]:
+                    seen = evidence_rules.Seen(observed_at, view["queue"], view["accounting"], queue_ok,
+                                               accounting_ok)
+                    change = _apply_one(run, view, seen)
+                    if change:
+                        changes.append(change)
+        status = state.run_status(run, sources=doc["sources"], update_index=True)
+    status["changes"] = changes
+    return status
+
+
+def _recorded_attempt(run, view: dict) -> dict:
+    """The attempt record a view names, or BadInput when the run has no such attempt under that identity."""
+    sid, aid = view["shard_id"], view["attempt_id"]
+    attempt = run.dir.read(layout.attempt_file(sid, aid, "attempt.json"), "tau.attempt")
+    if attempt is None:
+        raise BadInput(f"observations name {sid}/{aid}, which this run does not have", shard_id=sid)
+    if attempt["scheduler"] != view["scheduler"]:
+        raise BadInput(f"observations give {sid}/{aid} another scheduler identity than the recorded one",
+                       shard_id=sid)
+    return attempt
+
+
+def _apply_one(run, view: dict, seen: evidence_rules.Seen) -> dict | None:
+    sid, aid = view["shard_id"], view["attempt_id"]
+    attempt = _recorded_attempt(run, view)
+    obs_rel = layout.attempt_file(sid, aid, "observation.json")
+    prev_record = run.dir.read(obs_rel, "tau.observation")
+    prev = state.evidence_from_record(prev_record)
+    rule, new = evidence_rules.next_evidence(prev, seen, attempt["windows"])
+    if new is None:
+        return None
+    change = None
+    if evidence_rules.changed(prev, new):
+        revision = 1 if prev_record is None else prev_record["revision"] + 1
+        run.dir.replace(obs_rel, state.evidence_record(new, attempt, revision))
+        change = {"shard_id": sid, "attempt_id": aid, "rule": rule, "from": prev.state if prev else None,
+                  "to": new.state}
+    if new.terminal and attempt["state"] in ("submitted", "running"):
+        # terminal evidence ends an unfinished attempt; COMPLETED without a finalised attempt is a failure too
+        verdict = effective_attempt(attempt, new)
+        now = jsonio.now_rfc3339()
+        record = dict(attempt, revision=attempt["revision"] + 1, updated_at=max(now, attempt["updated_at"]),
+                      state="failed", terminal={"classification": terminal_classification(new),
+                                                "reason": verdict.reason, "exit_code": new.exit_code})
+        run.dir.replace(layout.attempt_file(sid, aid, "attempt.json"), record)
+        change = change or {"shard_id": sid, "attempt_id": aid, "rule": rule, "from": prev.state if prev else None,
+                            "to": new.state}
+        change["attempt"] = "failed"
+    return change

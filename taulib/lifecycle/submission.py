@@ -1,0 +1,179 @@
+"""Submissions: the journal that gives shards new attempts and hands them to an executor (tau-submit, tau-retry).
+
+Reads and writes, under `run.lock` (shared) then `submit.lock`: the submission journal
+(`rundir.journal.SUBMISSIONS`), the shards' attempt.json (each under its shard lock), and under Slurm the job
+script `submissions/<id>/job.sh`. Protocol:
+  1. settle the newest journal entry: one that never reached PREPARED is removed; a PREPARED one is finished
+     (local) or resolved (Slurm, by exact job name: `rules.journal.resolve`) before anything new is planned;
+  2. the journal entry: plan.json (the shards, their next attempt ids, task indices, the job name derived from the
+     run id, the digest of run.json and the submission number), then status PREPARED with a visibility deadline;
+                                                                                  failpoint submit.prepared
+  3. hand the tasks to the executor and learn the job id: the local executor's job id is the submission id; for
+     Slurm, the rendered script is published as `job.sh` and submitted with `sbatch --parsable` as one job array.
+     A definite refusal retires the entry (FAILED, exit 69); an ambiguous outcome (timeout, lost reply, unparsable
+     reply) leaves it PREPARED and exits 75: the next call resolves it, and never submits blindly again;
+  4. publish each attempt.json (state submitted, bound to the job id and task) under its shard lock;
+                                                                                  failpoint submit.attempts_published
+  5. status SUBMITTED;                                                            failpoint submit.submitted
+  6. local executor: start the supervisor.
+Promises: a crash at any step is finished by the next tau-submit or tau-retry, and no step is ever done twice with a
+different outcome: attempts are published with bytes derived from the plan, so re-publishing them is idempotent.
+Allocations of a retired job are fenced by tau-attempt.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from taulib import failpoints, jsonio
+from taulib.errors import Busy, Conflict
+from taulib.rules import journal as journal_rules
+from taulib.rundir import layout, locks, state
+from taulib.rundir.journal import SUBMISSIONS, Journal
+
+
+def job_name(run, number: str) -> str:
+    """`tau-<run id>-<sha256 of run.json, 8 hex>-<number>`: derived from persisted records only, and different for
+    two runs made from the same plan in folders of the same name (run.json holds its creation time)."""
+    return f"tau-{run.run_id[:100]}-{jsonio.digest(run.record)[:8]}-{number}"
+
+
+def journal(run) -> Journal:
+    return Journal(run, SUBMISSIONS)
+
+
+def submit(run, purpose: str, select) -> dict:
+    """Create and hand off a submission for the shards `select(run)` returns (each gets its next attempt), or,
+    for the initial submission of a run already submitted, report it.
+
+    `select` runs under the submit lock, so concurrent callers see each other's attempts and converge.
+    """
+    book = journal(run)
+    with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "submit"):
+        _settle(run, book)
+        if purpose == "initial":
+            for plan, status in book.entries():
+                if plan["purpose"] == "initial" and status is not None and status["state"] == "submitted":
+                    _ensure_supervisor(run, plan)
+                    return dict(_summary(plan, status, created=False), skipped=[])
+        shard_ids, skipped = select(run)
+        if not shard_ids:
+            return {"submission_id": None, "skipped": skipped, "purpose": purpose, "job_id": None,
+                    "created": False, "tasks": []}
+        tasks = []
+        for sid in shard_ids:
+            ordinal = len(state.attempt_ids(run, sid)) + 1
+            tasks.append({"shard_id": sid, "attempt_id": layout.attempt_id(ordinal), "ordinal": ordinal,
+                          "task_index": layout.shard_index(sid)})
+        sub_id = book.next_id()
+        plan = {"kind": "tau.submission-plan", "schema_version": 1, "run_id": run.run_id,
+                "submission_id": sub_id, "purpose": purpose, "plan_sha256": run.plan_sha256,
+                "created_at": jsonio.now_rfc3339(), "executor": run.plan["scheduler"]["profile"],
+                "job_name": job_name(run, sub_id.split("-")[1]), "tasks": tasks}
+        text = _render(run, plan) if plan["executor"] == "slurm" else None  # refuse bad fields before the journal
+        status = book.open(plan)
+        failpoints.hit("submit.prepared")
+        status = _hand_off(run, book, plan, status, text)
+        return dict(_summary(plan, status, created=True), skipped=skipped)
+
+
+def _settle(run, book: Journal) -> None:
+    """Finish, resolve or discard the newest journal entry (caller holds submit.lock)."""
+    entry = book.newest()
+    if entry is not None and entry.status["state"] == "prepared":
+        _resolve(run, book, entry.plan, entry.status)
+
+
+def _render(run, plan: dict) -> str:
+    from taulib.slurm import script
+
+    return script.render(job_name=plan["job_name"], run_dir=run.path, submission_id=plan["submission_id"],
+                         task_indices=[t["task_index"] for t in plan["tasks"]], python=sys.executable,
+                         profile=run.plan["scheduler"]["slurm"])
+
+
+def _hand_off(run, book: Journal, plan: dict, status: dict, text: str | None) -> dict:
+    """Step 3 for a new PREPARED entry (the script was rendered before the entry was written), then bind."""
+    if plan["executor"] == "local":
+        return _bind(run, book, plan, status, plan["submission_id"])
+    from taulib.slurm import commands
+
+    try:
+        job_id = commands.sbatch_script(run, f"submissions/{plan['submission_id']}/job.sh", text)
+    except commands.SubmitRefused as exc:
+        book.retire(status, exc.message)
+        raise
+    return _bind(run, book, plan, status, job_id)
+
+
+def _resolve(run, book: Journal, plan: dict, status: dict) -> dict:
+    """Settle a PREPARED entry: local ones are finished; Slurm ones are found by exact name or retired."""
+    if plan["executor"] == "local":
+        return _bind(run, book, plan, status, plan["submission_id"])
+    from taulib.slurm import commands
+
+    found = commands.find_by_name(plan["job_name"], os.getuid(), jsonio.parse_time(plan["created_at"]))
+    verdict = journal_rules.resolve(found, {t["task_index"] for t in plan["tasks"]},
+                                    jsonio.now_rfc3339() > status["deadline"], plan["job_name"])
+    if verdict.action == "conflict":
+        raise Conflict(f"{verdict.reason}; then run tau-submit again", job_id=verdict.job_id,
+                       job_ids=sorted(found))
+    if verdict.action == "wait":
+        raise Busy(f"submission {plan['submission_id']} is not resolved yet: {verdict.reason}; it is resolved by "
+                   f"{status['deadline']}: try again", submission_id=plan["submission_id"])
+    if verdict.action == "adopt":
+        return _bind(run, book, plan, status, verdict.job_id)  # type: ignore[arg-type]
+    return book.retire(status, verdict.reason)
+
+
+def _bind(run, book: Journal, plan: dict, status: dict, job_id: str) -> dict:
+    """Steps 4-6."""
+    _publish_attempts(run, plan, job_id)
+    failpoints.hit("submit.attempts_published")
+    status = book.advance(status, state="submitted", job_id=job_id)
+    failpoints.hit("submit.submitted")
+    if plan["executor"] == "local":
+        from taulib.local import supervisor
+
+        supervisor.spawn(run, plan["submission_id"])
+    return status
+
+
+def _publish_attempts(run, plan: dict, job_id: str) -> None:
+    windows = run.plan["windows"]
+    for task in sorted(plan["tasks"], key=lambda t: t["shard_id"]):
+        sid, aid = task["shard_id"], task["attempt_id"]
+        dataset = (layout.shard_dataset(sid) if run.plan["resume"] == "always"
+                   else layout.attempt_file(sid, aid, "dataset"))
+        record = {
+            "kind": "tau.attempt", "schema_version": 1, "run_id": run.run_id, "shard_id": sid, "attempt_id": aid,
+            "ordinal": task["ordinal"], "plan_sha256": run.plan_sha256, "submission_id": plan["submission_id"],
+            "scheduler": {"executor": plan["executor"], "job_id": job_id, "task_index": task["task_index"]},
+            "windows": windows, "state": "submitted", "terminal": None, "dataset": dataset, "revision": 1,
+            "created_at": plan["created_at"], "updated_at": plan["created_at"], "started_at": None,
+            "restarts": 0}
+        rel = layout.attempt_file(sid, aid, "attempt.json")
+        with locks.hold(run.dir, locks.shard_lock_name(sid)):
+            existing = run.dir.read(rel, "tau.attempt")
+            if existing is None:
+                run.dir.publish(rel, record)
+            elif (existing["submission_id"], existing["scheduler"]) != (plan["submission_id"], record["scheduler"]):
+                raise Conflict(f"{rel} is bound to another submission", path=rel)
+
+
+def _ensure_supervisor(run, plan: dict) -> None:
+    """Restart the local supervisor of a submission whose tasks did not all start (it was killed, or tau-submit
+    crashed before starting it)."""
+    sub_id = plan["submission_id"]
+    if plan["executor"] == "local" and not all(
+            run.dir.exists(layout.local_task(sub_id, t["task_index"])) for t in plan["tasks"]):
+        from taulib.local import supervisor
+
+        supervisor.spawn(run, sub_id)
+
+
+def _summary(plan: dict, status: dict, created: bool) -> dict:
+    return {"submission_id": plan["submission_id"], "purpose": plan["purpose"], "job_id": status["job_id"],
+            "job_name": plan["job_name"], "state": status["state"], "created": created,
+            "tasks": plan["tasks"]}

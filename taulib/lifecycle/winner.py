@@ -1,0 +1,124 @@
+"""Winners: validating a shard's whole chain and publishing exactly one immutable winner (SPEC 7).
+
+Chain: the shard's latest attempt is succeeded and is not contradicted by terminal scheduler evidence; its
+result.json is complete (actual == requested == the shard's range) and names manifest.json by path and sha256;
+the manifest's ids, provenance (the plan digest), record counts and dataset folder are consistent; every file is
+present with its recorded size, sha256, Parquet row count and schema digest.
+
+Protocol: read and check the records (shard lock), hash the files (no lock but the shard's resume lock when the
+dataset is shard-owned), then under the shard lock re-read the records (unchanged) and publish winner.json with
+link-no-overwrite. Concurrent publishers converge: exactly one creates the winner, the others see it and report
+it. An existing winner is re-validated (records only) on every call.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+from taulib import failpoints, jsonio
+from taulib.errors import CheckFailed, Conflict, TauError
+from taulib.rules import chain as chain_rules
+from taulib.rules.attempt import effective_attempt
+from taulib.rules.chain import Chain
+from taulib.rundir import layout, locks, state
+
+
+def read_chain(run, sid: str, aid: str) -> Chain:
+    """The records of the chain of attempt `aid` (CheckFailed when the result or the manifest is missing)."""
+    attempt = run.dir.require(layout.attempt_file(sid, aid, "attempt.json"), "tau.attempt")
+    result_bytes = run.dir.read_bytes(layout.attempt_file(sid, aid, "result.json"))
+    manifest_bytes = run.dir.read_bytes(layout.attempt_file(sid, aid, "manifest.json"))
+    if result_bytes is None:
+        raise CheckFailed(f"{sid}/{aid} has no result.json: the attempt never finished", shard_id=sid)
+    if manifest_bytes is None:
+        raise CheckFailed(f"{sid}/{aid} has no candidate manifest", shard_id=sid)
+    result = run.dir.decode(layout.attempt_file(sid, aid, "result.json"), result_bytes, "tau.result")
+    manifest = run.dir.decode(layout.attempt_file(sid, aid, "manifest.json"), manifest_bytes, "tau.manifest")
+    return Chain(attempt, result, manifest, jsonio.sha256_hex(result_bytes), jsonio.sha256_hex(manifest_bytes))
+
+
+def check_chain(run, sid: str, aid: str, winner: dict | None = None) -> Chain:
+    """The chain of attempt `aid` when it holds (`rules.chain`), as a candidate or, given `winner`, as the
+    published winner's; CheckFailed naming the first problem otherwise."""
+    shard = run.shard(sid)
+    chain = read_chain(run, sid, aid)
+    newest = verdict = None
+    if winner is None:
+        latest = state.latest_attempt(run, sid)
+        newest = latest["attempt_id"] if latest is not None else None
+        verdict = effective_attempt(chain.attempt, state.read_evidence(run, sid, aid))
+    found = chain_rules.problem(ids=(run.run_id, sid, aid), plan_sha256=run.plan_sha256,
+                                requested=shard["record_end"] - shard["record_start"], chain=chain,
+                                manifest_rel=layout.attempt_file(sid, aid, "manifest.json"),
+                                newest_attempt_id=newest, verdict=verdict, winner=winner)
+    if found is not None:
+        raise CheckFailed(f"{sid}/{aid}: {found}", shard_id=sid, attempt_id=aid)
+    return chain
+
+
+def publish(run, sid: str, resume_held: bool = False) -> dict:
+    """Publish the shard's winner (or confirm the existing one). Returns a summary; raises CheckFailed when the
+    shard has no eligible candidate."""
+    from taulib.lifecycle import candidate
+
+    run.check_shard(sid)
+    with locks.hold(run.dir, "run", shared=True):
+        existing = run.dir.read(layout.winner(sid), "tau.winner")
+        if existing is not None:
+            check_chain(run, sid, existing["attempt_id"], winner=existing)
+            return _summary(existing, published=False)
+        with locks.hold(run.dir, locks.shard_lock_name(sid)):
+            latest = state.latest_attempt(run, sid)
+            if latest is None:
+                raise CheckFailed(f"{sid} has no attempt yet", shard_id=sid)
+            aid = latest["attempt_id"]
+            check_chain(run, sid, aid)  # records only: refuse early, before any lease or hashing
+    with ExitStack() as stack:
+        if run.plan["resume"] == "always" and not resume_held:
+            stack.enter_context(locks.hold(run.dir, locks.resume_lock_name(sid)))  # no writer in the workspace
+        stack.enter_context(locks.hold(run.dir, "run", shared=True))
+        with locks.hold(run.dir, locks.shard_lock_name(sid)):
+            first = check_chain(run, sid, aid)
+        candidate.verify(run.dir, first.manifest)
+        failpoints.hit("winner.validated")
+        with locks.hold(run.dir, locks.shard_lock_name(sid)):
+            existing = run.dir.read(layout.winner(sid), "tau.winner")
+            if existing is not None:  # another process won the race while we hashed
+                check_chain(run, sid, existing["attempt_id"], winner=existing)
+                return _summary(existing, published=False)
+            again = check_chain(run, sid, aid)
+            if again != first:
+                raise Conflict(f"{sid}/{aid} changed while its files were verified; run tau-winner again",
+                               shard_id=sid)
+            attempt = again.attempt
+            record = {"kind": "tau.winner", "schema_version": 1, "run_id": run.run_id, "shard_id": sid,
+                      "attempt_id": aid, "ordinal": attempt["ordinal"],
+                      "manifest": {"path": layout.attempt_file(sid, aid, "manifest.json"),
+                                   "sha256": again.manifest_sha256},
+                      "result": {"path": layout.attempt_file(sid, aid, "result.json"), "sha256": again.result_sha256},
+                      "published_at": jsonio.now_rfc3339()}
+            run.dir.publish(layout.winner(sid), record)
+            return _summary(record, published=True)
+
+
+def publish_many(run, shard_ids: list[str]) -> dict:
+    for sid in shard_ids:
+        run.check_shard(sid)  # an unknown shard is an error (66), not a shard without a winner
+    results = []
+    for sid in shard_ids:
+        try:
+            results.append(publish(run, sid))
+        except CheckFailed as exc:
+            results.append({"shard_id": sid, "winner": None, "published": False, "reason": exc.message})
+        except TauError as exc:
+            if exc.code in (75, 77):  # busy or refused: stop, the caller must act
+                raise
+            results.append({"shard_id": sid, "winner": None, "published": False, "reason": exc.message})
+    won = sum(1 for r in results if r["winner"])
+    return {"kind": "tau.winners", "schema_version": 1, "run_id": run.run_id, "shards": results,
+            "counts": {"won": won, "without_winner": len(results) - won}}
+
+
+def _summary(record: dict, published: bool) -> dict:
+    return {"shard_id": record["shard_id"], "winner": record["attempt_id"], "published": published,
+            "manifest_sha256": record["manifest"]["sha256"], "reason": None}

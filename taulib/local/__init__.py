@@ -1,0 +1,24 @@
+"""The embedded local executor: a tiny Slurm for one machine, with no daemon.
+
+`tau-submit` starts one detached supervisor process per submission (`python -m taulib.local RUN SUBMISSION`). The
+supervisor runs each task of the submission (`tau-attempt run`) as its own process group, at most `max_parallel`
+at once, and keeps two kinds of records in `submissions/<id>/local/`, written through the one writer:
+
+  supervisor.json     its pid and process start time (so a recycled pid is never mistaken for it)
+  task-NNNNN.json     per task: running (pid, start time) then finished (exit code or signal)
+
+`observe` reads them the way squeue and sacct see a Slurm job:
+  queue       a task whose recorded process is alive is running; an unstarted task under a live supervisor is
+              pending
+  accounting  a finished task: exit 0 completed, non-zero failed, SIGTERM/SIGINT/SIGHUP cancelled, other signals
+              failed
+  absent      a task recorded running whose process is gone without a finished record, or an unstarted task
+              whose supervisor is gone: the attempt vanished, and reconcile treats it like a job missing from
+              both squeue and sacct (accounting lag, then unknown)
+
+Only the supervisor writes its folder, under the lock `locks/local-<submission>.lock` held for its lifetime.
+
+  proc        processes by pid and start time (/proc)
+  supervisor  starting the supervisor, and its loop
+  observe     the queue and accounting views of local attempts
+"""

@@ -1,0 +1,49 @@
+"""Observing local attempts (`tau-observe` under the local executor): the supervisor's and tasks' records read the
+way squeue and sacct see a Slurm job (see `taulib.local`). Reads records and /proc; writes nothing."""
+
+from __future__ import annotations
+
+import signal
+
+from taulib.local.proc import alive
+from taulib.rundir import layout
+
+CANCEL_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+
+
+def observe(run, attempts: list[dict]) -> list[dict]:
+    """Normalised observations of local attempts."""
+    supervisors: dict[str, bool] = {}
+    out = []
+    for attempt in attempts:
+        sched = attempt["scheduler"]
+        sub, index = sched["job_id"], sched["task_index"]
+        if sub not in supervisors:
+            rec = run.dir.read(layout.local_supervisor(sub), "tau.local-supervisor")
+            supervisors[sub] = rec is not None and alive(rec["pid"], rec["start_ticks"])
+        task = run.dir.read(layout.local_task(sub, index), "tau.local-task")
+        queue = accounting = None
+        if task is None:
+            if supervisors[sub]:
+                queue = {"state": "pending", "raw": "PENDING", "exit_code": None, "reason": None}
+        elif task["state"] == "running":
+            if alive(task["pid"], task["start_ticks"]):
+                queue = {"state": "running", "raw": "RUNNING", "exit_code": None, "reason": None}
+        else:
+            accounting = finished(task)
+        out.append({"shard_id": attempt["shard_id"], "attempt_id": attempt["attempt_id"], "scheduler": sched,
+                    "queue": queue, "accounting": accounting})
+    return out
+
+
+def finished(task: dict) -> dict:
+    """The accounting view of a finished task."""
+    sig = task["signal"]
+    if sig is not None:
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        state = "cancelled" if sig in CANCEL_SIGNALS else "failed"
+        return {"state": state, "raw": f"SIGNALED {name}", "exit_code": None, "reason": f"killed by {name}"}
+    code = task["exit_code"]
+    if code == 0:
+        return {"state": "completed", "raw": "COMPLETED", "exit_code": 0, "reason": None}
+    return {"state": "failed", "raw": "FAILED", "exit_code": code, "reason": f"exited with status {code}"}

@@ -1,0 +1,143 @@
+"""The local executor's supervisor: one detached process per submission that runs its tasks, at most
+`max_parallel` at once, each as its own process group (see `taulib.local`).
+
+Reads: the submission plan. Writes: `submissions/<id>/local/{supervisor,task-NNNNN}.json` and their logs, through
+the one writer, under `locks/local-<submission>.lock` held for its whole life. Promises: a task is never run
+twice (a task with a record was started by an earlier supervisor of the submission), and nothing of a task
+outlives it (its process group is killed when it ends).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from taulib import env, jsonio
+from taulib.errors import Busy
+from taulib.local.proc import process_start_ticks
+from taulib.rundir import layout, locks
+
+STARTUP_WAIT = 5.0
+
+
+# -- starting ---------------------------------------------------------------------------------------------------
+
+def spawn(run, submission_id: str) -> None:
+    """Start the detached supervisor of a submission (it exits at once if one already runs)."""
+    log = run.dir.open_append(f"submissions/{submission_id}/local/supervisor.log")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "taulib.local", run.path, submission_id],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                close_fds=True)
+    finally:
+        os.close(log)
+    # Wait (briefly) until it has recorded itself, so that an observation right after tau-submit sees its tasks
+    # pending instead of absent. A supervisor that exits at once (another one runs) ends the wait too.
+    deadline = time.monotonic() + STARTUP_WAIT
+    while time.monotonic() < deadline and proc.poll() is None:
+        record = run.dir.read(layout.local_supervisor(submission_id), "tau.local-supervisor")
+        if record is not None and record["pid"] == proc.pid:
+            return
+        time.sleep(0.01)
+
+
+def supervise(run_dir: str, submission_id: str) -> int:
+    """The supervisor's main loop; returns its exit status."""
+    from taulib.rundir.run import Run
+
+    os.umask(0o077)
+    with Run(run_dir) as run:
+        sub = run.dir.require(f"submissions/{submission_id}/plan.json", "tau.submission-plan")
+        max_parallel = run.plan["scheduler"]["local"]["max_parallel"]
+        try:
+            with locks.hold(run.dir, f"local-{submission_id}", timeout=0):
+                return _supervise(run, sub, max_parallel)
+        except Busy:
+            return 0  # another supervisor already runs this submission
+
+
+def _supervise(run, sub: dict, max_parallel: int) -> int:
+    sid = sub["submission_id"]
+    me = os.getpid()
+    rel = layout.local_supervisor(sid)
+    previous = run.dir.read(rel, "tau.local-supervisor")
+    run.dir.replace(rel, {
+        "kind": "tau.local-supervisor", "schema_version": 1, "run_id": run.run_id, "submission_id": sid,
+        "pid": me, "start_ticks": process_start_ticks(me) or 0, "started_at": jsonio.now_rfc3339(),
+        "max_parallel": max_parallel, "revision": 1 if previous is None else previous["revision"] + 1})
+    running: dict[int, tuple[int, str]] = {}  # pid -> (task index, record path)
+    stopping = {"signal": None}
+
+    def forward(signum, frame):  # scancel of the whole job: pass it on to every task, then wait for them
+        stopping["signal"] = signum
+        for pid in running:
+            try:
+                os.killpg(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    queue = sorted(sub["tasks"], key=lambda t: t["task_index"])
+    for task in queue:
+        if stopping["signal"] is not None:
+            break
+        index = task["task_index"]
+        record_rel = layout.local_task(sid, index)
+        if run.dir.exists(record_rel):
+            continue  # started by an earlier supervisor of this submission: never run a task twice
+        while len(running) >= max_parallel:
+            _reap(run, running, block=True)
+        if stopping["signal"] is not None:
+            break
+        pid = _start_task(run, sub, index)
+        running[pid] = (index, record_rel)
+        ticks = process_start_ticks(pid) or 0
+        run.dir.replace(record_rel, {
+            "kind": "tau.local-task", "schema_version": 1, "run_id": run.run_id, "submission_id": sid,
+            "task_index": index, "revision": 1, "state": "running", "pid": pid, "start_ticks": ticks,
+            "started_at": jsonio.now_rfc3339(), "finished_at": None, "exit_code": None, "signal": None})
+    while running:
+        _reap(run, running, block=True)
+    return 0
+
+
+def _start_task(run, sub: dict, index: int) -> int:
+    sid = sub["submission_id"]
+    child = env.current()
+    child.update({"TAU_LOCAL_JOB_ID": sid, "TAU_LOCAL_TASK_ID": str(index)})
+    log = run.dir.open_append(f"submissions/{sid}/local/task-{index:05d}.log")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "taulib.cli.attempt", "run", run.path, "--submission", sid],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                close_fds=True, env=child)
+    finally:
+        os.close(log)
+    return proc.pid
+
+
+def _reap(run, running: dict, block: bool) -> None:
+    try:
+        pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+    except ChildProcessError:
+        running.clear()
+        return
+    except InterruptedError:
+        return
+    if pid == 0 or pid not in running:
+        return
+    index, record_rel = running.pop(pid)
+    try:
+        os.killpg(pid, signal.SIGKILL)  # like Slurm ending a job step: nothing of the task outlives it
+    except (ProcessLookupError, PermissionError):
+        pass
+    record = run.dir.read(record_rel, "tau.local-task")
+    if record is None:  # finished before its running record was written
+        return
+    code = os.waitstatus_to_exitcode(status)
+    record = dict(record, revision=record["revision"] + 1, state="finished", finished_at=jsonio.now_rfc3339(),
+                  exit_code=code if code >= 0 else None, signal=-code if code < 0 else None)
+    run.dir.replace(record_rel, record)

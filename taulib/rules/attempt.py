@@ -1,0 +1,66 @@
+"""The attempt verdict: an attempt's effective state from its own lifecycle record and its scheduler evidence.
+
+Pure (tests/test_rules_attempt.py). The attempt record says what the allocation itself recorded (submitted,
+running, succeeded, failed); the evidence says what the scheduler saw. The verdict weighs the two:
+- a failure either of them reports is a failure (both reasons kept);
+- a success the attempt recorded stands unless the scheduler reports a terminal failure;
+- COMPLETED from the scheduler without a recorded result is a failure, never a guessed success;
+- otherwise the scheduler's live word (pending, running, preempted, accounting lag, unknown) decides.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from taulib.rules.evidence import CLASSIFICATION, FAILURE, PREEMPTION, Evidence
+
+STATES = ("pending", "running", "succeeded", "failed", "accounting_lag", "unknown")
+
+
+class Verdict(NamedTuple):
+    state: str  # one of STATES
+    reason: str
+
+
+def effective_attempt(attempt: dict, evidence: Evidence | None) -> Verdict:
+    """The verdict on an attempt (its record, as stored) given its scheduler evidence."""
+    life = attempt["state"]
+    scheduler_failed = evidence is not None and evidence.terminal and evidence.state in FAILURE
+    scheduler_says = (evidence.reason or f"scheduler reports {evidence.state}" + _exit(evidence.exit_code)
+                      if scheduler_failed else "")
+    if life == "failed":
+        own = (attempt.get("terminal") or {}).get("reason") or "the attempt failed"
+        if scheduler_failed and scheduler_says not in own:
+            return Verdict("failed", f"{own}; scheduler: {scheduler_says}")
+        return Verdict("failed", own)
+    if scheduler_failed:
+        return Verdict("failed", scheduler_says)
+    if life == "succeeded":
+        return Verdict("succeeded", "the attempt finished and recorded a complete result")
+    if evidence is not None and evidence.state == "completed":
+        return Verdict("failed", "the scheduler reports COMPLETED but the attempt never recorded its result")
+    if evidence is not None:
+        if evidence.state == "accounting_lag":
+            return Verdict("accounting_lag", evidence.reason or "not yet in accounting")
+        if evidence.state == "unknown":
+            return Verdict("unknown", evidence.reason or "the scheduler no longer knows this attempt")
+        if evidence.state in PREEMPTION:
+            return Verdict("pending", f"{evidence.state}; waiting to be requeued")
+        if evidence.state == "pending":
+            return Verdict("pending", "queued")
+        if evidence.state == "running":
+            return Verdict("running", "running" if life == "running" else "allocated, the attempt has not started yet")
+    if life == "running":
+        return Verdict("running", "the attempt reports it is running")
+    return Verdict("pending", "submitted")
+
+
+def terminal_classification(evidence: Evidence) -> str:
+    """The classification of an unfinished attempt that terminal evidence ends (attempt.json terminal)."""
+    if evidence.classification is not None:
+        return evidence.classification
+    return CLASSIFICATION.get(evidence.state, "failed")  # evidence recorded before it carried its classification
+
+
+def _exit(code: int | None) -> str:
+    return "" if not code else f" (exit code {code})"

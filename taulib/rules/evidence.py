@@ -1,0 +1,150 @@
+"""The evidence table: what the scheduler's latest word does to an attempt's persisted evidence (SPEC 5).
+
+Pure: every input is an argument (no file, no clock, no environment), so the rules are tested exhaustively and by
+properties (tests/test_rules_evidence.py). `taulib.lifecycle.reconcile` does the I/O around them under locks.
+
+Evidence rules, as one table, first match wins. `q` is what the active queue says (None when absent), `a` what
+accounting says, `prev` the persisted observation. Terminal evidence is sticky; deadlines are fixed when first set;
+absence is never a guessed success or failure.
+
+  rule                      when                                              then
+  stale                     observation older than prev                       keep prev
+  sticky-terminal           prev is terminal                                  keep prev
+  accounting-terminal       a is terminal (completed, failed, cancelled,     a, terminal
+                            timed_out, node_failed, out_of_memory)
+  queue-present             q is present                                      q (preempted/requeued: not terminal)
+  queue-unavailable         queue source unavailable                          keep prev
+  preempted-absent          a is preempted/requeued, q absent                 preempted, preemption deadline
+                                                                              (kept if set); past it: failed
+  accounting-nonterminal    a is present                                      a
+  accounting-unavailable    accounting source unavailable                     keep prev
+  lag-expired               prev accounting_lag, now > its deadline           unknown
+  lag-continues             prev accounting_lag                               keep prev
+  unknown-stays             prev unknown                                      keep prev
+  absent                    absent from both                                  accounting_lag, deadline now+window
+
+Terminal evidence carries its classification (what ended the attempt: `CLASSIFICATION`, or "preempted" when the
+preemption window ran out), so no rule ever has to read it back out of a reason's words.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+TERMINAL = frozenset({"completed", "failed", "cancelled", "timed_out", "node_failed", "out_of_memory"})
+FAILURE = TERMINAL - {"completed"}
+PREEMPTION = frozenset({"preempted", "requeued"})
+# terminal scheduler state -> the classification of the attempt it ends
+CLASSIFICATION = {"completed": "completed_unfinalised", "failed": "failed", "cancelled": "cancelled",
+                  "timed_out": "timed_out", "node_failed": "node_failed", "out_of_memory": "out_of_memory"}
+
+
+class Seen(NamedTuple):
+    """One attempt's view in one observation cycle."""
+
+    observed_at: float
+    queue: dict | None  # {"state", "raw", "exit_code", "reason"} or None when absent
+    accounting: dict | None
+    queue_ok: bool = True
+    accounting_ok: bool = True
+
+
+class Evidence(NamedTuple):
+    """The persisted scheduler evidence of an attempt (the content of observation.json, times as epochs)."""
+
+    state: str
+    source: str  # queue | accounting | absent
+    terminal: bool
+    observed_at: float
+    changed_at: float
+    deadline_window: str | None = None  # accounting_lag | preemption
+    deadline_at: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    classification: str | None = None  # terminal evidence only: what ended the attempt
+
+
+def _keep(prev: Evidence | None, seen: Seen, windows: dict) -> Evidence | None:
+    return prev
+
+
+def _from(view: dict, source: str, seen: Seen, prev: Evidence | None, terminal: bool) -> Evidence:
+    state = view["state"]
+    changed = seen.observed_at
+    if prev is not None and prev.state == state and prev.source == source:
+        changed = prev.changed_at
+    return Evidence(state, source, terminal, seen.observed_at, changed, None, None, view.get("exit_code"),
+                    view.get("reason"), CLASSIFICATION[state] if terminal else None)
+
+
+def _accounting_terminal(prev, seen, windows):
+    return _from(seen.accounting, "accounting", seen, prev, True)
+
+
+def _queue_present(prev, seen, windows):
+    return _from(seen.queue, "queue", seen, prev, False)
+
+
+def _preempted_absent(prev, seen, windows):
+    if prev is not None and prev.deadline_window == "preemption" and prev.deadline_at is not None:
+        deadline = prev.deadline_at
+        changed = prev.changed_at
+    else:
+        deadline = seen.observed_at + windows["preemption_seconds"]
+        changed = seen.observed_at
+    if seen.observed_at > deadline:
+        return Evidence("failed", "accounting", True, seen.observed_at, seen.observed_at, None, None,
+                        seen.accounting.get("exit_code"),
+                        f"{seen.accounting['state']} and absent from the queue for longer than the "
+                        f"{windows['preemption_seconds']}s preemption window", "preempted")
+    return Evidence("preempted", "accounting", False, seen.observed_at, changed, "preemption", deadline,
+                    seen.accounting.get("exit_code"), seen.accounting.get("reason"))
+
+
+def _accounting_nonterminal(prev, seen, windows):
+    return _from(seen.accounting, "accounting", seen, prev, False)
+
+
+def _lag_expired(prev, seen, windows):
+    return Evidence("unknown", "absent", False, seen.observed_at, seen.observed_at, None, None, None,
+                    "absent from the queue and from accounting past the accounting-lag deadline")
+
+
+def _absent(prev, seen, windows):
+    deadline = seen.observed_at + windows["accounting_lag_seconds"]
+    return Evidence("accounting_lag", "absent", False, seen.observed_at, seen.observed_at, "accounting_lag",
+                    deadline, None, "absent from the queue and not yet in accounting")
+
+
+Rule = tuple[str, Callable[[Evidence | None, Seen], bool], Callable]
+
+RULES: list[Rule] = [
+    ("stale", lambda p, s: p is not None and s.observed_at < p.observed_at, _keep),
+    ("sticky-terminal", lambda p, s: p is not None and p.terminal, _keep),
+    ("accounting-terminal", lambda p, s: s.accounting is not None and s.accounting["state"] in TERMINAL,
+     _accounting_terminal),
+    ("queue-present", lambda p, s: s.queue is not None, _queue_present),
+    ("queue-unavailable", lambda p, s: not s.queue_ok, _keep),
+    ("preempted-absent", lambda p, s: s.accounting is not None and s.accounting["state"] in PREEMPTION,
+     _preempted_absent),
+    ("accounting-nonterminal", lambda p, s: s.accounting is not None, _accounting_nonterminal),
+    ("accounting-unavailable", lambda p, s: not s.accounting_ok, _keep),
+    ("lag-expired", lambda p, s: p is not None and p.state == "accounting_lag" and p.deadline_at is not None
+     and s.observed_at > p.deadline_at, _lag_expired),
+    ("lag-continues", lambda p, s: p is not None and p.state == "accounting_lag", _keep),
+    ("unknown-stays", lambda p, s: p is not None and p.state == "unknown", _keep),
+    ("absent", lambda p, s: True, _absent),
+]
+
+
+def next_evidence(prev: Evidence | None, seen: Seen, windows: dict) -> tuple[str, Evidence | None]:
+    """Apply the first matching rule. Returns (rule name, new evidence); None only when prev was None and kept."""
+    for name, when, then in RULES:
+        if when(prev, seen):
+            return name, then(prev, seen, windows)
+    raise AssertionError("the last rule always matches")
+
+
+def changed(prev: Evidence | None, new: Evidence) -> bool:
+    """Whether `new` says something `prev` did not (the time of the observation alone is no news)."""
+    return prev is None or new._replace(observed_at=0.0) != prev._replace(observed_at=0.0)

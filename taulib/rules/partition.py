@@ -1,0 +1,52 @@
+"""Partition planning (SPEC 8): which rows of which winner file go into which output file. Pure
+(tests/test_rules_partition.py, with properties).
+
+The input is the row count of every winner file in collection order (shards in planned order, each shard's files
+in manifest order); the rows form one sequence. Partition i holds rows [i*R, min((i+1)*R, total)) of it, R being
+`rows_per_partition`: every partition but the last has exactly R rows, the last takes the rest, every row is in
+exactly one partition, and the same inputs always give the same plan (so the same bytes). A partition is a list of
+pieces, each a half-open row range of one input file.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Piece(NamedTuple):
+    file: int  # position of the input file in collection order
+    start: int  # first row of that file in this piece
+    stop: int  # the row after its last
+
+
+class Partition(NamedTuple):
+    index: int
+    rows: int
+    pieces: tuple[Piece, ...]
+
+
+def plan(file_rows: list[int], rows_per_partition: int) -> list[Partition]:
+    """The partitions of the rows of files with `file_rows` rows each (R = rows_per_partition > 0)."""
+    if rows_per_partition < 1:
+        raise ValueError("rows_per_partition must be at least 1")
+    out: list[Partition] = []
+    pieces: list[Piece] = []
+    room = rows_per_partition
+    for position, rows in enumerate(file_rows):
+        start = 0
+        while start < rows:
+            take = min(room, rows - start)
+            pieces.append(Piece(position, start, start + take))
+            start += take
+            room -= take
+            if room == 0:
+                out.append(Partition(len(out), rows_per_partition, tuple(pieces)))
+                pieces, room = [], rows_per_partition
+    if pieces:
+        out.append(Partition(len(out), rows_per_partition - room, tuple(pieces)))
+    return out
+
+
+def file_name(index: int, suffix: str) -> str:
+    """The output file of partition `index`: part-00000.parquet, ..."""
+    return f"part-{index:05d}.{suffix}"

@@ -1,0 +1,113 @@
+"""The journal: one protocol for submissions (`submissions/submission-NNNN/`) and collections
+(`collections/collection-NNNN/`), so that work handed to a scheduler is recorded before it is handed over.
+
+Reads and writes: the entry folders of one journal, each holding `plan.json` (immutable: what was asked) and
+`status.json` (mutable, revision + 1 on every change: prepared -> submitted/running -> succeeded/failed). The caller
+holds the journal's lock (`submit.lock` or `collect.lock`).
+Promises:
+- an entry is opened by publishing its plan, then its status PREPARED with a visibility deadline (its creation time
+  plus the run's submission-visibility window), before anything is handed to a scheduler;
+- only the newest entry can be unfinished: `newest()` removes a newest folder that never reached PREPARED (plan or
+  status missing: nothing was handed over), so the next id is never skipped or reused;
+- `advance` changes a status by exactly one revision, stamped with the time of the change; `retire` marks an entry
+  failed with its reason (a replacement is then a new entry, never a second try of the same one).
+How an ambiguous PREPARED entry is resolved (by the job's exact name) is the pure rule `rules.journal.resolve`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from taulib import jsonio
+
+
+class Kind(NamedTuple):
+    folder: str  # "submissions"
+    prefix: str  # "submission"
+    id_field: str  # "submission_id"
+    plan_kind: str
+    status_kind: str
+
+
+SUBMISSIONS = Kind("submissions", "submission", "submission_id", "tau.submission-plan", "tau.submission-status")
+COLLECTIONS = Kind("collections", "collection", "collection_id", "tau.collection-plan", "tau.collection-status")
+
+
+class Entry(NamedTuple):
+    plan: dict
+    status: dict | None
+
+
+class Journal:
+    """The journal of one kind in an open run (a `taulib.rundir.run.Run`)."""
+
+    def __init__(self, run, kind: Kind) -> None:
+        self.run = run
+        self.kind = kind
+        self._name = re.compile(rf"^{kind.prefix}-([0-9]{{4,}})\Z")
+
+    def plan_rel(self, entry_id: str) -> str:
+        return f"{self.kind.folder}/{entry_id}/plan.json"
+
+    def status_rel(self, entry_id: str) -> str:
+        return f"{self.kind.folder}/{entry_id}/status.json"
+
+    def ids(self) -> list[str]:
+        """Entry ids in order (names that are not entries are no part of the journal)."""
+        found = [(int(m.group(1)), n) for n in self.run.dir.listdir(self.kind.folder) if (m := self._name.match(n))]
+        return [name for _, name in sorted(found)]
+
+    def next_id(self) -> str:
+        ids = self.ids()
+        number = int(self._name.match(ids[-1]).group(1)) + 1 if ids else 1  # type: ignore[union-attr]
+        return f"{self.kind.prefix}-{number:04d}"
+
+    def read(self, entry_id: str) -> Entry:
+        plan = self.run.dir.require(self.plan_rel(entry_id), self.kind.plan_kind)
+        return Entry(plan, self.run.dir.read(self.status_rel(entry_id), self.kind.status_kind))
+
+    def entries(self) -> list[Entry]:
+        return [self.read(i) for i in self.ids() if self.run.dir.exists(self.plan_rel(i))]
+
+    def newest(self) -> Entry | None:
+        """The newest entry that reached PREPARED; a newest folder that did not is removed (nothing was handed to
+        a scheduler from it)."""
+        ids = self.ids()
+        if not ids:
+            return None
+        newest = ids[-1]
+        if not (self.run.dir.exists(self.plan_rel(newest)) and self.run.dir.exists(self.status_rel(newest))):
+            self.run.dir.remove_tree(f"{self.kind.folder}/{newest}")
+            return None
+        return self.read(newest)
+
+    def open(self, plan: dict, **fields: object) -> dict:
+        """Publish `plan` (its id field names the entry, its created_at the time), then its status PREPARED
+        (revision 1, with `fields` and the visibility deadline). Returns the status."""
+        entry_id = plan[self.kind.id_field]
+        self.run.dir.publish(self.plan_rel(entry_id), plan)
+        now = plan["created_at"]
+        window = self.run.plan["windows"]["submission_visibility_seconds"]
+        status = {"kind": self.kind.status_kind, "schema_version": 1, "run_id": self.run.run_id,
+                  self.kind.id_field: entry_id,
+                  "plan": {"path": self.plan_rel(entry_id), "sha256": jsonio.digest(plan)},
+                  "revision": 1, "state": "prepared", "updated_at": now,
+                  "deadline": jsonio.format_time(jsonio.parse_time(now) + window), "job_id": None, "reason": None,
+                  **fields}
+        self.run.dir.replace(self.status_rel(entry_id), status)
+        return status
+
+    def advance(self, status: dict, **changes: object) -> dict:
+        """The status one revision on, with `changes`, stamped now."""
+        status = dict(status, revision=status["revision"] + 1, updated_at=jsonio.now_rfc3339(), **changes)
+        self.run.dir.replace(self.status_rel(status[self.kind.id_field]), status)
+        return status
+
+    def retire(self, status: dict, reason: str) -> dict:
+        """Mark the entry failed, saying why."""
+        return self.advance(status, state="failed", reason=reason[:500])
+
+    def reread(self, status: dict) -> dict:
+        """The stored status of the same entry (another process may have advanced it)."""
+        return self.run.dir.require(self.status_rel(status[self.kind.id_field]), self.kind.status_kind)

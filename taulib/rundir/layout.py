@@ -1,0 +1,77 @@
+"""Names of everything inside a run directory (documented in tau-run(5)); pure, reads and writes nothing.
+
+RUN/
+  run.json  plan.json                              run.json is published last by tau-init: its presence = the run exists
+  locks/{run,submit,collect,index,shard-NNNNN,resume-shard-NNNNN,local-submission-NNNN}.lock
+  index/sealed.json                                the sealed-shard index (a cache of winners, see rundir.index)
+  shards/shard-NNNNN/
+    shard.json  winner.json  dataset/              (dataset/ only for resume "always")
+    attempts/attempt-NNNN/
+      attempt.json readiness.json observation.json result.json manifest.json client.log dataset/
+  submissions/submission-NNNN/
+    plan.json status.json job.sh slurm-JOB_TASK.out       (job.sh and its output under Slurm only)
+    local/supervisor.json local/supervisor.log     (local executor only)
+    local/task-NNNNN.json local/task-NNNNN.log
+  collections/collection-NNNN/plan.json status.json job.sh slurm-JOB.out
+"""
+
+from __future__ import annotations
+
+RUN = "run.json"
+PLAN = "plan.json"
+
+
+def shard_id(index: int) -> str:
+    return f"shard-{index:05d}"
+
+
+def shard_index(sid: str) -> int:
+    return int(sid.split("-", 1)[1])
+
+
+def attempt_id(ordinal: int) -> str:
+    return f"attempt-{ordinal:04d}"
+
+
+def attempt_ordinal(aid: str) -> int:
+    return int(aid.split("-", 1)[1])
+
+
+def submission_id(number: int) -> str:
+    return f"submission-{number:04d}"
+
+
+def collection_id(number: int) -> str:
+    return f"collection-{number:04d}"
+
+
+
+def shard_record(sid: str) -> str:
+    return f"shards/{sid}/shard.json"
+
+
+def winner(sid: str) -> str:
+    return f"shards/{sid}/winner.json"
+
+
+def shard_dataset(sid: str) -> str:
+    return f"shards/{sid}/dataset"
+
+
+def attempts_dir(sid: str) -> str:
+    return f"shards/{sid}/attempts"
+
+
+
+def attempt_file(sid: str, aid: str, name: str) -> str:
+    return f"shards/{sid}/attempts/{aid}/{name}"
+
+
+
+def local_task(sub: str, task_index: int) -> str:
+    return f"submissions/{sub}/local/task-{task_index:05d}.json"
+
+
+def local_supervisor(sub: str) -> str:
+    return f"submissions/{sub}/local/supervisor.json"
+

@@ -1,0 +1,116 @@
+"""Sidecar locks (portalocker) on files in `RUN/locks/`, taken in one documented order, with timeouts.
+
+Reads and writes: only the lock files, which are never data files; they live in `RUN/locks/` and are created 0600
+through the writer (`RunDir.open_lock_file`). Promises: the order below is enforced within a process (a violation
+is a bug: AssertionError), and a lock is never held on a lock file that was replaced meanwhile.
+Order (a process that holds a lock may only take locks that come later in this list):
+
+  1. `resume-<shard>.lock`  a resumable shard's dataset workspace (held for a whole allocation)
+  2. `run.lock`             shared by every command; exclusive only while a run is created
+  3. `submit.lock`          the submission journal (tau-submit, tau-retry)
+     `collect.lock`         the collection journal (tau-collect)
+     `index.lock`           the sealed-shard index (tau-reconcile)
+     `bundles.lock`         the run's bundle records (tau-bundle-seal --record)
+  4. `shard-<NNNNN>.lock`   one shard's records, in ascending shard order when several are held
+
+A lock not granted within the timeout (`TAU_LOCK_TIMEOUT` seconds, default 30) raises Busy (exit 75).
+portalocker uses flock(2) on Linux, which NFS (v4, or v3 with lockd) and Lustre (mounted with `flock`) support.
+portalocker is imported only when a lock is actually taken.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import types
+from contextlib import contextmanager
+from typing import Iterator
+
+from taulib import env
+from taulib.errors import Busy
+
+
+def _portalocker():
+    """Import portalocker without its version lookup.
+
+    portalocker's `__about__` imports importlib.metadata (about 25 ms, half the start-up budget of a fast command)
+    only to learn its own version, which tau never reads. A stand-in for that one module is registered first; the
+    locking code itself is portalocker's own.
+    """
+    if "portalocker" not in sys.modules and "portalocker.__about__" not in sys.modules:
+        about = types.ModuleType("portalocker.__about__")
+        about.__dict__.update(__package_name__="portalocker", __author__="", __email__="", __version__="unknown",
+                              __description__="", __url__="")
+        sys.modules["portalocker.__about__"] = about
+    import portalocker
+
+    return portalocker
+
+
+def timeout_seconds() -> float:
+    return env.get("TAU_LOCK_TIMEOUT")  # type: ignore[return-value]
+
+
+def _rank(name: str) -> tuple[int, str]:
+    if name.startswith("resume-"):
+        return (1, name)
+    if name == "run":
+        return (2, name)
+    if name in ("submit", "collect", "index", "bundles"):
+        return (3, name)
+    return (4, name)
+
+
+class _Held:
+    """Locks held by this process, to enforce the documented order."""
+
+    stack: list[tuple[int, str]] = []
+
+
+@contextmanager
+def hold(run, name: str, shared: bool = False, timeout: float | None = None) -> Iterator[None]:
+    """Hold lock `name` of the run (a `RunDir`) for the duration of the block."""
+    portalocker = _portalocker()
+
+    rank = _rank(name)
+    if _Held.stack and rank <= _Held.stack[-1]:
+        raise AssertionError(f"lock order violated: {name} after {_Held.stack[-1][1]}")
+    rel = f"locks/{name}.lock"
+    limit = timeout_seconds() if timeout is None else timeout
+    flags = (portalocker.LOCK_SH if shared else portalocker.LOCK_EX) | portalocker.LOCK_NB
+    deadline = time.monotonic() + limit
+    pause = 0.005
+    while True:
+        fd = run.open_lock_file(rel)
+        fh = os.fdopen(fd, "r+b", buffering=0)
+        try:
+            portalocker.lock(fh, flags)
+        except portalocker.exceptions.LockException:
+            fh.close()
+            if time.monotonic() >= deadline:
+                raise Busy(f"{run.path!r} is busy: another tau process holds {rel} (waited {limit:g}s); "
+                           "try again", lock=rel, path=run.path) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+            continue
+        if run.same_file(rel, fd):
+            break
+        fh.close()  # the lock file was replaced under us: take the lock on the new one
+    _Held.stack.append(rank)
+    try:
+        yield
+    finally:
+        _Held.stack.pop()
+        try:
+            portalocker.unlock(fh)
+        finally:
+            fh.close()
+
+
+def shard_lock_name(shard_id: str) -> str:
+    return shard_id  # "shard-00007"
+
+
+def resume_lock_name(shard_id: str) -> str:
+    return f"resume-{shard_id}"

@@ -1,0 +1,63 @@
+"""An existing run, opened: its directory, its run record and its plan, read and verified once.
+
+Reads: run.json and plan.json (the plan's sha256 must be the one run.json names). Writes: nothing.
+Promises: a `Run` exists only for a directory that is a complete tau run (run.json is published last by tau-init),
+whose plan is the one it was created with.
+"""
+
+from __future__ import annotations
+
+import re
+
+from taulib import jsonio
+from taulib.errors import Conflict, NotFound
+from taulib.rundir import layout
+from taulib.rundir.records import RunDir
+
+_SHARD_ID = re.compile(r"^shard-[0-9]{5,}\Z")
+
+
+class Run:
+    """An existing run: `dir` (its RunDir), `record` (run.json), `plan`, `run_id`, `plan_sha256`, `shard_count`."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.dir = RunDir(run_dir)
+        try:
+            record = self.dir.read(layout.RUN, "tau.run")
+            if record is None:
+                raise NotFound(f"{self.dir.path!r} is not a tau run (no run.json); create it with tau-init",
+                               run_dir=self.dir.path)
+            plan_bytes = self.dir.read_bytes(layout.PLAN)
+            if plan_bytes is None or jsonio.sha256_hex(plan_bytes) != record["plan"]["sha256"]:
+                raise Conflict(f"plan.json of run {record['run_id']!r} does not match the digest in run.json",
+                               run_dir=self.dir.path)
+            self.plan = self.dir.decode(layout.PLAN, plan_bytes, "tau.plan")
+        except BaseException:
+            self.dir.close()
+            raise
+        self.record = record
+        self.run_id: str = record["run_id"]
+        self.plan_sha256: str = record["plan"]["sha256"]
+        self.shard_count: int = record["shard_count"]
+        self.path = self.dir.path
+
+    def close(self) -> None:
+        self.dir.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def shard_ids(self) -> list[str]:
+        return [layout.shard_id(i) for i in range(self.shard_count)]
+
+    def check_shard(self, sid: str) -> int:
+        if not _SHARD_ID.match(sid) or layout.shard_index(sid) >= self.shard_count:
+            raise NotFound(f"run {self.run_id!r} has no shard {sid!r}", shard_id=sid)
+        return layout.shard_index(sid)
+
+    def shard(self, sid: str) -> dict:
+        self.check_shard(sid)
+        return self.dir.require(layout.shard_record(sid), "tau.shard")

@@ -1,0 +1,51 @@
+"""taulib.rules.attempt: the attempt verdict from its record and its scheduler evidence, case by case."""
+
+from __future__ import annotations
+
+import pytest
+from rules_fixtures import attempt, ev
+
+from taulib.rules.attempt import effective_attempt, terminal_classification
+
+# -- effective attempt state ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("life, evidence, expected", [
+    ("running", ev("failed", "accounting", terminal=True, exit_code=3), ("failed", "scheduler reports failed "
+                                                                          "(exit code 3)")),
+    ("succeeded", ev("cancelled", "accounting", terminal=True, reason="cancelled by user"),
+     ("failed", "cancelled by user")),
+    ("succeeded", ev("completed", "accounting", terminal=True, exit_code=0),
+     ("succeeded", "the attempt finished and recorded a complete result")),
+    ("succeeded", None, ("succeeded", "the attempt finished and recorded a complete result")),
+    ("running", ev("completed", "accounting", terminal=True, exit_code=0),
+     ("failed", "the scheduler reports COMPLETED but the attempt never recorded its result")),
+    ("submitted", ev("completed", "accounting", terminal=True, exit_code=0),
+     ("failed", "the scheduler reports COMPLETED but the attempt never recorded its result")),
+    ("submitted", ev("accounting_lag", "absent", reason="not in accounting"), ("accounting_lag", "not in accounting")),
+    ("running", ev("unknown", "absent", reason=None), ("unknown", "the scheduler no longer knows this attempt")),
+    ("running", ev("preempted", "accounting"), ("pending", "preempted; waiting to be requeued")),
+    ("running", ev("requeued", "queue"), ("pending", "requeued; waiting to be requeued")),
+    ("submitted", ev("pending"), ("pending", "queued")),
+    ("submitted", ev("running"), ("running", "allocated, the attempt has not started yet")),
+    ("running", ev("running"), ("running", "running")),
+    ("running", None, ("running", "the attempt reports it is running")),
+    ("submitted", None, ("pending", "submitted")),
+])
+def test_effective_attempt_state(life, evidence, expected):
+    assert effective_attempt(attempt(life), evidence) == expected
+
+
+def test_a_failed_attempt_gives_its_own_reason():
+    record = attempt("failed", {"classification": "failed", "reason": "client exited 2", "exit_code": 2})
+    assert effective_attempt(record, None) == ("failed", "client exited 2")
+    assert effective_attempt(attempt("failed"), ev("running")) == ("failed", "the attempt failed")
+
+
+@pytest.mark.parametrize("state, classification", [
+    ("completed", "completed_unfinalised"), ("cancelled", "cancelled"), ("timed_out", "timed_out"),
+    ("node_failed", "node_failed"), ("out_of_memory", "out_of_memory"), ("failed", "failed")])
+def test_terminal_classification(state, classification):
+    assert terminal_classification(ev(state, "accounting", terminal=True)) == classification
+
+
+# -- roll-up --------------------------------------------------------------------------------------------------

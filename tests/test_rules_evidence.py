@@ -1,0 +1,255 @@
+"""taulib.rules.evidence: the pure evidence table, rule by rule, and its promises over random observation
+histories (with the attempt verdict the last property checks)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rules_fixtures import LIFECYCLE, SCHEDULER_STATES, WINDOWS, attempt, ev, same_but_time, seen, view
+
+from taulib.rules import evidence as rules
+from taulib.rules.attempt import effective_attempt, terminal_classification
+from taulib.rules.evidence import Evidence, Seen, next_evidence
+
+
+def test_the_rules_are_tried_in_the_documented_order():
+    assert [name for name, _, _ in rules.RULES] == [
+        "stale", "sticky-terminal", "accounting-terminal", "queue-present", "queue-unavailable",
+        "preempted-absent", "accounting-nonterminal", "accounting-unavailable", "lag-expired", "lag-continues",
+        "unknown-stays", "absent"]
+    for name, _, _ in rules.RULES:
+        assert f"  {name} " in rules.__doc__, f"rule {name!r} is missing from the module's table"
+
+
+def test_stale_an_observation_older_than_the_persisted_one_changes_nothing():
+    prev = ev("running", at=200.0)
+    rule, new = next_evidence(prev, seen(150.0, accounting="failed"), WINDOWS)
+    assert rule == "stale"
+    assert new == prev
+
+
+def test_sticky_terminal_terminal_evidence_outlives_a_queue_that_says_running():
+    prev = ev("failed", "accounting", terminal=True, exit_code=2, reason="exited with status 2")
+    rule, new = next_evidence(prev, seen(200.0, queue="running", accounting="running"), WINDOWS)
+    assert rule == "sticky-terminal"
+    assert same_but_time(new, prev)
+
+
+def test_accounting_terminal_beats_the_active_queue():
+    rule, new = next_evidence(None, seen(100.0, queue="running", accounting="completed", exit_code=0), WINDOWS)
+    assert rule == "accounting-terminal"
+    assert (new.state, new.source, new.terminal, new.exit_code) == ("completed", "accounting", True, 0)
+
+
+@pytest.mark.parametrize("state", sorted(rules.TERMINAL))
+def test_accounting_terminal_covers_every_terminal_scheduler_state(state):
+    rule, new = next_evidence(ev("running"), seen(200.0, accounting=state), WINDOWS)
+    assert rule == "accounting-terminal"
+    assert new.state == state and new.terminal
+
+
+def test_queue_present_beats_non_terminal_accounting():
+    rule, new = next_evidence(None, seen(100.0, queue="running", accounting="pending"), WINDOWS)
+    assert rule == "queue-present"
+    assert (new.state, new.source, new.terminal, new.deadline_at) == ("running", "queue", False, None)
+
+
+def test_queue_present_preempted_is_not_terminal_and_sets_no_deadline():
+    rule, new = next_evidence(ev("running"), seen(200.0, queue="preempted", accounting="preempted"), WINDOWS)
+    assert rule == "queue-present"
+    assert (new.state, new.terminal, new.deadline_at) == ("preempted", False, None)
+
+
+def test_queue_present_keeps_the_time_of_the_last_change():
+    prev = Evidence("running", "queue", False, 150.0, 120.0)
+    _, new = next_evidence(prev, seen(180.0, queue="running"), WINDOWS)
+    assert (new.observed_at, new.changed_at) == (180.0, 120.0)
+    _, moved = next_evidence(new, seen(190.0, queue="pending"), WINDOWS)
+    assert moved.changed_at == 190.0
+
+
+def test_queue_unavailable_keeps_the_persisted_evidence():
+    prev = ev("running")
+    rule, new = next_evidence(prev, seen(200.0, queue_ok=False), WINDOWS)
+    assert rule == "queue-unavailable"
+    assert same_but_time(new, prev)
+    rule, new = next_evidence(None, seen(200.0, queue_ok=False), WINDOWS)
+    assert (rule, new) == ("queue-unavailable", None)
+
+
+def test_preempted_absent_starts_one_fixed_window_then_fails():
+    rule, first = next_evidence(ev("running"), seen(1000.0, accounting="preempted"), WINDOWS)
+    assert rule == "preempted-absent"
+    assert (first.state, first.terminal, first.deadline_window, first.deadline_at) == \
+        ("preempted", False, "preemption", 1600.0)
+    rule, second = next_evidence(first, seen(1300.0, accounting="requeued"), WINDOWS)
+    assert rule == "preempted-absent"
+    assert (second.deadline_window, second.deadline_at) == ("preemption", 1600.0)
+    _, at_deadline = next_evidence(second, seen(1600.0, accounting="preempted"), WINDOWS)
+    assert at_deadline.state == "preempted"
+    rule, past = next_evidence(at_deadline, seen(1600.5, accounting="preempted"), WINDOWS)
+    assert rule == "preempted-absent"
+    assert (past.state, past.terminal) == ("failed", True)
+    assert "600s preemption window" in past.reason
+    assert past.classification == "preempted" and terminal_classification(past) == "preempted"
+
+
+def test_preempted_absent_window_restarts_only_after_the_queue_saw_the_attempt_again():
+    _, first = next_evidence(None, seen(1000.0, accounting="preempted"), WINDOWS)
+    _, queued = next_evidence(first, seen(1100.0, queue="pending", accounting="requeued"), WINDOWS)
+    assert queued.deadline_at is None
+    _, again = next_evidence(queued, seen(1200.0, accounting="preempted"), WINDOWS)
+    assert again.deadline_at == 1800.0
+
+
+def test_accounting_nonterminal_is_used_when_the_queue_is_silent():
+    rule, new = next_evidence(None, seen(100.0, accounting="running"), WINDOWS)
+    assert rule == "accounting-nonterminal"
+    assert (new.state, new.source, new.terminal) == ("running", "accounting", False)
+
+
+def test_accounting_unavailable_keeps_the_persisted_evidence():
+    prev = ev("running")
+    rule, new = next_evidence(prev, seen(200.0, accounting_ok=False), WINDOWS)
+    assert rule == "accounting-unavailable"
+    assert same_but_time(new, prev)
+
+
+def test_absent_from_both_is_accounting_lag_with_a_deadline_never_a_guess():
+    rule, new = next_evidence(ev("running"), seen(1000.0), WINDOWS)
+    assert rule == "absent"
+    assert (new.state, new.source, new.terminal) == ("accounting_lag", "absent", False)
+    assert (new.deadline_window, new.deadline_at) == ("accounting_lag", 1300.0)
+
+
+def test_lag_continues_keeps_the_deadline_fixed_when_first_seen():
+    _, lag = next_evidence(None, seen(1000.0), WINDOWS)
+    rule, later = next_evidence(lag, seen(1300.0), WINDOWS)
+    assert rule == "lag-continues"
+    assert same_but_time(later, lag)
+    assert later.deadline_at == 1300.0
+
+
+def test_lag_expired_gives_unknown_after_the_deadline():
+    _, lag = next_evidence(None, seen(1000.0), WINDOWS)
+    rule, new = next_evidence(lag, seen(1300.001), WINDOWS)
+    assert rule == "lag-expired"
+    assert (new.state, new.terminal, new.deadline_at) == ("unknown", False, None)
+    assert "past the accounting-lag deadline" in new.reason
+
+
+def test_unknown_stays_unknown_while_the_attempt_is_absent():
+    _, lag = next_evidence(None, seen(1000.0), WINDOWS)
+    _, unknown = next_evidence(lag, seen(2000.0), WINDOWS)
+    rule, new = next_evidence(unknown, seen(3000.0), WINDOWS)
+    assert rule == "unknown-stays"
+    assert same_but_time(new, unknown)
+
+
+def test_unknown_recovers_when_the_scheduler_sees_the_attempt_again():
+    unknown = ev("unknown", "absent")
+    rule, new = next_evidence(unknown, seen(200.0, queue="running"), WINDOWS)
+    assert (rule, new.state) == ("queue-present", "running")
+
+
+
+def _view(state_strategy):
+    return st.one_of(st.none(), state_strategy.map(lambda s: view(s, exit_code=0 if s == "completed" else None)))
+
+
+DELAYS = st.sampled_from([0, 0.5, 1, 60, 150, 299, 300, 301, 450])  # seconds since the previous cycle
+
+
+@st.composite
+def histories(draw) -> tuple[dict, list[Seen]]:
+    """Windows and a sequence of observation cycles with non-decreasing times.
+
+    Each history draws the scheduler states it may report, so that many never reach a terminal state and the
+    long absent, lagging and preempted stretches are explored too.
+    """
+    windows = {"accounting_lag_seconds": draw(st.sampled_from([0, 1, 60, 300])),
+               "preemption_seconds": draw(st.sampled_from([0, 1, 60, 300])), "submission_visibility_seconds": 300}
+    reported = draw(st.lists(st.sampled_from(SCHEDULER_STATES), min_size=1, max_size=4, unique=True))
+    step = st.tuples(DELAYS, _view(st.sampled_from(reported)), _view(st.sampled_from(reported)),
+                     st.integers(0, 9), st.integers(0, 9))  # a source is unavailable one cycle in ten
+    now = 1_700_000_000.0
+    out = []
+    for dt, queue, accounting, queue_roll, accounting_roll in draw(st.lists(step, min_size=1, max_size=25)):
+        now += dt
+        queue_ok, accounting_ok = queue_roll > 0, accounting_roll > 0
+        out.append(Seen(now, queue if queue_ok else None, accounting if accounting_ok else None, queue_ok,
+                        accounting_ok))
+    return windows, out
+
+
+def _replay(windows: dict, sequence: list[Seen]):
+    prev = None
+    for s in sequence:
+        rule, new = next_evidence(prev, s, windows)
+        yield prev, s, rule, new
+        prev = new if new is not None else prev
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_terminal_evidence_never_changes_once_seen(history):
+    windows, sequence = history
+    first_terminal = None
+    for _, _, _, new in _replay(windows, sequence):
+        if first_terminal is not None:
+            assert same_but_time(new, first_terminal)
+        elif new is not None and new.terminal:
+            first_terminal = new
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_a_deadline_once_set_never_moves_while_it_stays_set(history):
+    windows, sequence = history
+    for prev, _, _, new in _replay(windows, sequence):
+        if prev is not None and new is not None and prev.deadline_at is not None \
+                and new.deadline_window == prev.deadline_window:
+            assert new.deadline_at == prev.deadline_at, prev.deadline_window
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_unknown_is_reached_only_after_an_accounting_lag_deadline_passed(history):
+    windows, sequence = history
+    for prev, s, rule, new in _replay(windows, sequence):
+        if new is not None and new.state == "unknown" and (prev is None or prev.state != "unknown"):
+            assert rule == "lag-expired"
+            assert prev is not None and prev.state == "accounting_lag"
+            assert prev.deadline_window == "accounting_lag" and s.observed_at > prev.deadline_at
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_absence_never_becomes_a_guessed_success_or_failure(history):
+    windows, sequence = history
+    for prev, s, rule, new in _replay(windows, sequence):
+        if new is None or not new.terminal or (prev is not None and prev.terminal):
+            continue
+        if rule == "accounting-terminal":
+            assert s.accounting["state"] in rules.TERMINAL and new.state == s.accounting["state"]
+        else:  # the only other way to terminal: a preemption window that ran out
+            assert rule == "preempted-absent" and new.state == "failed"
+            assert prev is not None and prev.deadline_window == "preemption"
+            assert s.observed_at > prev.deadline_at
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories(), st.sampled_from(LIFECYCLE))
+def test_success_never_appears_without_a_finalised_attempt(history, life):
+    windows, sequence = history
+    record = attempt(life, {"classification": life, "reason": None, "exit_code": None}
+                     if life in ("succeeded", "failed") else None)
+    for _, _, _, new in _replay(windows, sequence):
+        effective, _ = effective_attempt(record, new)
+        if effective == "succeeded":
+            assert life == "succeeded"
+        if life != "succeeded":
+            assert effective != "succeeded"
+        if new is not None and new.state == "completed" and life != "succeeded":
+            assert effective == "failed"
