@@ -15,13 +15,13 @@ import re
 import shlex
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import click
 import pytest
 
-from taulib import failpoints
+from taulib import env, failpoints
+from taulib.cli import registry
 from taulib.errors import EXIT_CODES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,10 +32,9 @@ FRONT_OPTIONS = {"-h", "--help", "--version"}
 
 
 def scripts() -> dict[str, str]:
-    """command name -> module, from pyproject's [project.scripts]."""
-    with open(ROOT / "pyproject.toml", "rb") as fh:
-        table = tomllib.load(fh)["project"]["scripts"]
-    return {name: target.split(":", 1)[0] for name, target in table.items()}
+    """command name -> module, from the command registry (test_structure.py proves pyproject.toml and bin/ hold
+    the same commands)."""
+    return {"tau": registry.FRONT.module, **{c.program: c.module for c in registry.COMMANDS}}
 
 
 COMMANDS = sorted(scripts())
@@ -279,11 +278,10 @@ def test_the_exit_status_table_names_each_code_as_the_error_object_does():
     assert checked == len(EXIT_CODES)
 
 
-@pytest.mark.parametrize("name", COMMANDS)
+@pytest.mark.parametrize("name", CLICK_COMMANDS)  # tau(1) holds the table itself (the two tests above)
 def test_every_command_page_refers_to_the_table_in_tau_1(name):
     text = plain(" ".join(sections(MAN / f"{name}.1")["EXIT STATUS"]))
-    if name != "tau":
-        assert "tau (1)" in text or "tau(1)" in text
+    assert "tau (1)" in text or "tau(1)" in text
 
 
 @pytest.mark.parametrize("name", CLICK_COMMANDS)
@@ -336,6 +334,21 @@ def test_tau_run_5_names_every_record_kind_and_field(schema_path):
         assert kind in text, f"tau-run(5) does not describe the record kind {kind}"
     missing = [field for field in schema["properties"] if not re.search(rf"\b{re.escape(field)}\b", text)]
     assert not missing, f"tau-run(5) does not describe the fields {missing} of {schema_path.name}"
+
+
+def test_tau_1_environment_lists_exactly_the_variables_a_user_sets():
+    listed = set()
+    for tag in tags(sections(MAN / "tau.1")["ENVIRONMENT"]):
+        listed.update(re.findall(r"\b[A-Z][A-Z0-9_]{2,}\b", tag))
+    expected = {v.name for v in env.VARS.values() if v.scope == "user"}
+    assert listed == expected, (f"tau(1) ENVIRONMENT drifted from taulib.env.VARS: only on the page "
+                                f"{sorted(listed - expected)}, only in the table {sorted(expected - listed)}")
+
+
+def test_tau_run_5_names_every_variable_a_client_gets():
+    text = plain((MAN / "tau-run.5").read_text(encoding="utf-8"))
+    missing = [v.name for v in env.VARS.values() if v.scope in ("client", "allocation") and v.name not in text]
+    assert not missing, f"tau-run(5) does not describe the variables {missing}"
 
 
 def test_tau_1_lists_every_failpoint():

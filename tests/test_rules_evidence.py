@@ -10,7 +10,7 @@ from rules_fixtures import LIFECYCLE, SCHEDULER_STATES, WINDOWS, attempt, ev, sa
 
 from taulib.rules import evidence as rules
 from taulib.rules.attempt import effective_attempt, terminal_classification
-from taulib.rules.evidence import Evidence, Seen, next_evidence
+from taulib.rules.evidence import Evidence, Seen, changed, next_evidence
 
 
 def test_the_rules_are_tried_in_the_documented_order():
@@ -253,3 +253,15 @@ def test_success_never_appears_without_a_finalised_attempt(history, life):
             assert effective != "succeeded"
         if new is not None and new.state == "completed" and life != "succeeded":
             assert effective == "failed"
+
+
+# -- what counts as news --------------------------------------------------------------------------------------
+
+def test_evidence_changed_only_when_something_but_the_time_of_the_observation_differs():
+    first = ev("running", at=100.0)
+    assert changed(None, first)
+    assert not changed(first, first._replace(observed_at=160.0))
+    assert changed(first, first._replace(state="pending"))
+    assert changed(first, first._replace(changed_at=160.0))
+    terminal = ev("failed", "accounting", terminal=True, exit_code=3, classification="failed")
+    assert changed(terminal._replace(classification=None), terminal)

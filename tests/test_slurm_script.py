@@ -3,6 +3,11 @@
 Accept an intended change with: TAU_ACCEPT_GOLDEN=1 .venv/bin/python -m pytest tests/test_slurm_script.py
 """
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 from helpers import check_golden
 
@@ -35,9 +40,20 @@ def test_sbatch_lines_are_sorted_and_the_body_is_an_argument_vector():
                                               "/scratch/alice/runs/demo --submission submission-0001")
 
 
-def test_the_same_fields_always_give_the_same_bytes():
-    args = dict(**BASE, task_indices=[2, 0, 1], profile={"partition": "debug", "max_parallel": 2})
-    assert render(**args) == render(**args)
+def test_the_same_fields_always_give_the_same_bytes_whatever_their_order_and_the_interpreter():
+    profile = {"partition": "debug", "max_parallel": 2, "time": "10:00", "mem": "4G", "extra": ["--nice=5"]}
+    text = render(**BASE, task_indices=[2, 0, 1], profile=profile)
+    assert "#SBATCH --array=0-2%2\n" in text
+    # other orders of the same fields
+    assert render(**BASE, task_indices=[0, 1, 2, 1], profile=dict(reversed(list(profile.items())))) == text
+    # another interpreter, with another hash seed: nothing may depend on set or dict iteration order
+    code = ("import json, sys; from taulib.slurm.script import render; "
+            "sys.stdout.write(render(**json.loads(sys.argv[1])))")
+    args = json.dumps(dict(**BASE, task_indices=[1, 2, 0], profile=profile))
+    for seed in ("1", "2"):
+        proc = subprocess.run([sys.executable, "-c", code, args], capture_output=True, text=True, check=True,
+                              env=dict(os.environ, PYTHONHASHSEED=seed))
+        assert proc.stdout == text
 
 
 def test_an_empty_array_is_refused_because_slurm_would_submit_a_plain_job():

@@ -1,6 +1,6 @@
 """Collection (tau-collect): every shard's winner, in planned order, into one deterministic dataset (SPEC 8).
 
-Reads and writes: the collection journal (`rundir.journal.COLLECTIONS`) under run.lock (shared) and collect.lock;
+Reads and Writes: the collection journal (`rundir.journal.COLLECTIONS`) under run.lock (shared) and collect.lock;
 the destination's parent folder (the stage, the published dataset). Order of work:
   1. validate every planned shard's winner chain from its records, no bulk data read yet (`collect.winners`);
   2. authorise the destination (`collect.destination`);

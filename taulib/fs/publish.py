@@ -1,6 +1,6 @@
 """Publishing a staged folder at its final name without ever replacing anything (collections, bundle fetches).
 
-Reads and writes: two entries of one folder, the `parent` Tree (the stage and the final name), and a reservation
+Reads and Writes: two entries of one folder, the `parent` Tree (the stage and the final name), and a reservation
 marker beside them on the fallback path.
 Promises: `publish_folder(parent, stage, name)` renames the stage to the final name with
 `renameat2(RENAME_NOREPLACE)`, or raises Conflict (73) when the name exists; nothing that exists is ever replaced.

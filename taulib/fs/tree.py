@@ -5,9 +5,8 @@ failpoint store.mkdir.created) and files by the protocols of `taulib.fs.atomic`.
 (run directories, bundle trees, collection stages and destinations, fetch stages) goes through a `Tree`.
 Promises:
 - The root is opened once; every folder below it is opened from its parent with O_DIRECTORY|O_NOFOLLOW and every
-  file with O_NOFOLLOW, so nothing below the root is reached through a symlink. `_refused` is the one place that
-  recognises a symlink where a folder or a file was expected (Linux reports ELOOP, or ENOTDIR for
-  O_DIRECTORY|O_NOFOLLOW) and turns it into a refusal (exit 77).
+  file with O_NOFOLLOW (`taulib.fs.openat`, where the one refusal of a symlink is), so nothing below the root is
+  reached through a symlink.
 - A private tree (a run directory) accepts only folders of ours that group and others cannot write, and reads only
   records that are regular files of ours that others cannot write.
 - Paths are relative and `/`-separated, never with a `.`, `..` or NUL segment; a tree whose names follow a grammar
@@ -19,20 +18,16 @@ Promises:
 
 from __future__ import annotations
 
-import errno
 import functools
 import os
 import stat
 import threading
 from collections import OrderedDict
 
-from taulib import failpoints
 from taulib.errors import BadInput, IOFailure, NotFound, Refused
-from taulib.fs import atomic
+from taulib.fs import atomic, openat
 
 MAX_CACHED_DIRS = 128  # folder descriptors kept open between calls (a run can have 100,000s of folders)
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 CHUNK = 1 << 20
 
 
@@ -52,49 +47,6 @@ def _operation(method):
                 self._depth -= 1
 
     return wrapper
-
-
-def open_root(path: str, *, label: str, create: bool = False, private: bool = False, follow: bool = False,
-              context: str = "") -> tuple[int, str]:
-    """(descriptor, absolute path) of the folder PATH, named `label` in messages ("run directory"). Its parents
-    are the caller's own path and are followed; the folder itself is followed only with `follow` (a tree the user
-    names, such as a bundle folder), never when it is a run directory."""
-    path_abs = os.path.abspath(path)
-    if follow:
-        try:
-            fd = os.open(path_abs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise NotFound(f"{label} {path!r} does not exist", path=path_abs) from None
-        except NotADirectoryError:
-            raise NotFound(f"{label} {path!r} is not a folder", path=path_abs) from None
-        return fd, path_abs
-    parent, name = os.path.split(path_abs)
-    if not name:
-        raise BadInput(f"{label} {path!r} is not a directory path")
-    try:
-        parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise NotFound(f"parent folder of {label} {path!r} does not exist", path=path_abs) from None
-    except NotADirectoryError:
-        raise NotFound(f"parent of {label} {path!r} is not a folder", path=path_abs) from None
-    try:
-        try:
-            fd = os.open(name, _DIR, dir_fd=parent_fd)
-        except FileNotFoundError:
-            if not create:
-                raise NotFound(f"{label} {path!r} does not exist", path=path_abs) from None
-            return _make_dir(parent_fd, name, path_abs, private, context), path_abs
-        except OSError as exc:
-            if _is_link(exc, parent_fd, name):
-                raise Refused(f"{label} {path!r} is a symlink; pass the real path", path=path_abs) from None
-            if exc.errno == errno.ENOTDIR:
-                raise NotFound(f"{label} {path!r} is not a folder", path=path_abs) from None
-            raise
-        if private:
-            _check_private_dir(fd, path_abs)
-        return fd, path_abs
-    finally:
-        os.close(parent_fd)
 
 
 class Tree:
@@ -117,7 +69,8 @@ class Tree:
     @classmethod
     def open(cls, path: str, *, label: str, create: bool = False, private: bool = False, follow: bool = False,
              context: str = "", what: str = "tree") -> Tree:
-        fd, path_abs = open_root(path, label=label, create=create, private=private, follow=follow, context=context)
+        fd, path_abs = openat.open_root(path, label=label, create=create, private=private, follow=follow,
+                                        context=context)
         return cls(fd, path_abs, private=private, context=context, what=what)
 
     # -- lifetime -----------------------------------------------------------------------------------------------
@@ -179,25 +132,11 @@ class Tree:
         return fd
 
     def _open_dir(self, parent_fd: int, name: str, create: bool, where: str) -> int:
-        try:
-            fd = os.open(name, _DIR, dir_fd=parent_fd)
-        except FileNotFoundError:
-            if not create:
-                raise NotFound(f"{where} does not exist", path=where) from None
-            return _make_dir(parent_fd, name, where, self.private, self.context)
-        except OSError as exc:
-            raise self._refused(exc, parent_fd, name, where, "folder") from None
-        if self.private:
-            _check_private_dir(fd, where)
-        return fd
+        return openat.open_dir(parent_fd, name, create=create, where=where, private=self.private,
+                               context=self.context)
 
     def _refused(self, exc: OSError, parent_fd: int, name: str, where: str, expected: str) -> Exception:
-        """What an open that failed with `exc` means: the one place that refuses a symlink."""
-        if _is_link(exc, parent_fd, name):
-            return Refused(f"{where} is a symlink; tau never follows one{self.context}", path=where)
-        if expected == "folder" and exc.errno == errno.ENOTDIR:
-            return Refused(f"{where} is not a folder", path=where)
-        return exc
+        return openat.refused(exc, parent_fd, name, where, self.context, expected)
 
     @_operation
     def has_folder(self, rel: str) -> bool:
@@ -233,7 +172,7 @@ class Tree:
         out = []
         with os.scandir(fd) as entries:
             for entry in entries:
-                out.append((entry.name, _kind(entry.stat(follow_symlinks=False).st_mode)))
+                out.append((entry.name, openat.kind(entry.stat(follow_symlinks=False).st_mode)))
         return sorted(out)
 
     @_operation
@@ -241,31 +180,8 @@ class Tree:
         """(path relative to `rel`, size) of every regular file below folder `rel`, sorted, not descending into
         the top-level names in `skip`. A symlink or a special file anywhere below is refused, never followed."""
         out: list[tuple[str, int]] = []
-        self._walk(self.folder(rel), "", out, skip)
+        openat.walk(self.folder(rel), "", out, skip, self.what, self.context)
         return sorted(out)
-
-    def _walk(self, dfd: int, prefix: str, out: list, skip: frozenset[str]) -> None:
-        for name in sorted(os.listdir(dfd)):
-            if name in skip:
-                continue
-            rel = f"{prefix}{name}"
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                try:
-                    sub = os.open(name, _DIR, dir_fd=dfd)
-                except OSError as exc:
-                    raise self._refused(exc, dfd, name, rel, "folder") from None
-                try:
-                    self._walk(sub, rel + "/", out, frozenset())
-                finally:
-                    os.close(sub)
-            elif stat.S_ISREG(st.st_mode):
-                out.append((rel, st.st_size))
-            elif stat.S_ISLNK(st.st_mode):
-                raise Refused(f"the {self.what} holds a symlink {rel!r}; tau never follows one: replace it by the "
-                              "file", path=rel)
-            else:
-                raise Refused(f"the {self.what} holds {rel!r}, which is not a regular file or folder", path=rel)
 
     @_operation
     def remove_tree(self, rel: str) -> None:
@@ -275,7 +191,7 @@ class Tree:
         key = "/".join(self._segments(rel))
         for k in [k for k in self._dirs if k == key or k.startswith(key + "/")]:
             os.close(self._dirs.pop(k))
-        _rmtree_at(parent, name)
+        openat.rmtree_at(parent, name)
         os.fsync(parent)
 
     @_operation
@@ -309,7 +225,7 @@ class Tree:
         dfd, name = self._leaf(rel)
         where = self.show(rel)
         try:
-            fd = os.open(name, _READ, dir_fd=dfd)
+            fd = os.open(name, openat.READ, dir_fd=dfd)
         except FileNotFoundError:
             raise NotFound(f"{where} does not exist", path=where) from None
         except OSError as exc:
@@ -330,7 +246,7 @@ class Tree:
             return None
         where = self.show(rel)
         try:
-            fd = os.open(name, _READ, dir_fd=dfd)
+            fd = os.open(name, openat.READ, dir_fd=dfd)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -418,77 +334,3 @@ class Tree:
         st = self.lstat(rel)
         fst = os.fstat(fd)
         return st is not None and (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
-
-
-# -- the folder steps, shared by the root and every folder below it --------------------------------------------------
-
-def _make_dir(parent_fd: int, name: str, where: str, private: bool, context: str) -> int:
-    try:
-        os.mkdir(name, 0o700, dir_fd=parent_fd)
-    except FileExistsError:
-        pass
-    try:
-        fd = os.open(name, _DIR, dir_fd=parent_fd)
-    except OSError as exc:  # someone put a symlink there between our mkdir and our open
-        if _is_link(exc, parent_fd, name):
-            raise Refused(f"{where} is a symlink; tau never follows one{context}", path=where) from None
-        raise
-    if private:
-        _check_private_dir(fd, where)
-    os.fchmod(fd, 0o700)
-    failpoints.hit("store.mkdir.created")
-    os.fsync(parent_fd)
-    return fd
-
-
-def _is_link(exc: OSError, parent_fd: int, name: str) -> bool:
-    """Whether an open failed because `name` is a symlink: ELOOP for O_NOFOLLOW, ENOTDIR (what Linux reports for
-    O_DIRECTORY|O_NOFOLLOW on a symlink) when the entry is one."""
-    if exc.errno == errno.ELOOP:
-        return True
-    if exc.errno != errno.ENOTDIR:
-        return False
-    try:
-        return stat.S_ISLNK(os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
-
-
-def _check_private_dir(fd: int, where: str) -> None:
-    st = os.fstat(fd)
-    if st.st_uid != os.geteuid():
-        os.close(fd)
-        raise Refused(f"{where} belongs to another user", path=where)
-    if st.st_mode & 0o022:
-        os.close(fd)
-        raise Refused(f"{where} is writable by group or others; tau keeps runs private (chmod 700)", path=where)
-
-
-def _kind(mode: int) -> str:
-    return ("file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode)
-            else "symlink" if stat.S_ISLNK(mode) else "other")
-
-
-def _rmtree_at(parent_fd: int, name: str) -> None:
-    try:
-        fd = os.open(name, _DIR, dir_fd=parent_fd)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        if exc.errno in (errno.ENOTDIR, errno.ELOOP):  # a file or a symlink: unlinked, never followed
-            atomic.unlink_quiet(parent_fd, name)
-            return
-        raise
-    try:
-        for entry in os.listdir(fd):
-            st = os.stat(entry, dir_fd=fd, follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                _rmtree_at(fd, entry)
-            else:
-                atomic.unlink_quiet(fd, entry)
-    finally:
-        os.close(fd)
-    try:
-        os.rmdir(name, dir_fd=parent_fd)
-    except FileNotFoundError:
-        pass

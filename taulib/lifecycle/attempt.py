@@ -22,6 +22,10 @@ Runs inside the allocation (a Slurm array task, or a task of the local executor)
   6. result.json (always), manifest.json (when the client exited 0 and wrote Parquet), attempt.json -> succeeded
      or failed, readiness "stopped" or "failed";             failpoints attempt.result_written, attempt.manifest_written
   7. unless --no-winner, publish the shard's winner.
+Reads: the submission plan and status, the attempt's records, the allocation's environment. Writes: the attempt's
+attempt.json, readiness.json, result.json, manifest.json, client.log and dataset (and the winner, step 7).
+Promises: an allocation that is not the persisted attempt writes nothing; a stopped allocation records only that it
+was stopped; every attempt ends with a result.
 """
 
 from __future__ import annotations

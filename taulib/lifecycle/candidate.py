@@ -1,5 +1,9 @@
 """Candidate datasets: describing what an attempt produced, and verifying it again before it wins.
 
+Reads: the files of an attempt's dataset folder (through the run's RunDir: never through a symlink). Writes:
+nothing but their mode (0600, whatever the client's umask). Promises: a candidate holds only regular `*.parquet`
+files of one schema; `verify` re-hashes every byte and compares it with the manifest before a winner is published.
+
 A client only has to write Parquet files into `$TAU_OUTPUT_DIR` and exit 0; tau builds the candidate manifest
 itself: every file's relative path, size, sha256 and Parquet row count, and the digest of the shared Arrow schema
 (`sha256` of the schema without metadata, serialised). Imports pyarrow, so only the in-allocation side, tau-winner

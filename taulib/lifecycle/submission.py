@@ -1,6 +1,6 @@
 """Submissions: the journal that gives shards new attempts and hands them to an executor (tau-submit, tau-retry).
 
-Reads and writes, under `run.lock` (shared) then `submit.lock`: the submission journal
+Reads and Writes, under `run.lock` (shared) then `submit.lock`: the submission journal
 (`rundir.journal.SUBMISSIONS`), the shards' attempt.json (each under its shard lock), and under Slurm the job
 script `submissions/<id>/job.sh`. Protocol:
   1. settle the newest journal entry: one that never reached PREPARED is removed; a PREPARED one is finished

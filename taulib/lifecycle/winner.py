@@ -5,6 +5,8 @@ result.json is complete (actual == requested == the shard's range) and names man
 the manifest's ids, provenance (the plan digest), record counts and dataset folder are consistent; every file is
 present with its recorded size, sha256, Parquet row count and schema digest.
 
+Reads: the shard's attempt, result, manifest, evidence and winner records, and every file of the candidate.
+Writes: winner.json only. The checks are the pure rule `rules.chain`.
 Protocol: read and check the records (shard lock), hash the files (no lock but the shard's resume lock when the
 dataset is shard-owned), then under the shard lock re-read the records (unchanged) and publish winner.json with
 link-no-overwrite. Concurrent publishers converge: exactly one creates the winner, the others see it and report

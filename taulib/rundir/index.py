@@ -6,6 +6,9 @@ compact string. Status, observation and retry read it once and then touch only t
 cost grows with the unsealed (live or failed) shards, not with the run's history. tau-reconcile adds the shards it
 found sealed, under `locks/index.lock`, with the revision rule of every mutable record.
 
+Reads: index/sealed.json. Writes: index/sealed.json (under index.lock). Promises: a shard the index lists is
+sealed; an index of another shape than the run's is ignored (every shard is read instead).
+
 It is a cache of facts that cannot change: deleting it is safe (the next reconcile rebuilds it, reading every
 shard once). Never delete a winner.json by hand: the index would keep calling its shard sealed.
 """

@@ -1,7 +1,7 @@
 """The journal: one protocol for submissions (`submissions/submission-NNNN/`) and collections
 (`collections/collection-NNNN/`), so that work handed to a scheduler is recorded before it is handed over.
 
-Reads and writes: the entry folders of one journal, each holding `plan.json` (immutable: what was asked) and
+Reads and Writes: the entry folders of one journal, each holding `plan.json` (immutable: what was asked) and
 `status.json` (mutable, revision + 1 on every change: prepared -> submitted/running -> succeeded/failed). The caller
 holds the journal's lock (`submit.lock` or `collect.lock`).
 Promises:

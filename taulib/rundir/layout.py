@@ -1,4 +1,4 @@
-"""Names of everything inside a run directory (documented in tau-run(5)); pure, reads and writes nothing.
+"""Names of everything inside a run directory (documented in tau-run(5)). Pure: it reads and writes nothing.
 
 RUN/
   run.json  plan.json                              run.json is published last by tau-init: its presence = the run exists

@@ -1,6 +1,6 @@
 """Sidecar locks (portalocker) on files in `RUN/locks/`, taken in one documented order, with timeouts.
 
-Reads and writes: only the lock files, which are never data files; they live in `RUN/locks/` and are created 0600
+Reads and Writes: only the lock files, which are never data files; they live in `RUN/locks/` and are created 0600
 through the writer (`RunDir.open_lock_file`). Promises: the order below is enforced within a process (a violation
 is a bug: AssertionError), and a lock is never held on a lock file that was replaced meanwhile.
 Order (a process that holds a lock may only take locks that come later in this list):

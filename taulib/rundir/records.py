@@ -21,7 +21,8 @@ import re
 from taulib import jsonio, schema
 from taulib.errors import BadInput, Conflict, NotFound, Refused
 from taulib.fs import atomic
-from taulib.fs.tree import Tree, _operation, open_root
+from taulib.fs.openat import open_root
+from taulib.fs.tree import Tree, _operation
 
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 _COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")

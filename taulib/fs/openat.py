@@ -1,0 +1,184 @@
+"""Opening one folder or file relative to its parent, never through a symlink: the steps under `fs.tree.Tree`.
+
+Reads: one directory entry at a time. Writes: folders (mkdir 0700 -> fchmod 0700 -> fsync of the parent; failpoint
+store.mkdir.created) and removals of whole folders of ours. Promises: every open is relative to a folder
+descriptor, with O_NOFOLLOW (and O_DIRECTORY for folders); `refused` is the one place that recognises a symlink
+where a folder or a file was expected (Linux reports ELOOP, or ENOTDIR for O_DIRECTORY|O_NOFOLLOW) and turns it
+into a refusal (exit 77). Nothing outside `taulib.fs` opens with these flags.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from taulib import failpoints
+from taulib.errors import BadInput, NotFound, Refused
+from taulib.fs import atomic
+
+DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def refused(exc: OSError, parent_fd: int, name: str, where: str, context: str, expected: str) -> Exception:
+    """What an open of `name` that failed with `exc` means: a Refused for a symlink (or a file where a folder was
+    expected), else the error itself."""
+    if is_link(exc, parent_fd, name):
+        return Refused(f"{where} is a symlink; tau never follows one{context}", path=where)
+    if expected == "folder" and exc.errno == errno.ENOTDIR:
+        return Refused(f"{where} is not a folder", path=where)
+    return exc
+
+
+def open_dir(parent_fd: int, name: str, *, create: bool, where: str, private: bool, context: str) -> int:
+    """The descriptor of folder `name` in `parent_fd` (made when missing and `create`); NotFound otherwise."""
+    try:
+        fd = os.open(name, DIR, dir_fd=parent_fd)
+    except FileNotFoundError:
+        if not create:
+            raise NotFound(f"{where} does not exist", path=where) from None
+        return make_dir(parent_fd, name, where, private, context)
+    except OSError as exc:
+        raise refused(exc, parent_fd, name, where, context, "folder") from None
+    if private:
+        check_private_dir(fd, where)
+    return fd
+
+
+def walk(dfd: int, prefix: str, out: list, skip: frozenset[str], what: str, context: str) -> None:
+    """Append (path, size) of every regular file below folder `dfd` to `out`; a symlink or a special file is
+    refused, never followed. `skip` names top-level entries not to descend into."""
+    for name in sorted(os.listdir(dfd)):
+        if name in skip:
+            continue
+        rel = f"{prefix}{name}"
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            sub = open_dir(dfd, name, create=False, where=rel, private=False, context=context)
+            try:
+                walk(sub, rel + "/", out, frozenset(), what, context)
+            finally:
+                os.close(sub)
+        elif stat.S_ISREG(st.st_mode):
+            out.append((rel, st.st_size))
+        elif stat.S_ISLNK(st.st_mode):
+            raise Refused(f"the {what} holds a symlink {rel!r}; tau never follows one: replace it by the file",
+                          path=rel)
+        else:
+            raise Refused(f"the {what} holds {rel!r}, which is not a regular file or folder", path=rel)
+
+
+def open_root(path: str, *, label: str, create: bool = False, private: bool = False, follow: bool = False,
+              context: str = "") -> tuple[int, str]:
+    """(descriptor, absolute path) of the folder PATH, named `label` in messages ("run directory"). Its parents
+    are the caller's own path and are followed; the folder itself is followed only with `follow` (a tree the user
+    names, such as a bundle folder), never when it is a run directory."""
+    path_abs = os.path.abspath(path)
+    if follow:
+        try:
+            fd = os.open(path_abs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise NotFound(f"{label} {path!r} does not exist", path=path_abs) from None
+        except NotADirectoryError:
+            raise NotFound(f"{label} {path!r} is not a folder", path=path_abs) from None
+        return fd, path_abs
+    parent, name = os.path.split(path_abs)
+    if not name:
+        raise BadInput(f"{label} {path!r} is not a directory path")
+    try:
+        parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NotFound(f"parent folder of {label} {path!r} does not exist", path=path_abs) from None
+    except NotADirectoryError:
+        raise NotFound(f"parent of {label} {path!r} is not a folder", path=path_abs) from None
+    try:
+        try:
+            fd = os.open(name, DIR, dir_fd=parent_fd)
+        except FileNotFoundError:
+            if not create:
+                raise NotFound(f"{label} {path!r} does not exist", path=path_abs) from None
+            return make_dir(parent_fd, name, path_abs, private, context), path_abs
+        except OSError as exc:
+            if is_link(exc, parent_fd, name):
+                raise Refused(f"{label} {path!r} is a symlink; pass the real path", path=path_abs) from None
+            if exc.errno == errno.ENOTDIR:
+                raise NotFound(f"{label} {path!r} is not a folder", path=path_abs) from None
+            raise
+        if private:
+            check_private_dir(fd, path_abs)
+        return fd, path_abs
+    finally:
+        os.close(parent_fd)
+
+
+def make_dir(parent_fd: int, name: str, where: str, private: bool, context: str) -> int:
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent_fd)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(name, DIR, dir_fd=parent_fd)
+    except OSError as exc:  # someone put a symlink there between our mkdir and our open
+        if is_link(exc, parent_fd, name):
+            raise Refused(f"{where} is a symlink; tau never follows one{context}", path=where) from None
+        raise
+    if private:
+        check_private_dir(fd, where)
+    os.fchmod(fd, 0o700)
+    failpoints.hit("store.mkdir.created")
+    os.fsync(parent_fd)
+    return fd
+
+
+def is_link(exc: OSError, parent_fd: int, name: str) -> bool:
+    """Whether an open failed because `name` is a symlink: ELOOP for O_NOFOLLOW, ENOTDIR (what Linux reports for
+    O_DIRECTORY|O_NOFOLLOW on a symlink) when the entry is one."""
+    if exc.errno == errno.ELOOP:
+        return True
+    if exc.errno != errno.ENOTDIR:
+        return False
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def check_private_dir(fd: int, where: str) -> None:
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid():
+        os.close(fd)
+        raise Refused(f"{where} belongs to another user", path=where)
+    if st.st_mode & 0o022:
+        os.close(fd)
+        raise Refused(f"{where} is writable by group or others; tau keeps runs private (chmod 700)", path=where)
+
+
+def kind(mode: int) -> str:
+    return ("file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode)
+            else "symlink" if stat.S_ISLNK(mode) else "other")
+
+
+def rmtree_at(parent_fd: int, name: str) -> None:
+    try:
+        fd = os.open(name, DIR, dir_fd=parent_fd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP):  # a file or a symlink: unlinked, never followed
+            atomic.unlink_quiet(parent_fd, name)
+            return
+        raise
+    try:
+        for entry in os.listdir(fd):
+            st = os.stat(entry, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                rmtree_at(fd, entry)
+            else:
+                atomic.unlink_quiet(fd, entry)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=parent_fd)
+    except FileNotFoundError:
+        pass

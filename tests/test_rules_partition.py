@@ -1,0 +1,73 @@
+"""taulib.rules.partition: which rows of which winner file go into which output file, case by case and by
+properties (every row in exactly one partition, in order; every partition but the last of exactly the planned
+size; the same inputs give the same plan)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from taulib.rules.partition import Partition, Piece, file_name, plan
+
+
+def test_files_are_cut_at_every_multiple_of_the_partition_size_and_the_last_takes_the_rest():
+    assert plan([40, 40, 40], 50) == [
+        Partition(0, 50, (Piece(0, 0, 40), Piece(1, 0, 10))),
+        Partition(1, 50, (Piece(1, 10, 40), Piece(2, 0, 20))),
+        Partition(2, 20, (Piece(2, 20, 40),)),
+    ]
+
+
+def test_a_partition_can_span_many_files_and_a_file_many_partitions():
+    assert plan([3, 2, 1], 100) == [Partition(0, 6, (Piece(0, 0, 3), Piece(1, 0, 2), Piece(2, 0, 1)))]
+    assert plan([250], 100) == [Partition(0, 100, (Piece(0, 0, 100),)), Partition(1, 100, (Piece(0, 100, 200),)),
+                                Partition(2, 50, (Piece(0, 200, 250),))]
+
+
+def test_an_exact_multiple_leaves_no_empty_last_partition_and_files_without_rows_give_no_piece():
+    assert plan([50, 0, 50], 50) == [Partition(0, 50, (Piece(0, 0, 50),)), Partition(1, 50, (Piece(2, 0, 50),))]
+    assert plan([], 10) == [] and plan([0, 0], 10) == []
+
+
+def test_a_partition_size_below_one_is_refused():
+    with pytest.raises(ValueError, match="at least 1"):
+        plan([10], 0)
+
+
+def test_partition_files_are_numbered_with_five_digits_and_the_format_suffix():
+    assert file_name(0, "parquet") == "part-00000.parquet"
+    assert file_name(123, "jsonl") == "part-00123.jsonl"
+
+
+FILES = st.lists(st.integers(min_value=0, max_value=300), max_size=12)
+SIZES = st.integers(min_value=1, max_value=400)
+
+
+@settings(max_examples=400, deadline=None)
+@given(FILES, SIZES)
+def test_every_row_is_in_exactly_one_partition_in_collection_order(file_rows, size):
+    rows = [(f, r) for f, n in enumerate(file_rows) for r in range(n)]
+    planned = [(p.file, r) for part in plan(file_rows, size) for p in part.pieces for r in range(p.start, p.stop)]
+    assert planned == rows
+
+
+@settings(max_examples=400, deadline=None)
+@given(FILES, SIZES)
+def test_every_partition_but_the_last_has_exactly_the_planned_size(file_rows, size):
+    parts = plan(file_rows, size)
+    total = sum(file_rows)
+    assert [p.index for p in parts] == list(range(len(parts)))
+    assert len(parts) == -(-total // size)
+    for part in parts:
+        assert part.rows == sum(p.stop - p.start for p in part.pieces) and all(p.stop > p.start for p in part.pieces)
+    assert all(p.rows == size for p in parts[:-1])
+    if parts:
+        assert 0 < parts[-1].rows <= size and parts[-1].rows == total - size * (len(parts) - 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(FILES, SIZES)
+def test_the_same_inputs_always_give_the_same_plan(file_rows, size):
+    assert plan(list(file_rows), size) == plan(list(file_rows), size)
+    assert plan(file_rows, size) == plan(tuple(file_rows), size)  # a tuple or a list: the same plan

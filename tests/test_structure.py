@@ -1,0 +1,225 @@
+"""The shape of the library, checked: layers, module sizes, imports, and the one table of each kind.
+
+What a newcomer relies on when opening taulib/: every module is small and says what it reads, writes and
+promises; the rules are pure; nothing below a layer imports the layer above it (no import cycle anywhere); only
+the safe-filesystem layer opens files with O_NOFOLLOW; only taulib.env reads the environment; and the command list
+exists once (taulib.cli.registry), with pyproject.toml and bin/ matching it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from taulib import env
+from taulib.cli import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+TAULIB = ROOT / "taulib"
+MAX_LINES = 400
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(TAULIB.rglob("*.py"))}
+
+
+def imported(path: Path) -> set[str]:
+    """The modules a file imports anywhere in it (function-level imports included): `from pkg import sub` counts
+    as pkg.sub when that is a module, else as pkg."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                found.add(candidate if candidate in MODULES else node.module)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    return {name: {m for m in imported(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+# -- size and words ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_module_of_taulib_is_over_400_lines(name):
+    lines = MODULES[name].read_text(encoding="utf-8").count("\n")
+    assert lines <= MAX_LINES, f"{name} has {lines} lines; split it so a reader can hold it in mind (<= {MAX_LINES})"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_module_says_what_it_does_in_its_docstring(name):
+    doc = ast.get_docstring(ast.parse(MODULES[name].read_text(encoding="utf-8")))
+    assert doc and len(doc.split()) >= 8, f"{name} has no docstring saying what it reads, writes and promises"
+
+
+IO_LAYERS = ("taulib.fs.", "taulib.rundir.", "taulib.lifecycle.", "taulib.collect.")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith(IO_LAYERS) and not n.endswith("__init__")
+                                        and n.count(".") == 2))
+def test_a_module_that_touches_the_disk_says_what_it_reads_and_writes(name):
+    doc = ast.get_docstring(ast.parse(MODULES[name].read_text(encoding="utf-8"))) or ""
+    says = {word for word in ("Reads", "Writes", "Promises", "Pure") if word in doc}
+    assert {"Reads", "Writes"} <= says or "Pure" in says, f"{name}: say what it reads and writes (or that it is pure)"
+
+
+# -- imports -----------------------------------------------------------------------------------------------------
+
+def test_there_is_no_import_cycle_anywhere_in_taulib():
+    cycle = find_cycle(graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle_when_there_is_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+RULES = sorted(n for n in MODULES if n.startswith("taulib.rules"))
+
+
+@pytest.mark.parametrize("name", RULES)
+def test_the_rules_import_nothing_but_the_standard_library_and_each_other(name):
+    foreign = sorted(m for m in imported(MODULES[name])
+                     if m.split(".")[0] not in sys.stdlib_module_names and not m.startswith("taulib.rules"))
+    assert not foreign, f"{name} imports {foreign}: the rules are pure (standard library and taulib.rules only)"
+
+
+@pytest.mark.parametrize("name", [n for n in RULES if n != "taulib.rules"])
+def test_every_function_of_the_rules_is_tested_directly(name):
+    short = name.rsplit(".", 1)[1]
+    test_file = ROOT / "tests" / f"test_rules_{short}.py"
+    assert test_file.is_file(), f"{name} has no tests/test_rules_{short}.py"
+    text = test_file.read_text(encoding="utf-8")
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    public = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+    untested = [f for f in public if not re.search(rf"\b{f}\b", text)]
+    assert public and not untested, f"{test_file.name} never calls {untested}"
+
+
+def _sources(exclude: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(n, p.read_text(encoding="utf-8")) for n, p in MODULES.items() if not n.startswith(exclude)]
+
+
+def test_only_the_safe_filesystem_layer_opens_with_o_nofollow_or_o_directory():
+    found = [n for n, text in _sources(("taulib.fs",)) if re.search(r"O_NOFOLLOW|O_DIRECTORY", text)]
+    assert not found, f"{found} open files themselves; go through taulib.fs.tree.Tree"
+
+
+def test_only_taulib_env_reads_the_process_environment():
+    found = [n for n, text in _sources(("taulib.env",)) if re.search(r"os\.environ|os\.getenv|getenv\(", text)]
+    assert not found, f"{found} read the environment themselves; ask taulib.env.get"
+
+
+VARIABLE = re.compile(r"^(?:(?:TAU|SLURM|AZURE)_[A-Z0-9_]+|KUBECONFIG)\Z")
+
+
+def test_every_environment_variable_tau_names_is_in_the_table():
+    named = set()
+    for _, text in _sources(()):
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and VARIABLE.match(node.value):
+                named.add(node.value)
+    assert named - set(env.VARS) == set(), f"not in taulib.env.VARS: {sorted(named - set(env.VARS))}"
+    assert {v.scope for v in env.VARS.values()} == {"user", "allocation", "client"}
+
+
+def test_a_variable_that_does_not_parse_falls_back_or_is_refused_when_strict():
+    assert env.get("TAU_LOCK_TIMEOUT", {"TAU_LOCK_TIMEOUT": "soon"}) == 30.0
+    assert env.get("TAU_LOCK_TIMEOUT", {"TAU_LOCK_TIMEOUT": "-3"}) == 0.0
+    assert env.get("TAU_LOCK_TIMEOUT", {"TAU_LOCK_TIMEOUT": "2.5"}) == 2.5
+    assert env.get("SLURM_RESTART_COUNT", {"SLURM_RESTART_COUNT": "x"}) == 0
+    from taulib.errors import UsageError
+
+    with pytest.raises(UsageError) as err:
+        env.get("TAU_BLOB_RETRIES", {"TAU_BLOB_RETRIES": "many"})
+    assert err.value.code == 2 and err.value.message == "TAU_BLOB_RETRIES holds 'many', which does not parse"
+    with pytest.raises(UsageError) as err:
+        env.get("TAU_TRUSTED_BLOB_ENDPOINTS", {"TAU_TRUSTED_BLOB_ENDPOINTS": "ftp://x"})
+    assert err.value.message == ("TAU_TRUSTED_BLOB_ENDPOINTS holds 'ftp://x', which is not an origin like "
+                                 "http://127.0.0.1:10000")
+
+
+# -- the command list exists once ------------------------------------------------------------------------------------
+
+def test_pyproject_scripts_are_exactly_the_registry():
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        scripts = tomllib.load(fh)["project"]["scripts"]
+    expected = {"tau": f"{registry.FRONT.module}:main"}
+    expected.update({c.program: f"{c.module}:main" for c in registry.COMMANDS})
+    assert scripts == expected
+
+
+BIN_SCRIPT = """#!/bin/sh
+# Runs {program} from this checkout (the project's .venv when present, else python3).
+here=$(cd "$(dirname "$0")/.." && pwd)
+py="$here/.venv/bin/python"; [ -x "$py" ] || py=python3
+PYTHONPATH="$here${{PYTHONPATH:+:$PYTHONPATH}}" exec "$py" -m {module} "$@"
+"""
+
+
+def test_bin_holds_exactly_one_script_per_registered_command_and_each_runs_its_module():
+    programs = {"tau": registry.FRONT.module, **{c.program: c.module for c in registry.COMMANDS}}
+    assert sorted(p.name for p in (ROOT / "bin").iterdir()) == sorted(programs)
+    for program, module in programs.items():
+        path = ROOT / "bin" / program
+        assert path.read_text(encoding="utf-8") == BIN_SCRIPT.format(program=program, module=module), program
+        assert path.stat().st_mode & 0o111, f"bin/{program} is not executable"
+
+
+def test_every_registered_module_exists_and_has_a_click_command_and_a_main():
+    import importlib
+
+    for command in registry.COMMANDS:
+        module = importlib.import_module(command.module)
+        assert callable(module.main) and module.cli.name == command.program, command
+        assert command.kind in ("plumbing", "porcelain", "allocation")
+
+
+def test_the_front_command_usage_lists_every_registered_command_with_its_summary():
+    from taulib.cli import tau
+
+    text = tau.usage()
+    for command in registry.COMMANDS:
+        assert re.search(rf"^  {re.escape(command.name)} +{re.escape(command.summary)}$", text, re.M), command.name
+    assert re.search(r"^  completion +print the shell completion", text, re.M)
