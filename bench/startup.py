@@ -6,6 +6,9 @@ Measures, in the same run and interleaved (so machine noise hits all alike):
   reconcile  tau-observe output of a finished 8-shard demo run piped into tau-reconcile RUN
   observe    tau-observe RUN on the same run
 Prints median and best wall time of each and the ratio of the medians to the baseline (goal: at most 2x).
+With BENCH_OTHER=PATH (another checkout of tau with its own .venv, e.g. a `git worktree` of an older commit), the
+same three commands of that checkout, on a demo run it made itself, are measured in the same interleaved rounds:
+a before/after comparison on one quiet machine.
 """
 
 from __future__ import annotations
@@ -25,19 +28,20 @@ PY = str(BIN / "python")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "30"))
 
 
-def make_demo_run(workspace: Path) -> Path:
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
+def make_demo_run(workspace: Path, root: Path = ROOT) -> Path:
+    bin_dir = root / ".venv" / "bin"
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
     run_dir = workspace / "run"
     plan = {"records": 800, "shards": 8,
-            "command": [PY, str(ROOT / "contrib/demo/client.py"), "--rows-per-file", "40"],
+            "command": [str(bin_dir / "python"), str(root / "contrib/demo/client.py"), "--rows-per-file", "40"],
             "scheduler": {"profile": "local", "local": {"max_parallel": 2}}}
-    subprocess.run([str(BIN / "tau-init"), str(run_dir)], input=json.dumps(plan), text=True, check=True,
+    subprocess.run([str(bin_dir / "tau-init"), str(run_dir)], input=json.dumps(plan), text=True, check=True,
                    env=env, capture_output=True)
-    subprocess.run([str(BIN / "tau-submit"), str(run_dir)], check=True, env=env, capture_output=True)
+    subprocess.run([str(bin_dir / "tau-submit"), str(run_dir)], check=True, env=env, capture_output=True)
     deadline = time.monotonic() + 120
     while True:
-        obs = subprocess.run([str(BIN / "tau-observe"), str(run_dir)], check=True, env=env, capture_output=True)
-        status = json.loads(subprocess.run([str(BIN / "tau-reconcile"), str(run_dir)], input=obs.stdout,
+        obs = subprocess.run([str(bin_dir / "tau-observe"), str(run_dir)], check=True, env=env, capture_output=True)
+        status = json.loads(subprocess.run([str(bin_dir / "tau-reconcile"), str(run_dir)], input=obs.stdout,
                                            check=True, env=env, capture_output=True).stdout)
         if status["state"] == "succeeded":
             return run_dir
@@ -53,18 +57,25 @@ def timed(argv: list[str], stdin: bytes | None) -> float:
 
 
 def main() -> int:
+    other = os.environ.get("BENCH_OTHER")
     with tempfile.TemporaryDirectory() as tmp:
-        workspace = Path(tmp) / "ws"
-        workspace.mkdir(mode=0o700)
-        run_dir = make_demo_run(workspace)
-        observations = subprocess.run([str(BIN / "tau-observe"), str(run_dir)], check=True,
-                                      capture_output=True).stdout
-        cases = {
-            "baseline: python -c 'import click, orjson'": ([PY, "-c", "import click, orjson"], None),
-            "tau-reconcile --help": ([str(BIN / "tau-reconcile"), "--help"], None),
-            "tau-reconcile RUN (8 shards)": ([str(BIN / "tau-reconcile"), str(run_dir)], observations),
-            "tau-observe RUN (8 shards)": ([str(BIN / "tau-observe"), str(run_dir)], None),
-        }
+        cases = {"baseline: python -c 'import click, orjson'": ([PY, "-c", "import click, orjson"], None)}
+        for label, root in [("", ROOT)] + ([(" [BENCH_OTHER]", Path(other).resolve())] if other else []):
+            workspace = Path(tmp) / f"ws{len(cases)}"
+            workspace.mkdir(mode=0o700)
+            run_dir = make_demo_run(workspace, root)
+            bin_dir = root / ".venv" / "bin"
+            # what an installed tau runs: compiled bytecode (PYTHONDONTWRITEBYTECODE would make every process
+            # compile every module again)
+            subprocess.run([str(bin_dir / "python"), "-m", "compileall", "-q", str(root / "taulib")], check=True)
+            observations = subprocess.run([str(bin_dir / "tau-observe"), str(run_dir)], check=True,
+                                          capture_output=True).stdout
+            cases.update({
+                f"tau-reconcile --help{label}": ([str(bin_dir / "tau-reconcile"), "--help"], None),
+                f"tau-reconcile RUN (8 shards){label}": ([str(bin_dir / "tau-reconcile"), str(run_dir)],
+                                                         observations),
+                f"tau-observe RUN (8 shards){label}": ([str(bin_dir / "tau-observe"), str(run_dir)], None),
+            })
         samples: dict[str, list[float]] = {name: [] for name in cases}
         for argv, stdin in cases.values():  # warm the page cache
             timed(argv, stdin)
@@ -73,13 +84,13 @@ def main() -> int:
                 samples[name].append(timed(argv, stdin))
     base = statistics.median(samples[next(iter(cases))])
     print(f"start-up benchmark: {ROUNDS} interleaved rounds, wall time per process")
-    print(f"{'case':46} {'median ms':>10} {'best ms':>9} {'ratio':>7}")
+    print(f"{'case':60} {'median ms':>10} {'best ms':>9} {'ratio':>7}")
     results = {}
     for name, values in samples.items():
         median = statistics.median(values)
         results[name] = {"median_ms": round(median * 1000, 1), "best_ms": round(min(values) * 1000, 1),
                          "ratio": round(median / base, 2)}
-        print(f"{name:46} {median * 1000:10.1f} {min(values) * 1000:9.1f} {median / base:6.2f}x")
+        print(f"{name:60} {median * 1000:10.1f} {min(values) * 1000:9.1f} {median / base:6.2f}x")
     print(json.dumps({"benchmark": "startup", "rounds": ROUNDS, "results": results}))
     return 0
 

@@ -14,17 +14,22 @@ Scopes (the `scope` column) say who sets a variable and where it is documented:
 from __future__ import annotations
 
 import os
-from typing import Callable, Mapping, NamedTuple
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Callable, Mapping
 
 
-class Var(NamedTuple):
-    name: str
-    default: object
-    parse: Callable[[str], object]  # raises ValueError on a value that does not parse
-    meaning: str
-    scope: str = "user"
-    strict: bool = False
+class Var:
+    """One variable: its name, default, parser (raises ValueError on a value that does not parse), meaning,
+    scope, and whether a bad value is refused (strict) instead of falling back to the default."""
+
+    __slots__ = ("name", "default", "parse", "meaning", "scope", "strict")
+
+    def __init__(self, name: str, default: object, parse: Callable[[str], object], meaning: str,
+                 scope: str = "user", strict: bool = False) -> None:
+        self.name, self.default, self.parse, self.meaning = name, default, parse, meaning
+        self.scope, self.strict = scope, strict
 
 
 def _seconds(text: str) -> float:
@@ -48,6 +53,8 @@ def _count(text: str) -> int:
 
 def _origins(text: str) -> frozenset[str]:
     """`http://127.0.0.1:10000,https://host:8443` -> the set of normalised origins."""
+    from urllib.parse import urlsplit
+
     origins = set()
     for item in text.split(","):
         item = item.strip().rstrip("/")

@@ -14,7 +14,7 @@ from typing import Callable
 
 import click
 
-from taulib import __version__, env, jsonio
+from taulib import __version__, jsonio
 from taulib.errors import EXIT_CODES, INTERNAL, USAGE, BadInput, TauError
 
 EPIPE_EXIT = 141  # what a C tool killed by SIGPIPE reports: the reader went away
@@ -90,6 +90,8 @@ def run_command(name: str, cmd: click.Command, argv: list[str] | None = None) ->
         write_error(name, 130, "interrupted")
         code = 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
+        from taulib import env
+
         if env.get("TAU_DEBUG"):
             raise
         write_error(name, INTERNAL, f"internal error ({type(exc).__name__}: {exc}); please report it with "

@@ -24,6 +24,7 @@ from taulib.collect.destination import read_result, remove_stage, stage_name
 from taulib.collect.report import progress, summary
 from taulib.errors import Busy, CheckFailed, Conflict, Refused, Unavailable
 from taulib.rules import journal as journal_rules
+from taulib.rundir import journal
 
 ACCOUNTING_GRACE = 60  # seconds after its last change that a job absent from queue and accounting is given
 POLL = 1.0  # seconds between reads of the status while waiting
@@ -32,9 +33,7 @@ GONE_AFTER = 90.0  # seconds a job may be gone from the queue, while waiting, be
 
 
 def job_name(run, collection_id: str) -> str:
-    from taulib.lifecycle.submission import job_name as name
-
-    return name(run, "c" + collection_id.split("-")[1])
+    return journal.job_name(run, "c" + collection_id.split("-")[1])
 
 
 def submit(run, book, plan: dict, status: dict) -> dict:

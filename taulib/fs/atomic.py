@@ -23,12 +23,12 @@ import stat
 
 from taulib import failpoints
 
-_TEMP = re.compile(r"^\.tau\.[0-9a-f]{16}\.tmp\Z")  # \Z: "$" would also match before a final newline
+_TEMP = r"^\.tau\.[0-9a-f]{16}\.tmp\Z"  # \Z: "$" would also match before a final newline; compiled on first use
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def is_temp(name: str) -> bool:
-    return _TEMP.match(name) is not None
+    return re.match(_TEMP, name) is not None
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -35,6 +35,7 @@ import signal
 import subprocess
 import time
 from contextlib import ExitStack
+from typing import NamedTuple
 
 from taulib import env as environment
 from taulib import failpoints, jsonio
@@ -54,6 +55,16 @@ class Interrupted(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(f"stopped by signal {signum}")
         self.signum = signum
+
+
+class ClientOutcome(NamedTuple):
+    """How the client ended: what result.json records."""
+
+    started_at: str
+    exit_code: int | None  # None when it was killed by a signal or never started
+    signal: int | None
+    error: str | None  # why it could not be started
+    interrupted: int | None  # the stop signal this allocation received (then nothing more is recorded)
 
 
 class _Stop:
@@ -245,11 +256,11 @@ def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict,
                         run.dir.remove_tree(attempt["dataset"])  # a requeued allocation starts clean
                 run.dir.make_folders(attempt["dataset"])
             outcome = _run_client(run, attempt, env, stop)
-            if outcome["interrupted"]:
+            if outcome.interrupted:
                 # The scheduler stopped this allocation (scancel, time limit, requeue, preemption): it alone knows
                 # which, so no result is recorded here and the attempt stays running; its evidence decides.
                 _record_stop(run, attempt, stop)
-                raise Interrupted(outcome["interrupted"])
+                raise Interrupted(outcome.interrupted)
             summary = _finish(run, attempt, outcome)
             if summary["state"] == "succeeded" and publish_winner:
                 from taulib.lifecycle import winner
@@ -275,22 +286,21 @@ def _client_env(run: Run, attempt: dict, env: dict) -> dict:
     return out
 
 
-def _run_client(run: Run, attempt: dict, env: dict, stop: _Stop) -> dict:
+def _run_client(run: Run, attempt: dict, env: dict, stop: _Stop) -> ClientOutcome:
     started = jsonio.now_rfc3339()
     log = run.dir.open_append(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "client.log"))
     try:
         with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, locks.shard_lock_name(attempt["shard_id"])):
             _readiness(run, attempt, "running", None)
         if stop.signum is not None:  # stopped before the client started: do not start it
-            return {"started_at": started, "exit_code": None, "signal": stop.signum, "error": None,
-                    "interrupted": stop.signum}
+            return ClientOutcome(started, None, stop.signum, None, stop.signum)
         try:
             stop.client = proc = subprocess.Popen(
                 run.plan["command"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 env=_client_env(run, attempt, env), close_fds=True)
         except OSError as exc:
-            return {"started_at": started, "exit_code": None, "signal": None, "interrupted": None,
-                    "error": f"cannot start the client {run.plan['command'][0]!r}: {exc.strerror}"}
+            return ClientOutcome(started, None, None,
+                                 f"cannot start the client {run.plan['command'][0]!r}: {exc.strerror}", None)
     finally:
         os.close(log)
     stop.forward()  # a stop signal that arrived while the client was being started
@@ -303,20 +313,20 @@ def _run_client(run: Run, attempt: dict, env: dict, stop: _Stop) -> dict:
                 _record_stop(run, attempt, stop)  # now, while the client ends, not after
     if stop.signum is None and -code in STOP_SIGNALS:
         stop.wait(STOP_GRACE)  # the scheduler signalled the client first: this process's signal is on its way
-    return {"started_at": started, "exit_code": code if code >= 0 else None,
-            "signal": -code if code < 0 else stop.signum, "error": None, "interrupted": stop.signum}
+    return ClientOutcome(started, code if code >= 0 else None, -code if code < 0 else stop.signum, None,
+                         stop.signum)
 
 
-def _finish(run: Run, attempt: dict, outcome: dict) -> dict:
+def _finish(run: Run, attempt: dict, outcome: ClientOutcome) -> dict:
     from taulib.lifecycle import candidate
 
     sid, aid = attempt["shard_id"], attempt["attempt_id"]
     shard = run.shard(sid)
     requested = shard["record_end"] - shard["record_start"]
     manifest = None
-    error = outcome["error"]
+    error = outcome.error
     actual = None
-    if error is None and outcome["exit_code"] == 0:
+    if error is None and outcome.exit_code == 0:
         try:
             files, digest = candidate.describe(run.dir, attempt["dataset"])
             actual = sum(f["rows"] for f in files)
@@ -329,8 +339,8 @@ def _finish(run: Run, attempt: dict, outcome: dict) -> dict:
         except BadInput as exc:
             error = exc.message
     elif error is None:
-        error = (f"the client was killed by signal {outcome['signal']}" if outcome["signal"]
-                 else f"the client exited with status {outcome['exit_code']}")
+        error = (f"the client was killed by signal {outcome.signal}" if outcome.signal
+                 else f"the client exited with status {outcome.exit_code}")
     if error is None and actual != requested:
         error = f"the client wrote {actual} of {requested} records"
     outcome_name = "complete" if error is None else ("partial" if actual and 0 < actual < requested else "failed")
@@ -346,18 +356,18 @@ def _finish(run: Run, attempt: dict, outcome: dict) -> dict:
             manifest_ref = {"path": manifest_rel, "sha256": jsonio.digest(manifest)}
             failpoints.hit("attempt.manifest_written")
         result = {"kind": "tau.result", "schema_version": 1, "run_id": run.run_id, "shard_id": sid,
-                  "attempt_id": aid, "started_at": outcome["started_at"], "completed_at": jsonio.now_rfc3339(),
-                  "exit_code": outcome["exit_code"], "signal": outcome["signal"], "outcome": outcome_name,
+                  "attempt_id": aid, "started_at": outcome.started_at, "completed_at": jsonio.now_rfc3339(),
+                  "exit_code": outcome.exit_code, "signal": outcome.signal, "outcome": outcome_name,
                   "requested_records": requested, "actual_records": actual, "manifest": manifest_ref,
                   "error": error[:512] if error else None}
         run.dir.publish(layout.attempt_file(sid, aid, "result.json"), result)
         failpoints.hit("attempt.result_written")
         succeeded = outcome_name == "complete"
-        cancelled = outcome["signal"] in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        cancelled = outcome.signal in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
         classification = "succeeded" if succeeded else ("cancelled" if cancelled else "failed")
         attempt = _update(run, current, state="succeeded" if succeeded else "failed",
                           terminal={"classification": classification, "reason": error or "complete",
-                                    "exit_code": outcome["exit_code"]})
+                                    "exit_code": outcome.exit_code})
         _readiness(run, attempt, "stopped" if succeeded else "failed", error)
     return {"shard_id": sid, "attempt_id": aid, "state": attempt["state"], "outcome": outcome_name,
-            "exit_code": outcome["exit_code"], "records": actual, "error": error}
+            "exit_code": outcome.exit_code, "records": actual, "error": error}

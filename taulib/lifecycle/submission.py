@@ -30,13 +30,7 @@ from taulib import failpoints, jsonio
 from taulib.errors import Busy, Conflict
 from taulib.rules import journal as journal_rules
 from taulib.rundir import layout, locks, state
-from taulib.rundir.journal import SUBMISSIONS, Journal
-
-
-def job_name(run, number: str) -> str:
-    """`tau-<run id>-<sha256 of run.json, 8 hex>-<number>`: derived from persisted records only, and different for
-    two runs made from the same plan in folders of the same name (run.json holds its creation time)."""
-    return f"tau-{run.run_id[:100]}-{jsonio.digest(run.record)[:8]}-{number}"
+from taulib.rundir.journal import SUBMISSIONS, Journal, job_name
 
 
 def journal(run) -> Journal:

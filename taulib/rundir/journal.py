@@ -34,6 +34,13 @@ SUBMISSIONS = Kind("submissions", "submission", "submission_id", "tau.submission
 COLLECTIONS = Kind("collections", "collection", "collection_id", "tau.collection-plan", "tau.collection-status")
 
 
+def job_name(run, number: str) -> str:
+    """The scheduler's job name of entry `number` ("0002", "c0001"): `tau-<run id>-<sha256 of run.json, 8
+    hex>-<number>`, derived from persisted records only, so an ambiguous submission can be found again by it, and
+    different for two runs made from the same plan in folders of the same name (run.json holds its creation time)."""
+    return f"tau-{run.run_id[:100]}-{jsonio.digest(run.record)[:8]}-{number}"
+
+
 class Entry(NamedTuple):
     plan: dict
     status: dict | None

@@ -14,7 +14,7 @@ from taulib.errors import Conflict, NotFound
 from taulib.rundir import layout
 from taulib.rundir.records import RunDir
 
-_SHARD_ID = re.compile(r"^shard-[0-9]{5,}\Z")
+_SHARD_ID = r"^shard-[0-9]{5,}\Z"  # compiled on first use (re caches it): most commands never check one
 
 
 class Run:
@@ -54,7 +54,7 @@ class Run:
         return [layout.shard_id(i) for i in range(self.shard_count)]
 
     def check_shard(self, sid: str) -> int:
-        if not _SHARD_ID.match(sid) or layout.shard_index(sid) >= self.shard_count:
+        if not re.match(_SHARD_ID, sid) or layout.shard_index(sid) >= self.shard_count:
             raise NotFound(f"run {self.run_id!r} has no shard {sid!r}", shard_id=sid)
         return layout.shard_index(sid)
 
