@@ -76,22 +76,13 @@ def open_root(path: str, *, label: str, create: bool = False, private: bool = Fa
     names, such as a bundle folder), never when it is a run directory."""
     path_abs = os.path.abspath(path)
     if follow:
-        try:
-            fd = os.open(path_abs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise NotFound(f"{label} {path!r} does not exist", path=path_abs) from None
-        except NotADirectoryError:
-            raise NotFound(f"{label} {path!r} is not a folder", path=path_abs) from None
-        return fd, path_abs
+        return _open_followed(path_abs, f"{label} {path!r} does not exist", f"{label} {path!r} is not a folder"), \
+            path_abs
     parent, name = os.path.split(path_abs)
     if not name:
         raise BadInput(f"{label} {path!r} is not a directory path")
-    try:
-        parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise NotFound(f"parent folder of {label} {path!r} does not exist", path=path_abs) from None
-    except NotADirectoryError:
-        raise NotFound(f"parent of {label} {path!r} is not a folder", path=path_abs) from None
+    parent_fd = _open_followed(parent, f"parent folder of {label} {path!r} does not exist",
+                               f"parent of {label} {path!r} is not a folder", path_abs)
     try:
         try:
             fd = os.open(name, DIR, dir_fd=parent_fd)
@@ -110,6 +101,16 @@ def open_root(path: str, *, label: str, create: bool = False, private: bool = Fa
         return fd, path_abs
     finally:
         os.close(parent_fd)
+
+
+def _open_followed(path: str, missing: str, not_folder: str, shown: str | None = None) -> int:
+    """A folder the caller names by path (symlinks in it followed), or NotFound with the message given."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NotFound(missing, path=shown or path) from None
+    except NotADirectoryError:
+        raise NotFound(not_folder, path=shown or path) from None
 
 
 def make_dir(parent_fd: int, name: str, where: str, private: bool, context: str) -> int:
