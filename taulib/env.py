@@ -113,6 +113,7 @@ VARS: dict[str, Var] = {v.name: v for v in (
     Var("TAU_RECORD_END", None, _text, "the record after the shard's last", "client"),
     Var("TAU_OUTPUT_DIR", None, _text, "the folder the client writes its Parquet files into", "client"),
     Var("TAU_OUTPUT_FORMAT", None, _text, "the format the client writes (parquet)", "client"),
+    Var("TAU_PROGRESS_FILE", None, _text, "where the client may write how many of its records are done", "client"),
 )}
 
 

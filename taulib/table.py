@@ -11,10 +11,25 @@ def render(headers: list[str], rows: list[list[object]]) -> str:
 
 
 def status(doc: dict) -> str:
+    """A tau.status document (tau-reconcile and tau-status -o table): the run, then one line per shard."""
     counts = ", ".join(f"{k} {v}" for k, v in doc["counts"].items() if v)
     head = f"run {doc['run_id']}: {doc['state']} ({counts})\n"
     if doc.get("degraded"):
         head += f"degraded: {doc['reason']}\n"
+    if doc.get("cancelled"):
+        head += f"cancelled by the user at {doc['cancelled']['requested_at']}\n"
+    budget = doc.get("budget")
+    if budget:
+        head += (f"budget: {budget['failed_attempts']} failed attempts, {budget['failed_shards']} failed shards "
+                 f"(stops past {budget['max_failed_attempts']} attempts and {budget['max_failed_fraction']:.0%} of "
+                 f"the shards); {budget['max_attempts']} attempts a shard"
+                 + ("; stopped" if budget["stopped"] else "") + "\n")
+    for sub in doc.get("submissions") or []:
+        head += f"submission {sub['submission_id']}: not resolved yet (sbatch's reply was lost), by {sub['deadline']}\n"
+    for col in doc.get("collections") or []:
+        head += f"collection {col['collection_id']}: {col['state']} to {col['destination']}\n"
+    if doc.get("eta_seconds"):
+        head += f"estimated time left: {_duration(doc['eta_seconds'])}\n"
     sources = doc.get("sources")
     if sources and (sources.get("queue") != "observed" or sources.get("accounting") != "observed"):
         head += (f"scheduler sources: queue {sources.get('queue')}, accounting {sources.get('accounting')}"
@@ -26,8 +41,24 @@ def status(doc: dict) -> str:
         live = evidence.get("attempt_state") in ("submitted", "running")
         # once the attempt has finished, non-terminal scheduler evidence is history, not news
         scheduler = obs["state"] if obs and (live or obs["terminal"]) else None
-        rows.append([shard["id"], shard["state"], shard["attempt"], shard["winner"], scheduler, shard["reason"]])
-    return head + "\n" + render(["SHARD", "STATE", "ATTEMPT", "WINNER", "SCHEDULER", "REASON"], rows)
+        progress = shard.get("progress")
+        done = None
+        if progress:
+            done = (f"{progress['records_done']}/{progress['records']}" if progress["records_done"] is not None
+                    else "-") + f" {progress['age_seconds']:.0f}s ago"
+        reason = shard["reason"] + (f" (stalled: {shard['stalled']})" if shard.get("stalled") else "")
+        if shard.get("log"):
+            reason += f"; log {shard['log']}"
+        tries = f"{shard['attempts']}/{shard['max_attempts']}" if "attempts" in shard else None
+        rows.append([shard["id"], shard["state"], shard["attempt"], shard["winner"], tries, scheduler, done, reason])
+    return head + "\n" + render(["SHARD", "STATE", "ATTEMPT", "WINNER", "TRIES", "SCHEDULER", "PROGRESS", "REASON"],
+                                rows)
+
+
+def _duration(seconds: int) -> str:
+    hours, rest = divmod(int(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def observations(doc: dict) -> str:

@@ -97,10 +97,15 @@ def test_reconcile_as_a_table_has_a_header_and_one_line_per_shard(settled):
     lines = proc.stdout.splitlines()
     assert lines[0] == "run run: failed (succeeded 3, failed 1)"
     assert lines[1] == "degraded: shard-00001 failed: the client exited with status 3"
-    assert lines[3].split() == ["SHARD", "STATE", "ATTEMPT", "WINNER", "SCHEDULER", "REASON"]
-    assert [line.split()[:2] for line in lines[4:]] == [
-        ["shard-00000", "succeeded"], ["shard-00001", "failed"], ["shard-00002", "succeeded"],
-        ["shard-00003", "succeeded"]]
+    assert lines[2] == ("budget: 1 failed attempts, 1 failed shards (stops past 10 attempts and 10% of the shards); "
+                        "3 attempts a shard")
+    assert lines[4].split() == ["SHARD", "STATE", "ATTEMPT", "WINNER", "TRIES", "SCHEDULER", "PROGRESS", "REASON"]
+    assert [line.split()[:5] for line in lines[5:]] == [
+        ["shard-00000", "succeeded", "attempt-0001", "attempt-0001", "1/3"],
+        ["shard-00001", "failed", "attempt-0001", "-", "1/3"],
+        ["shard-00002", "succeeded", "attempt-0001", "attempt-0001", "1/3"],
+        ["shard-00003", "succeeded", "attempt-0001", "attempt-0001", "1/3"]]
+    assert lines[6].endswith(f"; log {settled}/shards/shard-00001/attempts/attempt-0001/client.log")
 
 
 def test_reconcile_records_the_evidence_it_is_given(settled, tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from taulib.rules.plan import shard_count, shard_range
+from taulib.rules.plan import shard_count, shard_range, with_defaults
 
 
 def resolved(records: int, shards: int | None = None, size: int | None = None) -> dict:
@@ -36,3 +36,15 @@ def test_every_record_is_in_exactly_one_non_empty_shard_in_order(records, data):
     assert ranges[0][0] == 0 and ranges[-1][1] == records
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
     assert all(end > start for start, end in ranges)
+
+
+def test_a_plan_written_before_a_field_existed_is_read_with_its_default():
+    old = {"records": 10, "shard_count": 2, "shard_size": None, "windows": {"accounting_lag_seconds": 30,
+           "preemption_seconds": 60, "submission_visibility_seconds": 90}, "output": {"format": "csv"}}
+    new = with_defaults(old)
+    assert new["retry"] == {"max_attempts": 3, "max_failed_attempts": 10, "max_failed_fraction": 0.1}
+    assert new["inherit_env"] == [] and new["output"] == {"format": "csv", "schema": None}
+    assert new["windows"] == {"accounting_lag_seconds": 30, "preemption_seconds": 60,
+                              "submission_visibility_seconds": 90, "heartbeat_seconds": 60, "stall_seconds": 900}
+    assert "retry" not in old  # the record read is not changed
+    assert with_defaults(new) is new  # a plan with every field is returned as it is

@@ -13,23 +13,41 @@ SHARDS = [ShardFacts("shard-00000", "succeeded", "sealed by its winner"),
           ShardFacts("shard-00006", "pending", "queued")]
 
 
+EXHAUSTED = ShardFacts("shard-00007", "exhausted", "the client exited with status 3; 3 attempts used")
+CANCELLED = ShardFacts("shard-00008", "cancelled", "cancelled by the user at 2026-12-01T10:00:00.000000Z")
+
+
 def test_only_failed_and_unknown_shards_are_retried_and_the_rest_left_alone():
-    assert select_retry(SHARDS, explicit=False) == (["shard-00001", "shard-00003"], [])
+    assert select_retry(SHARDS + [EXHAUSTED, CANCELLED], explicit=False) == (["shard-00001", "shard-00003"], [], [])
 
 
 def test_shards_named_explicitly_that_are_not_retryable_are_reported_with_their_state_and_reason():
-    chosen, skipped = select_retry(SHARDS, explicit=True)
-    assert chosen == ["shard-00001", "shard-00003"]
+    chosen, skipped, granted = select_retry(SHARDS + [CANCELLED], explicit=True)
+    assert chosen == ["shard-00001", "shard-00003"] and granted == []
     assert skipped == [{"shard_id": s.shard_id, "state": s.state, "reason": "not retryable: " + s.reason}
-                       for s in SHARDS if s.state not in ("failed", "unknown")]
+                       for s in SHARDS + [CANCELLED] if s.state not in ("failed", "unknown")]
+
+
+def test_an_exhausted_shard_named_explicitly_is_granted_one_more_attempt():
+    assert select_retry([EXHAUSTED], explicit=False) == ([], [], [])
+    assert select_retry([EXHAUSTED, SHARDS[1]], explicit=True) == (["shard-00007", "shard-00001"], [],
+                                                                   ["shard-00007"])
+
+
+def test_a_run_past_its_failure_budget_retries_nothing_unless_a_person_names_shards():
+    stopped = "past the run's failure budget"
+    assert select_retry(SHARDS, explicit=False, stopped=stopped) == ([], [], [])
+    assert select_retry([SHARDS[1], EXHAUSTED], explicit=True, stopped=stopped) == (
+        ["shard-00001", "shard-00007"], [], ["shard-00007"])
 
 
 def test_nothing_retryable_selects_nothing():
-    assert select_retry([SHARDS[0], SHARDS[2]], explicit=False) == ([], [])
-    assert select_retry([], explicit=True) == ([], [])
+    assert select_retry([SHARDS[0], SHARDS[2]], explicit=False) == ([], [], [])
+    assert select_retry([], explicit=True) == ([], [], [])
 
 
-def test_the_first_submission_gives_an_attempt_to_every_shard_that_has_none():
+def test_the_first_submission_gives_an_attempt_to_every_shard_that_has_none_and_is_not_cancelled():
     assert select_initial([("shard-00000", 0), ("shard-00001", 2), ("shard-00002", 0)]) == ["shard-00000",
                                                                                            "shard-00002"]
     assert select_initial([("shard-00000", 1)]) == []
+    assert select_initial([("shard-00000", 0), ("shard-00001", 0)], frozenset({"shard-00000"})) == ["shard-00001"]

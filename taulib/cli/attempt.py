@@ -34,12 +34,12 @@ def run_cmd(run_dir: str, submission_id: str, no_winner: bool) -> None:
     import os
     import signal
 
-    from taulib.lifecycle import attempt
+    from taulib.lifecycle import attempt, client
     from taulib.errors import CheckFailed
 
     try:
         summary = attempt.run_task(run_dir, submission_id, publish_winner=not no_winner)
-    except attempt.Interrupted as exc:  # end by the signal that stopped the allocation, as the client did
+    except client.Interrupted as exc:  # end by the signal that stopped the allocation, as the client did
         signal.signal(exc.signum, signal.SIG_DFL)
         os.kill(os.getpid(), exc.signum)
         raise

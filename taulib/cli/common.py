@@ -49,6 +49,15 @@ def emit(obj: object) -> None:
         raise StdoutClosed() from None
 
 
+def emit_bytes(data: bytes) -> None:
+    """Write raw bytes on stdout (an attempt's output), flushed."""
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise StdoutClosed() from None
+
+
 def emit_text(text: str) -> None:
     try:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -129,6 +138,30 @@ def command(name: str, summary: str, example: str, **settings) -> Callable[[Call
         return cmd
 
     return wrap
+
+
+def watch(read: Callable[[], dict], render: Callable[[dict], str], done: Callable[[dict], bool],
+          interval: float, what: str) -> None:
+    """Render `read()` again whenever it changes (the screen cleared on a terminal), until `done(doc)`; a source
+    that does not answer (Unavailable) is shown and asked again. Ends with 130 on Ctrl-C, like any command."""
+    import time
+
+    from taulib.errors import Unavailable
+
+    tty = sys.stdout.isatty()
+    shown = None
+    while True:
+        try:
+            doc = read()
+            text, finished = render(doc), done(doc)
+        except Unavailable as exc:
+            text, finished = f"cannot read {what}: {exc.message}\n", False
+        if text != shown:
+            emit_text(("\x1b[H\x1b[2J" if tty else "" if shown is None else "\n") + text.rstrip("\n"))
+            shown = text
+        if finished:
+            return
+        time.sleep(interval)
 
 
 def output_option(func: Callable) -> Callable:

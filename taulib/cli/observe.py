@@ -50,7 +50,10 @@ def cli(run_dir: str | None, workload: str | None, namespace: str | None, output
     from taulib.k8s import observe, render
 
     if watch:
-        _watch(lambda: observe.observe(workload, namespace, timeout=timeout), render.snapshot, interval)
+        from taulib.k8s import status
+
+        common.watch(lambda: observe.observe(workload, namespace, timeout=timeout), render.snapshot,
+                     lambda doc: doc["state"] in status.TERMINAL, interval, "the workload")
     elif output == "table":
         common.emit_text(render.snapshot(observe.observe(workload, namespace, timeout=timeout)))
     else:
@@ -76,30 +79,6 @@ def _validated(doc: dict) -> dict:
 
     schema.validate(doc, "workload-status", "the workload status snapshot")
     return doc
-
-
-def _watch(read, render, interval: float) -> None:
-    """Re-render on change until a terminal state; an API server that does not answer is shown and retried."""
-    import sys
-    import time
-
-    from taulib.errors import Unavailable
-    from taulib.k8s import status
-
-    tty = sys.stdout.isatty()
-    shown = None
-    while True:
-        try:
-            doc = read()
-            text, done = render(doc), doc["state"] in status.TERMINAL
-        except Unavailable as exc:
-            text, done = f"cannot read the workload: {exc.message}\n", False
-        if text != shown:
-            common.emit_text(("\x1b[H\x1b[2J" if tty else "" if shown is None else "\n") + text.rstrip("\n"))
-            shown = text
-        if done:
-            return
-        time.sleep(interval)
 
 
 main = common.main_for("tau-observe", cli)

@@ -16,9 +16,15 @@ tau-observe runs/demo | tau-reconcile runs/demo | jq -r '.shards[] | select(.sta
 @common.run_dir_argument
 @common.output_option
 def cli(run_dir: str, output: str) -> None:
+    import sys
+
+    from taulib.errors import UsageError
     from taulib.lifecycle import reconcile
     from taulib.rundir.run import Run
 
+    if sys.stdin is not None and sys.stdin.isatty():
+        raise UsageError("tau-reconcile applies the output of tau-observe, on standard input: tau-observe RUN | "
+                         "tau-reconcile RUN (for the status without changing anything: tau-status RUN)")
     doc = reconcile.validate_document(common.read_stdin_json("observations on standard input"))
     with Run(run_dir) as run:
         status = reconcile.apply(run, doc)

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from taulib import jsonio
 from taulib.errors import CheckFailed, Conflict
 from taulib.lifecycle import winner as winner_chain
+from taulib.rules import fields
 from taulib.rundir import layout
 
 
@@ -44,11 +45,25 @@ def validate(run) -> list[Winner]:
                           shards=missing[:100])
     digests = {w.manifest["schema_digest"] for w in out}
     if len(digests) > 1:
-        raise CheckFailed("the winners have incompatible schemas; refusing to collect")
+        first = out[0].manifest["schema_digest"]
+        raise CheckFailed(schema_refusal(out), shards=[w.shard_id for w in out if w.manifest["schema_digest"] != first])
     total = sum(w.manifest["actual_records"] for w in out)
     if total != run.plan["records"]:
         raise CheckFailed(f"the winners hold {total} records; the plan asks for {run.plan['records']}")
     return out
+
+
+def schema_refusal(winners: list[Winner]) -> str:
+    """Which winners have other columns than the first one, and how (for runs made before the output schema was
+    fixed at the first candidate)."""
+    first = winners[0]
+    others = [w for w in winners if w.manifest["schema_digest"] != first.manifest["schema_digest"]]
+    shown = ", ".join(w.shard_id for w in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    text = f"the winners have incompatible schemas: {shown} differ from {first.shard_id}"
+    if "fields" in first.manifest and "fields" in others[0].manifest:
+        found = fields.differences(first.manifest["fields"], others[0].manifest["fields"], f"{first.shard_id}'s")
+        text += f" ({others[0].shard_id}: {fields.describe(found)})"
+    return text + "; refusing to collect"
 
 
 def check_unchanged(plan: dict, winners: list[Winner]) -> None:

@@ -16,7 +16,10 @@ import hashlib
 import os
 import re
 
+from taulib import jsonio
 from taulib.errors import BadInput, Conflict
+from taulib.rules import fields as rules_fields
+from taulib.rundir import layout, locks
 
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.parquet$")
 CHUNK = 1 << 20
@@ -39,7 +42,8 @@ def _hash_fd(fd: int) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def _parquet_facts(fd: int, shown: str) -> tuple[int, str]:
+def _parquet_facts(fd: int, shown: str) -> tuple[int, str, list[dict]]:
+    """(rows, schema digest, fields) of a Parquet file."""
     import pyarrow.parquet as pq
 
     os.lseek(fd, 0, os.SEEK_SET)
@@ -48,14 +52,17 @@ def _parquet_facts(fd: int, shown: str) -> tuple[int, str]:
             meta = pq.ParquetFile(fh).metadata
         except Exception as exc:  # pyarrow raises ArrowInvalid / OSError for a file that is not Parquet
             raise BadInput(f"{shown} is not a readable Parquet file: {exc}", path=shown) from None
-        return meta.num_rows, schema_digest(meta.schema.to_arrow_schema())
+        arrow = meta.schema.to_arrow_schema()
+        return meta.num_rows, schema_digest(arrow), [{"name": f.name, "type": str(f.type)} for f in arrow]
 
 
-def describe(run_dir, dataset_rel: str) -> tuple[list[dict], str | None]:
-    """Files of a dataset folder as manifest entries, and their common schema digest (None when empty)."""
+def describe(run_dir, dataset_rel: str) -> tuple[list[dict], str | None, list[dict] | None]:
+    """Files of a dataset folder as manifest entries, their common schema digest and their fields (None, None when
+    the folder is empty)."""
     entries = run_dir.scan(dataset_rel)
     files = []
     digests = set()
+    fields = None
     for name, kind in entries:
         shown = f"{dataset_rel}/{name}"
         if kind != "file" or not _PART.match(name):
@@ -65,14 +72,14 @@ def describe(run_dir, dataset_rel: str) -> tuple[list[dict], str | None]:
         try:
             os.fchmod(fd, 0o600)  # a candidate is as private as the run's records, whatever the client's umask
             size, sha = _hash_fd(fd)
-            rows, digest = _parquet_facts(fd, shown)
+            rows, digest, fields = _parquet_facts(fd, shown)
         finally:
             os.close(fd)
         files.append({"path": name, "size": size, "sha256": sha, "rows": rows})
         digests.add(digest)
     if len(digests) > 1:
         raise BadInput(f"dataset {dataset_rel!r} mixes Parquet files of different schemas", path=dataset_rel)
-    return files, (digests.pop() if digests else None)
+    return files, (digests.pop() if digests else None), fields
 
 
 def verify(run_dir, manifest: dict) -> None:
@@ -93,10 +100,41 @@ def verify(run_dir, manifest: dict) -> None:
                 raise Conflict(f"{shown} changed after it was recorded (size {size}, expected {entry['size']}; "
                                "sha256 differs)" if size != entry["size"] else
                                f"{shown} changed after it was recorded (sha256 differs)", path=shown)
-            rows, digest = _parquet_facts(fd, shown)
+            rows, digest, _ = _parquet_facts(fd, shown)
         finally:
             os.close(fd)
         if rows != entry["rows"]:
             raise Conflict(f"{shown} has {rows} rows, its manifest says {entry['rows']}", path=shown)
         if digest != manifest["schema_digest"]:
             raise Conflict(f"{shown} has a schema other than the manifest's", path=shown)
+
+
+def run_schema(run) -> dict | None:
+    """The run's output schema record (schema.json), or None until it is fixed."""
+    return run.dir.read(layout.SCHEMA, "tau.output-schema")
+
+
+def fix_schema(run, fields: list[dict], fixed_by: dict | None) -> dict:
+    """Record the run's output schema once (immutable; the first to publish it fixes it) and return the record that
+    stands, which may be another's."""
+    record = {"kind": "tau.output-schema", "schema_version": 1, "run_id": run.run_id, "fields": fields,
+              "fixed_by": fixed_by, "fixed_at": jsonio.now_rfc3339()}
+    with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "root"):
+        existing = run_schema(run)
+        if existing is not None:
+            return existing
+        run.dir.publish(layout.SCHEMA, record)
+        return record
+
+
+def schema_problem(run, sid: str, aid: str, fields: list[dict]) -> str | None:
+    """Why a complete candidate's columns cannot join the run's (naming the fields that differ), or None. The first
+    complete candidate of a run without a declared schema fixes it."""
+    record = run_schema(run) or fix_schema(run, fields, {"shard_id": sid, "attempt_id": aid})
+    found = rules_fields.differences(record["fields"], fields)
+    if not found:
+        return None
+    source = ("the plan" if record["fixed_by"] is None
+              else f"{record['fixed_by']['shard_id']}/{record['fixed_by']['attempt_id']}")
+    return (f"the client wrote columns other than the run's output schema (fixed by {source}): "
+            f"{rules_fields.describe(found)}")

@@ -2,7 +2,10 @@
 
 Reads: the plan request (validated against `plan-request`). Writes: plan.json, shards/*/shard.json, and run.json
 last, so a run exists exactly when run.json does.
-Promises: the resolved plan is a pure function of the request and the run id (no clock, no machine facts);
+Promises: the resolved plan is a pure function of the request and the run id (no clock, no machine facts); the
+pre-flight resolves the client's program once (an absolute path of an executable file) and records it in run.json
+with the PATH and the folder tau-init ran with, so every attempt runs the same program in the same environment,
+whoever submits it from wherever; a program that is missing or not executable is refused before the run exists;
 identical re-creation is a no-op, a different plan for an existing run is a conflict (73); a crash at any step
 leaves no run.json, and running tau-init again finishes the job. A folder that holds anything but a tau run is
 refused.
@@ -13,17 +16,15 @@ from __future__ import annotations
 import os
 import re
 
-from taulib import __version__, failpoints, jsonio, schema
-from taulib.errors import BadInput, Conflict, UsageError
+from taulib import __version__, env, failpoints, jsonio, schema
+from taulib.errors import BadInput, Conflict, NotFound, UsageError
+from taulib.rules import plan as defaults
 from taulib.rules.plan import shard_count, shard_range
 from taulib.rundir import layout, locks
 from taulib.rundir.records import RunDir
-
-DEFAULT_WINDOW = 300
-DEFAULT_MAX_PARALLEL = 4
-DEFAULT_ROWS_PER_PARTITION = 1_000_000
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
-_RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards", "submissions", "collections", "index", "bundles"}
+_RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards", "submissions", "collections", "index", "bundles",
+                "cancel.json", "schema.json"}
 
 
 def resolve_plan(request: dict, run_id: str) -> dict:
@@ -49,23 +50,61 @@ def resolve_plan(request: dict, run_id: str) -> dict:
         "resume": request.get("resume", "never"),
         "scheduler": {
             "profile": sched["profile"],
-            "local": {"max_parallel": sched.get("local", {}).get("max_parallel", DEFAULT_MAX_PARALLEL)},
+            "local": {"max_parallel": sched.get("local", {}).get("max_parallel", defaults.MAX_PARALLEL)},
             "slurm": dict(sched.get("slurm", {})),
         },
         "output": {"format": output.get("format", "parquet"),
-                   "rows_per_partition": output.get("rows_per_partition", DEFAULT_ROWS_PER_PARTITION)},
-        "windows": {key: windows.get(key, DEFAULT_WINDOW) for key in
-                    ("accounting_lag_seconds", "preemption_seconds", "submission_visibility_seconds")},
+                   "rows_per_partition": output.get("rows_per_partition", defaults.ROWS_PER_PARTITION),
+                   "schema": [dict(field) for field in output["schema"]] if "schema" in output else None},
+        "windows": {key: windows.get(key, default) for key, default in defaults.WINDOWS.items()},
         "collection": {"allowed_roots": [os.path.normpath(p) for p in
                                          request.get("collection", {}).get("allowed_roots", [])]},
         "env": dict(request.get("env", {})),
+        "inherit_env": list(request.get("inherit_env", [])),
+        "retry": dict(defaults.RETRY, **request.get("retry", {})),
     }
+    _check_environment(plan)
     schema.validate(plan, "plan")
     if plan["scheduler"]["profile"] == "slurm" or plan["scheduler"]["slurm"]:
         from taulib.slurm import script
 
         script.validate_profile(plan["scheduler"]["slurm"])
     return plan
+
+
+def _check_environment(plan: dict) -> None:
+    """A variable is set by the plan or inherited, never both; PATH is fixed at tau-init and TAU_* are tau's."""
+    both = sorted(set(plan["env"]) & set(plan["inherit_env"]))
+    if both:
+        raise BadInput(f"plan on standard input both sets and inherits {both[0]!r}; give it in env or in "
+                       "inherit_env, not both")
+    for name in [*plan["env"], *plan["inherit_env"]]:
+        if name == "PATH" or name.startswith("TAU_"):
+            raise BadInput(f"plan on standard input names {name!r}, which tau sets itself: PATH is fixed when the "
+                           "run is created and TAU_* variables are tau's")
+
+
+def resolve_program(program: str, cwd: str, path: str) -> str:
+    """The pre-flight: the absolute path of the client's program (`command[0]`): a path with a `/` is taken
+    relative to `cwd`, a bare name is looked up in `path`. It must be an executable regular file: NotFound (66)
+    when it does not exist, BadInput (65) when it is not an executable file."""
+    if "/" in program:
+        candidate = os.path.normpath(os.path.join(cwd, program))
+    else:
+        found = [os.path.join(d or ".", program) for d in path.split(os.pathsep)]
+        found = [f for f in found if os.path.isfile(f) and os.access(f, os.X_OK)]
+        if not found:
+            raise NotFound(f"the client program {program!r} is not on PATH; give its path, or run tau-init with it on "
+                           "PATH", program=program)
+        candidate = os.path.normpath(os.path.join(cwd, found[0]))
+    if not os.path.exists(candidate):
+        raise NotFound(f"the client program {candidate!r} does not exist", program=candidate)
+    if not os.path.isfile(candidate):
+        raise BadInput(f"the client program {candidate!r} is not a regular file", program=candidate)
+    if not os.access(candidate, os.X_OK):
+        raise BadInput(f"the client program {candidate!r} is not executable (chmod +x it, or name its "
+                       "interpreter first)", program=candidate)
+    return candidate
 
 
 def run_id_for(run_dir: str) -> str:
@@ -75,11 +114,14 @@ def run_id_for(run_dir: str) -> str:
     return name
 
 
-def init(run_dir: str, request: object) -> dict:
+def init(run_dir: str, request: object, environ: dict | None = None) -> dict:
     if not isinstance(request, dict):
         raise BadInput("plan on standard input must be a JSON object")
     run_id = run_id_for(run_dir)
     plan = resolve_plan(request, run_id)
+    cwd = os.getcwd()
+    path = (environ if environ is not None else env.current()).get("PATH", os.defpath)
+    environment = {"program": resolve_program(plan["command"][0], cwd, path), "path": path, "cwd": cwd}
     if plan["scheduler"]["profile"] == "slurm":
         from taulib.slurm import script
 
@@ -105,10 +147,14 @@ def init(run_dir: str, request: object) -> dict:
             run.publish(layout.shard_record(sid), {
                 "kind": "tau.shard", "schema_version": 1, "run_id": run_id, "shard_id": sid, "index": index,
                 "record_start": start, "record_end": end})
+        if plan["output"]["schema"] is not None:  # declared: every candidate must have exactly these columns
+            run.publish(layout.SCHEMA, {"kind": "tau.output-schema", "schema_version": 1, "run_id": run_id,
+                                        "fields": plan["output"]["schema"], "fixed_by": None,
+                                        "fixed_at": jsonio.now_rfc3339()})
         failpoints.hit("init.shards_written")
         record = {"kind": "tau.run", "schema_version": 1, "run_id": run_id, "created_at": jsonio.now_rfc3339(),
                   "plan": {"path": layout.PLAN, "sha256": plan_sha}, "shard_count": plan["shard_count"],
-                  "tau_version": __version__}
+                  "tau_version": __version__, "environment": environment}
         run.publish(layout.RUN, record)
         return _summary(run, record, plan, created=True)
 
@@ -128,4 +174,5 @@ def _refuse_foreign_directory(run_dir: str) -> None:
 def _summary(run: RunDir, record: dict, plan: dict, created: bool) -> dict:
     return {"run_id": record["run_id"], "run_dir": run.path, "created": created,
             "plan_sha256": record["plan"]["sha256"], "records": plan["records"],
-            "shard_count": plan["shard_count"], "scheduler": plan["scheduler"]["profile"]}
+            "shard_count": plan["shard_count"], "scheduler": plan["scheduler"]["profile"],
+            "program": (record.get("environment") or {}).get("program")}

@@ -15,6 +15,7 @@ from taulib.errors import BadInput, NotFound
 from taulib.rules import evidence as evidence_rules
 from taulib.rules.attempt import effective_attempt, terminal_classification
 from taulib.rundir import layout, locks, state
+from taulib.rundir.status import run_status
 
 
 def validate_document(doc: object) -> dict:
@@ -29,8 +30,7 @@ def apply(run, doc: dict) -> dict:
     if doc["run_id"] != run.run_id:
         raise BadInput(f"observations on standard input are for run {doc['run_id']!r}, not {run.run_id!r}")
     observed_at = jsonio.parse_time(doc["observed_at"])
-    queue_ok = doc["sources"]["queue"] == "observed"
-    accounting_ok = doc["sources"]["accounting"] == "observed"
+    seen = seen_of(doc)
     seen_by_shard: dict[str, list[dict]] = {}
     for view in doc["attempts"]:
         try:
@@ -46,14 +46,32 @@ def apply(run, doc: dict) -> dict:
         for sid in sorted(seen_by_shard):
             with locks.hold(run.dir, locks.shard_lock_name(sid)):
                 for view in seen_by_shard[sid]:
-                    seen = evidence_rules.Seen(observed_at, view["queue"], view["accounting"], queue_ok,
-                                               accounting_ok)
-                    change = _apply_one(run, view, seen)
+                    change = _apply_one(run, view, seen[(sid, view["attempt_id"])][1])
                     if change:
                         changes.append(change)
-        status = state.run_status(run, sources=doc["sources"], update_index=True)
+        status = run_status(run, sources=doc["sources"], update_index=True, now=observed_at)
     status["changes"] = changes
     return status
+
+
+def seen_of(doc: dict) -> dict:
+    """The `Seen` of every attempt a validated document names, {(shard id, attempt id): (view, Seen)}."""
+    observed_at = jsonio.parse_time(doc["observed_at"])
+    queue_ok = doc["sources"]["queue"] == "observed"
+    accounting_ok = doc["sources"]["accounting"] == "observed"
+    return {(v["shard_id"], v["attempt_id"]): (v, evidence_rules.Seen(observed_at, v["queue"], v["accounting"],
+                                                                      queue_ok, accounting_ok))
+            for v in doc["attempts"]}
+
+
+def next_for(run, view: dict, seen: evidence_rules.Seen):
+    """(attempt record, persisted observation record, its evidence, rule, new evidence) for one attempt."""
+    sid, aid = view["shard_id"], view["attempt_id"]
+    attempt = _recorded_attempt(run, view)
+    prev_record = run.dir.read(layout.attempt_file(sid, aid, "observation.json"), "tau.observation")
+    prev = state.evidence_from_record(prev_record)
+    rule, new = evidence_rules.next_evidence(prev, seen, attempt["windows"])
+    return attempt, prev_record, prev, rule, new
 
 
 def _recorded_attempt(run, view: dict) -> dict:
@@ -70,11 +88,8 @@ def _recorded_attempt(run, view: dict) -> dict:
 
 def _apply_one(run, view: dict, seen: evidence_rules.Seen) -> dict | None:
     sid, aid = view["shard_id"], view["attempt_id"]
-    attempt = _recorded_attempt(run, view)
     obs_rel = layout.attempt_file(sid, aid, "observation.json")
-    prev_record = run.dir.read(obs_rel, "tau.observation")
-    prev = state.evidence_from_record(prev_record)
-    rule, new = evidence_rules.next_evidence(prev, seen, attempt["windows"])
+    attempt, prev_record, prev, rule, new = next_for(run, view, seen)
     if new is None:
         return None
     change = None

@@ -13,33 +13,46 @@ from __future__ import annotations
 from taulib.lifecycle import submission
 from taulib.rules.retry import ShardFacts, select_initial, select_retry
 from taulib.rundir import state
+from taulib.rundir.status import run_status
 
 
 def retry(run, explicit: list[str] | None = None) -> dict:
+    """Submit the retryable shards (or, with `explicit`, these shards, granting exhausted ones one attempt more).
+    The result says why nothing was submitted when the run is past its failure budget (`stopped`)."""
     wanted = None
     if explicit:
         for sid in explicit:
             run.check_shard(sid)
-        wanted = sorted(set(explicit))
+        wanted = set(explicit)
+    stopped = None
 
-    def select(run_) -> tuple[list[str], list[dict]]:
-        facts = []
-        for sid in wanted if wanted is not None else state.unsealed_shards(run_):
-            view = state.shard_view(run_, sid)
-            facts.append(ShardFacts(sid, view.state, view.reason))
-        return select_retry(facts, explicit=wanted is not None)
+    def select(run_) -> tuple[list[str], list[dict], list[str]]:
+        nonlocal stopped
+        status = run_status(run_)
+        stopped = status["budget"]["stopped"]
+        facts = [ShardFacts(s["id"], s["state"], s["reason"]) for s in status["shards"]
+                 if wanted is None or s["id"] in wanted]
+        return select_retry(facts, explicit=wanted is not None, stopped=stopped)
 
     result = submission.submit(run, "retry", select)
     result["run_id"] = run.run_id
+    result["stopped"] = stopped
     return result
 
 
 def initial(run) -> dict:
-    """tau-submit: the first attempt of every shard that has none."""
+    """tau-submit: the first attempt of every shard that has none and is not cancelled."""
 
-    def select(run_) -> tuple[list[str], list[dict]]:
-        return select_initial([(sid, len(state.attempt_ids(run_, sid))) for sid in run_.shard_ids()]), []
+    def select(run_) -> tuple[list[str], list[dict], list[str]]:
+        whole_run = state.run_cancel(run_)
+        counts = [(sid, len(state.attempt_ids(run_, sid))) for sid in run_.shard_ids()]
+        if whole_run is not None:
+            return [], [], []
+        cancelled = frozenset(sid for sid, count in counts if count == 0
+                              and state.cancellation(run_, sid, None) is not None)
+        return select_initial(counts, cancelled), [], []
 
     result = submission.submit(run, "initial", select)
     result["run_id"] = run.run_id
+    result["stopped"] = None
     return result

@@ -26,8 +26,9 @@ from __future__ import annotations
 import os
 import sys
 
-from taulib import failpoints, jsonio
-from taulib.errors import Busy, Conflict
+from taulib import env, failpoints, jsonio
+from taulib.errors import BadInput, Busy, Conflict
+from taulib.rules import environment as environment_rules
 from taulib.rules import journal as journal_rules
 from taulib.rundir import layout, locks, state
 from taulib.rundir.journal import SUBMISSIONS, Journal, job_name
@@ -38,8 +39,9 @@ def journal(run) -> Journal:
 
 
 def submit(run, purpose: str, select) -> dict:
-    """Create and hand off a submission for the shards `select(run)` returns (each gets its next attempt), or,
-    for the initial submission of a run already submitted, report it.
+    """Create and hand off a submission for the shards `select(run)` returns ((shard ids, skipped, granted): each
+    gets its next attempt; a granted one is recorded as such), or, for the initial submission of a run already
+    submitted, report it.
 
     `select` runs under the submit lock, so concurrent callers see each other's attempts and converge.
     """
@@ -51,15 +53,17 @@ def submit(run, purpose: str, select) -> dict:
                 if plan["purpose"] == "initial" and status is not None and status["state"] == "submitted":
                     _ensure_supervisor(run, plan)
                     return dict(_summary(plan, status, created=False), skipped=[])
-        shard_ids, skipped = select(run)
+        shard_ids, skipped, granted = select(run)
         if not shard_ids:
             return {"submission_id": None, "skipped": skipped, "purpose": purpose, "job_id": None,
                     "created": False, "tasks": []}
+        _check_inherited(run)
         tasks = []
         for sid in shard_ids:
             ordinal = len(state.attempt_ids(run, sid)) + 1
-            tasks.append({"shard_id": sid, "attempt_id": layout.attempt_id(ordinal), "ordinal": ordinal,
-                          "task_index": layout.shard_index(sid)})
+            task = {"shard_id": sid, "attempt_id": layout.attempt_id(ordinal), "ordinal": ordinal,
+                    "task_index": layout.shard_index(sid)}
+            tasks.append(dict(task, granted=True) if sid in granted else task)
         sub_id = book.next_id()
         plan = {"kind": "tau.submission-plan", "schema_version": 1, "run_id": run.run_id,
                 "submission_id": sub_id, "purpose": purpose, "plan_sha256": run.plan_sha256,
@@ -164,7 +168,19 @@ def _ensure_supervisor(run, plan: dict) -> None:
             run.dir.exists(layout.local_task(sub_id, t["task_index"])) for t in plan["tasks"]):
         from taulib.local import supervisor
 
+        _check_inherited(run)
+
         supervisor.spawn(run, sub_id)
+
+
+def _check_inherited(run) -> None:
+    """The variables the plan inherits must be in this process's environment, which the allocations get: a
+    submission without them is refused rather than run differently (a retry from cron, say)."""
+    missing = environment_rules.missing_inherited(run.plan["inherit_env"], env.current())
+    if missing:
+        raise BadInput(f"the plan inherits {', '.join(missing)} from the environment of the process that submits, "
+                       "and this one lacks it; set it (export NAME=...) and submit again",
+                       missing=missing)
 
 
 def _summary(plan: dict, status: dict, created: bool) -> dict:

@@ -29,6 +29,9 @@ def observe(run, attempts: list[dict]) -> list[dict]:
         elif task["state"] == "running":
             if alive(task["pid"], task["start_ticks"]):
                 queue = {"state": "running", "raw": "RUNNING", "exit_code": None, "reason": None}
+        elif task["state"] == "skipped":
+            accounting = {"state": "cancelled", "raw": "CANCELLED", "exit_code": None,
+                          "reason": "never started: its shard was cancelled"}
         else:
             accounting = finished(task)
         out.append({"shard_id": attempt["shard_id"], "attempt_id": attempt["attempt_id"], "scheduler": sched,

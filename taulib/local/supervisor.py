@@ -17,8 +17,8 @@ import time
 
 from taulib import env, jsonio
 from taulib.errors import Busy
-from taulib.local.proc import process_start_ticks
-from taulib.rundir import layout, locks
+from taulib.local.proc import alive, process_start_ticks
+from taulib.rundir import layout, locks, state
 
 STARTUP_WAIT = 5.0
 
@@ -93,6 +93,9 @@ def _supervise(run, sub: dict, max_parallel: int) -> int:
             _reap(run, running, block=True)
         if stopping["signal"] is not None:
             break
+        if _cancelled(run, task["shard_id"]):
+            _skip(run, sid, index)
+            continue
         pid = _start_task(run, sub, index)
         running[pid] = (index, record_rel)
         ticks = process_start_ticks(pid) or 0
@@ -102,7 +105,50 @@ def _supervise(run, sub: dict, max_parallel: int) -> int:
             "started_at": jsonio.now_rfc3339(), "finished_at": None, "exit_code": None, "signal": None})
     while running:
         _reap(run, running, block=True)
+    for task in queue:  # stopped (a cancelled run): what never started says so, so that it is not awaited
+        if not run.dir.exists(layout.local_task(sid, task["task_index"])) and _cancelled(run, task["shard_id"]):
+            _skip(run, sid, task["task_index"])
     return 0
+
+
+def _cancelled(run, shard_id: str) -> bool:
+    return state.cancellation(run, shard_id, state.run_cancel(run)) is not None
+
+
+def _skip(run, submission_id: str, index: int) -> None:
+    """The record of a task never started because its shard was cancelled."""
+    now = jsonio.now_rfc3339()
+    run.dir.replace(layout.local_task(submission_id, index), {
+        "kind": "tau.local-task", "schema_version": 1, "run_id": run.run_id, "submission_id": submission_id,
+        "task_index": index, "revision": 1, "state": "skipped", "pid": 0, "start_ticks": 0, "started_at": now,
+        "finished_at": now, "exit_code": None, "signal": int(signal.SIGTERM)})
+
+
+def stop(run, attempts: list[dict], whole_run: bool) -> list[dict]:
+    """Stop the live local attempts: SIGTERM to the process group of each one's task (tau-attempt passes it on to
+    the client), and with `whole_run` to the supervisors of their submissions too (they stop starting tasks).
+    Only processes tau recorded, known by pid and start time, are signalled. Returns the attempts signalled."""
+    stopped = []
+    supervisors = set()
+    for attempt in attempts:
+        sub, index = attempt["scheduler"]["job_id"], attempt["scheduler"]["task_index"]
+        supervisors.add(sub)
+        task = run.dir.read(layout.local_task(sub, index), "tau.local-task")
+        if task is not None and task["state"] == "running" and alive(task["pid"], task["start_ticks"]):
+            try:
+                os.killpg(task["pid"], signal.SIGTERM)
+                stopped.append(attempt)
+            except ProcessLookupError:
+                pass
+    if whole_run:
+        for sub in sorted(supervisors):
+            record = run.dir.read(layout.local_supervisor(sub), "tau.local-supervisor")
+            if record is not None and alive(record["pid"], record["start_ticks"]):
+                try:
+                    os.kill(record["pid"], signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+    return stopped
 
 
 def _start_task(run, sub: dict, index: int) -> int:

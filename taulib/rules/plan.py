@@ -22,3 +22,20 @@ def shard_range(plan: dict, index: int) -> tuple[int, int]:
     if size is None:
         return index * records // count, (index + 1) * records // count
     return index * size, min((index + 1) * size, records)
+
+
+# The plan's defaults: what tau-init fills in, and what a plan written before a field existed is read with.
+WINDOWS = {"accounting_lag_seconds": 300, "preemption_seconds": 300, "submission_visibility_seconds": 300,
+           "heartbeat_seconds": 60, "stall_seconds": 900}
+RETRY = {"max_attempts": 3, "max_failed_attempts": 10, "max_failed_fraction": 0.1}
+MAX_PARALLEL = 4
+ROWS_PER_PARTITION = 1_000_000
+
+
+def with_defaults(plan: dict) -> dict:
+    """The plan as tau reads it: fields added after a plan was written take their defaults (a documented mapping:
+    tau-run(5) "The plan"). A plan that has every field is returned as it is."""
+    if "retry" in plan and "inherit_env" in plan and "stall_seconds" in plan["windows"] and "schema" in plan["output"]:
+        return plan
+    return dict(plan, retry=dict(RETRY, **plan.get("retry", {})), inherit_env=list(plan.get("inherit_env", [])),
+                windows=dict(WINDOWS, **plan["windows"]), output=dict({"schema": None}, **plan["output"]))

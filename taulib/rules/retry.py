@@ -1,7 +1,8 @@
 """Retry selection (SPEC 6): which shards get a new attempt. Pure (tests/test_rules_retry.py).
 
-A shard is retryable when it has no winner and its newest attempt's verdict is failed or unknown (`RETRYABLE`):
-a sealed shard is never touched, a live one never doubled. The first submission gives an attempt to every shard
+A shard is retryable when it has no winner, is not cancelled, and its newest attempt's verdict is failed or
+unknown (`RETRYABLE`) with attempts left in its budget (`rules.budget`): a sealed shard is never touched, a live one
+never doubled, a cancelled one never started again. The first submission gives an attempt to every shard
 that has none. The caller feeds the states it read from the run's records under the submit lock, so concurrent
 callers see each other's attempts and converge.
 """
@@ -19,19 +20,27 @@ class ShardFacts(NamedTuple):
     reason: str
 
 
-def select_retry(shards: list[ShardFacts], explicit: bool) -> tuple[list[str], list[dict]]:
-    """(shard ids to retry, skipped). With `explicit` (the caller named these shards), each shard that is not
-    retryable is reported as skipped with its state and why; otherwise it is simply left alone."""
-    chosen, skipped = [], []
+def select_retry(shards: list[ShardFacts], explicit: bool, stopped: str | None = None
+                 ) -> tuple[list[str], list[dict], list[str]]:
+    """(shard ids to retry, skipped, granted). Without `explicit`, every retryable shard, or none when the run is
+    past its failure budget (`stopped` says why). With `explicit` (a person named these shards), each retryable
+    shard, and each exhausted one as a grant of one more attempt, whatever the run's budget; each other shard is
+    reported as skipped with its state and why."""
+    if stopped is not None and not explicit:
+        return [], [], []
+    chosen, skipped, granted = [], [], []
     for shard in shards:
         if shard.state in RETRYABLE:
             chosen.append(shard.shard_id)
+        elif explicit and shard.state == "exhausted":
+            chosen.append(shard.shard_id)
+            granted.append(shard.shard_id)
         elif explicit:
             skipped.append({"shard_id": shard.shard_id, "state": shard.state,
                             "reason": "not retryable: " + shard.reason})
-    return chosen, skipped
+    return chosen, skipped, granted
 
 
-def select_initial(attempt_counts: list[tuple[str, int]]) -> list[str]:
-    """The shards (of (shard id, number of attempts)) that have no attempt yet, in order."""
-    return [sid for sid, count in attempt_counts if count == 0]
+def select_initial(attempt_counts: list[tuple[str, int]], cancelled: frozenset[str] = frozenset()) -> list[str]:
+    """The shards (of (shard id, number of attempts)) that have no attempt yet and are not cancelled, in order."""
+    return [sid for sid, count in attempt_counts if count == 0 and sid not in cancelled]

@@ -23,30 +23,43 @@ REL = "index/sealed.json"
 
 def load(run) -> list[int]:
     """Winning ordinal per shard index (0: not sealed)."""
+    return load_all(run)[0]
+
+
+def load_all(run) -> tuple[list[int], list[int | None]]:
+    """(winning ordinal, seconds the winning attempt ran) per shard index; (0, None) when not sealed, None for a
+    duration tau does not know (an index written before durations were kept)."""
     record = run.dir.read(REL, "tau.sealed-index")
+    empty = ([0] * run.shard_count, [None] * run.shard_count)
     if record is None or record["shard_count"] != run.shard_count:
-        return [0] * run.shard_count
+        return empty
     values = [int(v) for v in record["ordinals"].split(",")] if record["ordinals"] else []
     if len(values) != run.shard_count:
-        return [0] * run.shard_count
-    return values
+        return empty
+    durations: list[int | None] = [None] * run.shard_count
+    text = record.get("durations")
+    if text is not None and text.count(",") == run.shard_count - 1:
+        durations = [int(v) if v else None for v in text.split(",")]
+    return values, durations
 
 
-def add(run, sealed: dict[int, int]) -> None:
-    """Record newly sealed shards {shard index: winning ordinal} (caller holds the run lock)."""
+def add(run, sealed: dict[int, tuple[int, int | None]]) -> None:
+    """Record newly sealed shards {shard index: (winning ordinal, seconds it ran)} (caller holds the run lock)."""
     if not sealed:
         return
     with locks.hold(run.dir, "index"):
         record = run.dir.read(REL, "tau.sealed-index")
-        values = load(run)
+        values, durations = load_all(run)
         changed = False
-        for index, ordinal in sealed.items():
+        for index, (ordinal, seconds) in sealed.items():
             if values[index] == 0:
                 values[index] = ordinal
+                durations[index] = seconds
                 changed = True
         if not changed:
             return
         run.dir.replace(REL, {
             "kind": "tau.sealed-index", "schema_version": 1, "run_id": run.run_id, "shard_count": run.shard_count,
             "revision": 1 if record is None else record["revision"] + 1, "updated_at": jsonio.now_rfc3339(),
-            "ordinals": ",".join(map(str, values))})
+            "ordinals": ",".join(map(str, values)),
+            "durations": ",".join("" if d is None else str(d) for d in durations)})

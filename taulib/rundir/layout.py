@@ -2,12 +2,13 @@
 
 RUN/
   run.json  plan.json                              run.json is published last by tau-init: its presence = the run exists
+  cancel.json  schema.json                         the run's cancellation (tau-cancel), its output schema (first winner)
   locks/{run,submit,collect,index,shard-NNNNN,resume-shard-NNNNN,local-submission-NNNN}.lock
   index/sealed.json                                the sealed-shard index (a cache of winners, see rundir.index)
   shards/shard-NNNNN/
-    shard.json  winner.json  dataset/              (dataset/ only for resume "always")
+    shard.json  winner.json  cancel.json  dataset/ (dataset/ only for resume "always")
     attempts/attempt-NNNN/
-      attempt.json readiness.json observation.json result.json manifest.json client.log dataset/
+      attempt.json readiness.json observation.json result.json manifest.json client.log progress dataset/
   submissions/submission-NNNN/
     plan.json status.json job.sh slurm-JOB_TASK.out       (job.sh and its output under Slurm only)
     local/supervisor.json local/supervisor.log     (local executor only)
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 RUN = "run.json"
 PLAN = "plan.json"
+CANCEL = "cancel.json"
+SCHEMA = "schema.json"
 
 
 def shard_id(index: int) -> str:
@@ -45,13 +48,16 @@ def collection_id(number: int) -> str:
     return f"collection-{number:04d}"
 
 
-
 def shard_record(sid: str) -> str:
     return f"shards/{sid}/shard.json"
 
 
 def winner(sid: str) -> str:
     return f"shards/{sid}/winner.json"
+
+
+def shard_cancel(sid: str) -> str:
+    return f"shards/{sid}/cancel.json"
 
 
 def shard_dataset(sid: str) -> str:
@@ -62,10 +68,8 @@ def attempts_dir(sid: str) -> str:
     return f"shards/{sid}/attempts"
 
 
-
 def attempt_file(sid: str, aid: str, name: str) -> str:
     return f"shards/{sid}/attempts/{aid}/{name}"
-
 
 
 def local_task(sub: str, task_index: int) -> str:

@@ -11,7 +11,8 @@ Order (a process that holds a lock may only take locks that come later in this l
      `collect.lock`         the collection journal (tau-collect)
      `index.lock`           the sealed-shard index (tau-reconcile)
      `bundles.lock`         the run's bundle records (tau-bundle-seal --record)
-  4. `shard-<NNNNN>.lock`   one shard's records, in ascending shard order when several are held
+  4. `root.lock`            the records in the run's top folder written after tau-init (cancel.json, schema.json)
+  5. `shard-<NNNNN>.lock`   one shard's records, in ascending shard order when several are held
 
 A lock not granted within the timeout (`TAU_LOCK_TIMEOUT` seconds, default 30) raises Busy (exit 75).
 portalocker uses flock(2) on Linux, which NFS (v4, or v3 with lockd) and Lustre (mounted with `flock`) support.
@@ -59,7 +60,9 @@ def _rank(name: str) -> tuple[int, str]:
         return (2, name)
     if name in ("submit", "collect", "index", "bundles"):
         return (3, name)
-    return (4, name)
+    if name == "root":
+        return (4, name)
+    return (5, name)
 
 
 class _Held:

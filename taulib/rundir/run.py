@@ -2,7 +2,8 @@
 
 Reads: run.json and plan.json (the plan's sha256 must be the one run.json names). Writes: nothing.
 Promises: a `Run` exists only for a directory that is a complete tau run (run.json is published last by tau-init),
-whose plan is the one it was created with.
+whose plan is the one it was created with; a plan written before a field existed is read with that field's
+default (`rules.plan.with_defaults`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 
 from taulib import jsonio
 from taulib.errors import Conflict, NotFound
+from taulib.rules.plan import with_defaults
 from taulib.rundir import layout
 from taulib.rundir.records import RunDir
 
@@ -31,7 +33,7 @@ class Run:
             if plan_bytes is None or jsonio.sha256_hex(plan_bytes) != record["plan"]["sha256"]:
                 raise Conflict(f"plan.json of run {record['run_id']!r} does not match the digest in run.json",
                                run_dir=self.dir.path)
-            self.plan = self.dir.decode(layout.PLAN, plan_bytes, "tau.plan")
+            self.plan = with_defaults(self.dir.decode(layout.PLAN, plan_bytes, "tau.plan"))
         except BaseException:
             self.dir.close()
             raise
@@ -39,6 +41,7 @@ class Run:
         self.run_id: str = record["run_id"]
         self.plan_sha256: str = record["plan"]["sha256"]
         self.shard_count: int = record["shard_count"]
+        self.environment: dict | None = record.get("environment")  # None for runs made before the pre-flight
         self.path = self.dir.path
 
     def close(self) -> None:

@@ -1,9 +1,8 @@
-"""The read model of a run: its shards, their newest attempts and evidence, and the rolled-up run status.
+"""The read model of a run, shard by shard: its winner, cancellation, newest attempt, evidence and state.
 
-Reads: records only (never a scheduler, never bulk data); the sealed-shard index first, so only unsealed shards
-are read. Writes: nothing, except that `run_status(update_index=True)` adds the shards it found sealed to the
-index (the caller holds the run lock). The rules themselves are the pure functions of `taulib.rules`; this module
-feeds them records, and converts evidence between its record (observation.json) and `rules.evidence.Evidence`.
+Reads: records only (never a scheduler, never bulk data). Writes: nothing. The rules themselves are the pure
+functions of `taulib.rules`; this module feeds them records, and converts evidence between its record
+(observation.json) and `rules.evidence.Evidence`. The rolled-up run status is `rundir.status`.
 """
 
 from __future__ import annotations
@@ -45,6 +44,20 @@ def read_evidence(run, sid: str, aid: str) -> Evidence | None:
     return evidence_from_record(run.dir.read(layout.attempt_file(sid, aid, "observation.json"), "tau.observation"))
 
 
+def run_cancel(run) -> dict | None:
+    """The run's cancellation record (tau-cancel RUN), or None."""
+    return run.dir.read(layout.CANCEL, "tau.cancel")
+
+
+def cancellation(run, sid: str, whole_run: dict | None) -> dict | None:
+    """The record that cancels shard `sid`: the run's (`whole_run`, read once by the caller) or its own."""
+    return whole_run or run.dir.read(layout.shard_cancel(sid), "tau.cancel")
+
+
+def cancel_reason(record: dict) -> str:
+    return f"cancelled by the user at {record['requested_at']}"
+
+
 def attempt_ids(run, sid: str) -> list[str]:
     """The shard's attempts in order; they must be numbered 1..n without gaps."""
     names = [n for n in run.dir.listdir(layout.attempts_dir(sid)) if n.startswith("attempt-")]
@@ -74,85 +87,32 @@ class ShardView(NamedTuple):
     verdict: Verdict | None  # the latest attempt's
     state: str
     reason: str
+    attempts: int = 0  # the ordinal of its newest attempt
+    cancelled: dict | None = None  # the cancellation record that applies to it
 
 
-def shard_view(run, sid: str) -> ShardView:
+def shard_view(run, sid: str, whole_run_cancel: dict | None = None,
+               evidence: dict[tuple[str, str], Evidence] | None = None) -> ShardView:
+    """What the records say of shard `sid`. `evidence` replaces the persisted evidence of the attempts it names
+    (tau-status: the evidence tau-reconcile would persist, computed and not written)."""
     winner = run.dir.read(layout.winner(sid), "tau.winner")
     attempt = latest_attempt(run, sid)
-    evidence = None
+    found = None
     verdict = None
     if attempt is not None:
-        evidence = read_evidence(run, sid, attempt["attempt_id"])
-        verdict = effective_attempt(attempt, evidence)
+        key = (sid, attempt["attempt_id"])
+        found = evidence[key] if evidence and key in evidence else read_evidence(run, sid, attempt["attempt_id"])
+        verdict = effective_attempt(attempt, found)
+    attempts = attempt["ordinal"] if attempt is not None else 0
     if winner is not None and attempt is not None and winner["attempt_id"] != attempt["attempt_id"]:
         # a later attempt exists beside a winner (it was fenced or is still draining): the winner decides
         attempt = run.dir.read(layout.attempt_file(sid, winner["attempt_id"], "attempt.json"), "tau.attempt")
-        evidence = None
+        found = None
         verdict = Verdict("succeeded", "the winner's attempt")
-    state, reason = rollup.shard_state(winner is not None, verdict)
-    return ShardView(sid, winner, attempt, evidence, verdict, state, reason)
-
-
-def shard_status(view: ShardView) -> dict:
-    ev = view.evidence
-    return {
-        "id": view.shard_id,
-        "state": view.state,
-        "reason": view.reason,
-        "attempt": view.attempt["attempt_id"] if view.attempt else None,
-        "winner": view.winner["attempt_id"] if view.winner else None,
-        "evidence": {
-            "attempt_state": view.attempt["state"] if view.attempt else None,
-            "effective_state": view.verdict.state if view.verdict else None,
-            "scheduler": None if view.attempt is None else view.attempt["scheduler"],
-            "observation": None if ev is None else {
-                "state": ev.state, "source": ev.source, "terminal": ev.terminal,
-                "changed_at": jsonio.format_time(ev.changed_at),
-                "deadline": None if ev.deadline_at is None else
-                {"window": ev.deadline_window, "at": jsonio.format_time(ev.deadline_at)},
-                "exit_code": ev.exit_code, "reason": ev.reason},
-        },
-    }
-
-
-def sealed_status(sid: str, ordinal: int) -> dict:
-    aid = layout.attempt_id(ordinal)
-    return {"id": sid, "state": "succeeded", "reason": "sealed by its winner", "attempt": aid, "winner": aid,
-            "evidence": None}
-
-
-def run_status(run, sources: dict | None = None, update_index: bool = False) -> dict:
-    """The rolled-up status. Sealed shards come from the sealed-shard index (`rundir.index`), so only unsealed
-    shards are read; with `update_index`, shards found sealed are added to it (the caller holds the run lock)."""
-    sealed = index.load(run)
-    found: dict[int, int] = {}
-    shards = []
-    for position, sid in enumerate(run.shard_ids()):
-        if sealed[position]:
-            shards.append(sealed_status(sid, sealed[position]))
-            continue
-        view = shard_view(run, sid)
-        if view.winner is not None:
-            found[position] = view.winner["ordinal"]
-            shards.append(sealed_status(sid, view.winner["ordinal"]))
-        else:
-            shards.append(shard_status(view))
-    if update_index:
-        index.add(run, found)
-    counts = {state: 0 for state in rollup.SHARD_STATES}
-    for shard in shards:
-        counts[shard["state"]] += 1
-    reason = rollup.degraded_reason(shards)
-    return {
-        "kind": "tau.status", "schema_version": 1, "run_id": run.run_id, "run_dir": run.path,
-        "state": rollup.run_state(counts),
-        "degraded": reason is not None,
-        "reason": reason,
-        "counts": counts,
-        "retryable": [s["id"] for s in shards if s["state"] in rollup.RETRYABLE],
-        "sources": sources,
-        "shards": shards,
-    }
+    cancelled = None if winner is not None else cancellation(run, sid, whole_run_cancel)
+    state, reason = rollup.shard_state(winner is not None, verdict, attempts, run.plan["retry"]["max_attempts"],
+                                       cancel_reason(cancelled) if cancelled else None)
+    return ShardView(sid, winner, attempt, found, verdict, state, reason, attempts, cancelled)
 
 
 def unsealed_shards(run) -> list[str]:

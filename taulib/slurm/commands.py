@@ -1,5 +1,6 @@
 """Running Slurm's commands: always by name from PATH, always with a timeout, never through a shell.
 
+`scancel` is called only by tau-cancel, for the exact jobs and array tasks of the attempts it cancels.
 Each call returns parsed rows or raises: `Unavailable` (69) when the command cannot be asked (not installed,
 controller or database down, timed out), `Ambiguous` when `sbatch` may or may not have submitted the job (a
 timeout, a lost reply, unparsable output, a communication error), `Refused` when sbatch definitely refused the job.
@@ -74,6 +75,16 @@ def sacct(job_ids: list[str], arrays: set[str]) -> list[parse.Row]:
         except parse.ParseError as exc:
             raise Unavailable(f"sacct printed something tau cannot read: {exc}") from None
     return rows
+
+
+def scancel(targets: list[str]) -> None:
+    """Cancel exactly these jobs or array tasks (`JOB` or `JOB_TASK`, chunked). A job Slurm no longer knows is
+    already gone: not an error. Unavailable (69) when scancel cannot be asked or fails otherwise."""
+    for start in range(0, len(targets), CHUNK):
+        chunk = targets[start:start + CHUNK]
+        proc = _run(["scancel", "--quiet", *chunk], env.get("TAU_SLURM_TIMEOUT"))
+        if proc.returncode != 0 and "Invalid job id" not in proc.stderr:
+            raise Unavailable(f"scancel failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
 
 
 def sbatch_script(run, rel: str, text: str) -> str:

@@ -1,0 +1,63 @@
+"""tau-logs: an attempt's output: the client's, and the allocation's own output file."""
+
+from __future__ import annotations
+
+import click
+
+from taulib.cli import common
+
+EXAMPLE = """
+tau-logs runs/demo shard-00003
+tau-logs runs/demo shard-00003 --attempt attempt-0001 | tail -n 20
+tau-logs runs/demo shard-00005 --follow
+"""
+
+
+@common.command("tau-logs", "Print the output of SHARD's newest attempt (or of --attempt): the client's stdout and "
+                "stderr (client.log), then the allocation's own output (under Slurm its slurm-JOB_TASK.out), each "
+                "headed by its path when both have something. --follow streams what is appended while the attempt is "
+                "live and ends when it ends.", EXAMPLE)
+@common.run_dir_argument
+@click.argument("shard", metavar="SHARD_ID")
+@click.option("--attempt", "attempt_id", metavar="ATTEMPT_ID", help="This attempt instead of the newest one.")
+@click.option("--follow", is_flag=True, help="Keep printing what is appended until the attempt has ended.")
+@click.option("-o", "--output", "output", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text for people and tail; json for programs (the paths and what they hold).")
+def cli(run_dir: str, shard: str, attempt_id: str | None, follow: bool, output: str) -> None:
+    import sys
+
+    from taulib.errors import UsageError
+    from taulib.lifecycle import logs
+    from taulib.rundir.run import Run
+
+    if follow and output == "json":
+        raise UsageError("--follow streams text: drop -o json")
+    with Run(run_dir) as run:
+        attempt = logs.attempt_of(run, shard, attempt_id)
+        if output == "json":
+            common.emit({"kind": "tau.logs", "schema_version": 1, "run_id": run.run_id, "shard_id": shard,
+                         "attempt_id": attempt["attempt_id"], "state": attempt["state"],
+                         "logs": [dict(entry, text=entry["text"].decode("utf-8", "replace"))
+                                  for entry in logs.snapshot(run, attempt)]})
+            return
+        last = [None]
+
+        def write(source: str, path: str, data: bytes) -> None:
+            if source != last[0] and (last[0] is not None or source != "client"):
+                common.emit_bytes(f"{chr(10) if last[0] else ''}==> {path} <==\n".encode())
+            last[0] = source
+            common.emit_bytes(data)
+
+        if follow:
+            logs.follow(run, attempt, write)
+        else:
+            for entry in logs.snapshot(run, attempt):
+                if entry["text"]:
+                    write(entry["source"], entry["path"], entry["text"])
+        sys.stdout.flush()
+
+
+main = common.main_for("tau-logs", cli)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Cancellation (tau-cancel): a durable record first, then the live attempts stopped; never started again.
+
+Reads: the shards' records, the local executor's task and supervisor records. Writes: `cancel.json` (the whole
+run) or `shards/S/cancel.json` (named shards), immutable, under run.lock (shared), submit.lock and each shard's
+lock; then it stops the live attempts of the cancelled shards: SIGTERM to their process groups under the local
+executor, `scancel` of their exact job and array task ids under Slurm.
+Promises:
+- the record comes first: once tau-cancel has returned (even with the stopping step failed), tau-submit, tau-retry
+  and the local supervisor never start a cancelled shard again, and an allocation of one writes nothing but its end;
+- tau-retry selects under the same submit lock, so a cancel and a retry that race converge to cancelled: every
+  attempt either existed before the record (and is stopped) or is never made;
+- a cancelled shard is `cancelled` ("cancelled by the user at T") in every status; a sealed shard keeps its winner;
+- idempotent: cancelling again keeps the first record and stops whatever is still live.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from taulib import jsonio
+from taulib.errors import Unavailable
+from taulib.rundir import layout, locks, state
+
+
+def cancel(run, shard_ids: list[str] | None = None) -> dict:
+    """Cancel the whole run (no `shard_ids`) or the named shards; returns what was recorded and stopped."""
+    wanted = sorted(set(shard_ids)) if shard_ids else None
+    for sid in wanted or []:
+        run.check_shard(sid)
+    with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "submit"):
+        if wanted is None:
+            with locks.hold(run.dir, "root"):
+                whole_run = _record(run, None)
+        else:
+            whole_run = state.run_cancel(run)
+        requested = whole_run["requested_at"] if whole_run else None
+        sealed, cancelled, targets = [], [], []
+        for sid in wanted if wanted is not None else run.shard_ids():
+            with locks.hold(run.dir, locks.shard_lock_name(sid)):
+                if run.dir.exists(layout.winner(sid)):
+                    sealed.append(sid)
+                    continue
+                requested = requested or _record(run, sid)["requested_at"]
+                cancelled.append(sid)
+                attempt = state.latest_attempt(run, sid)
+                if attempt is not None and attempt["state"] in ("submitted", "running"):
+                    targets.append(attempt)
+    stopped, problem = _stop(run, targets, whole_run=wanted is None)
+    return {"kind": "tau.cancel-result", "schema_version": 1, "run_id": run.run_id,
+            "scope": "run" if wanted is None else "shards",
+            "requested_at": requested,
+            "cancelled": cancelled, "sealed": sealed,
+            "stopped": [{"shard_id": a["shard_id"], "attempt_id": a["attempt_id"], "scheduler": a["scheduler"]}
+                        for a in stopped],
+            "problem": problem}
+
+
+def _record(run, sid: str | None) -> dict:
+    """The cancellation of the run (sid None) or of one shard: the one already there, or a new one."""
+    rel = layout.CANCEL if sid is None else layout.shard_cancel(sid)
+    existing = run.dir.read(rel, "tau.cancel")
+    if existing is not None:
+        return existing
+    record = {"kind": "tau.cancel", "schema_version": 1, "run_id": run.run_id, "shard_id": sid,
+              "requested_at": jsonio.now_rfc3339(), "uid": os.geteuid(), "host": socket.gethostname()[:255]}
+    run.dir.publish(rel, record)
+    return record
+
+
+def _stop(run, attempts: list[dict], whole_run: bool) -> tuple[list[dict], str | None]:
+    """Stop the live attempts through their executors; (the attempts stopped, why stopping failed or None)."""
+    local = [a for a in attempts if a["scheduler"]["executor"] == "local"]
+    slurm = [a for a in attempts if a["scheduler"]["executor"] == "slurm"]
+    stopped: list[dict] = []
+    if local:
+        from taulib.local import supervisor
+
+        stopped += supervisor.stop(run, local, whole_run)
+    if slurm:
+        from taulib.slurm import commands
+
+        try:
+            commands.scancel(sorted({f"{a['scheduler']['job_id']}_{a['scheduler']['task_index']}" for a in slurm}))
+            stopped += slurm
+        except Unavailable as exc:
+            return stopped, (f"the cancellation is recorded, but stopping its Slurm tasks failed ({exc.message}); "
+                             "they stop themselves when they next look, or run tau-cancel again")
+    return stopped, None

@@ -1,0 +1,244 @@
+"""Running an attempt's client inside its allocation: the program, environment and folder the run fixed, the
+stop signals, the heartbeat and the client's own progress, and a cancellation noticed while it runs.
+
+Reads: the run's fixed environment (run.json), the plan, the allocation's environment, the client's progress file
+(`TAU_PROGRESS_FILE`), the cancellation records. Writes: the attempt's readiness.json (under the run lock, shared,
+and the shard lock) and its client.log (the client's stdout and stderr, appended).
+Promises:
+- the client runs `[program, *command[1:]]` with exactly the environment `rules.environment` gives, in the folder
+  tau-init ran in, whoever submitted the attempt; an inherited variable the allocation lacks, or a folder that is
+  gone, means the client is not started (the attempt fails saying why);
+- a stop signal (SIGTERM, SIGINT, SIGHUP: scancel, a time limit, a requeue, a preemption) comes from the scheduler,
+  whose evidence alone says which: it is passed on to the client and readiness "stopped" is recorded at once (not
+  after the client has ended: the scheduler kills what is left after its grace, KillWait in Slurm); the handlers
+  stay installed for the whole command. A scheduler signals an allocation's processes one by one (Slurm's
+  proctrack/linuxproc the deepest first), so when the client dies of a stop signal before this process has had
+  its own, STOP_GRACE seconds are waited for it. The stop record waits STOP_LOCK_WAIT seconds at most for its locks;
+- every `heartbeat_seconds` (plan windows) readiness is written again, with the records the client reports done;
+- a cancellation (tau-cancel) is noticed within CANCEL_CHECK seconds: the client gets SIGTERM, then SIGKILL after
+  CANCEL_GRACE seconds, and the attempt ends cancelled.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import NamedTuple
+
+from taulib import jsonio
+from taulib.errors import Busy, TauError
+from taulib.rules import environment as environment_rules
+from taulib.rundir import layout, locks, state
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_GRACE = 2.0  # seconds between the client's death by a stop signal and this process's own, at most
+STOP_LOCK_WAIT = 2.0  # seconds the stop record waits for its locks: well inside Slurm's KillWait (30 s by default)
+CLIENT_POLL = 0.2  # seconds between looks at a stop signal while the client runs
+CANCEL_CHECK = 1.0  # seconds between looks at the cancellation records while the client runs
+CANCEL_GRACE = 10.0  # seconds a cancelled client has between SIGTERM and SIGKILL
+PROGRESS = "progress"  # the file in the attempt's folder where a client may write how many records it has done
+
+
+class Interrupted(Exception):
+    """The allocation received a stop signal; the command ends by that same signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by signal {signum}")
+        self.signum = signum
+
+
+class ClientOutcome(NamedTuple):
+    """How the client ended: what result.json records."""
+
+    started_at: str
+    exit_code: int | None  # None when it was killed by a signal or never started
+    signal: int | None
+    error: str | None  # why it could not be started
+    interrupted: int | None  # the stop signal this allocation received (then nothing more is recorded)
+    cancelled: str | None = None  # why the client was stopped: its shard was cancelled
+
+
+class Stop:
+    """The allocation's first stop signal, caught for as long as the command may write: the default action would
+    end it between two records. It is passed on to the client once one runs; repeats (the scheduler sends them)
+    are ignored."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.client: subprocess.Popen | None = None
+        self.forwarded = False
+        self.record_tried = False
+
+    def __enter__(self) -> Stop:
+        self._previous = {s: signal.signal(s, self._caught) for s in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.signum is None:  # not stopped: the caller's handlers again (a stopped command ends by the signal)
+            for s, handler in self._previous.items():
+                signal.signal(s, handler)
+
+    def _caught(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+            self.forward()
+
+    def forward(self) -> None:
+        """Pass the stop signal on to the client, once (also when it arrived while the client was being started)."""
+        if self.signum is not None and self.client is not None and not self.forwarded:
+            self.forwarded = True
+            try:
+                self.client.send_signal(self.signum)
+            except ProcessLookupError:
+                pass
+
+    def wait(self, seconds: float) -> bool:
+        """Wait up to `seconds` for a stop signal; True when one has arrived."""
+        deadline = time.monotonic() + seconds
+        while self.signum is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # a caught signal does not cut a sleep short (PEP 475): short naps keep the wait prompt
+        return self.signum is not None
+
+
+def readiness(run, attempt: dict, state_name: str, message: str | None, records_done: int | None = None) -> None:
+    """Replace the attempt's readiness (the caller holds the shard lock)."""
+    rel = layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "readiness.json")
+    current = run.dir.read(rel, "tau.readiness")
+    run.dir.replace(rel, {
+        "kind": "tau.readiness", "schema_version": 1, "run_id": attempt["run_id"], "shard_id": attempt["shard_id"],
+        "attempt_id": attempt["attempt_id"], "revision": 1 if current is None else current["revision"] + 1,
+        "updated_at": jsonio.now_rfc3339(), "state": state_name, "restarts": attempt["restarts"],
+        "message": message, "records_done": records_done})
+
+
+def _briefly(run, attempt: dict, wait: float, write) -> bool:
+    """Run `write()` under the run lock (shared) and the shard lock, waiting `wait` seconds at most for them;
+    False when they were not granted (the write is given up rather than held up)."""
+    wait = min(wait, locks.timeout_seconds())
+    try:
+        with locks.hold(run.dir, "run", shared=True, timeout=wait), \
+                locks.hold(run.dir, locks.shard_lock_name(attempt["shard_id"]), timeout=wait):
+            write()
+        return True
+    except Busy:
+        return False
+
+
+def record_stop(run, attempt: dict, stop: Stop) -> None:
+    """Readiness "stopped", once. The scheduler kills the allocation soon (Slurm: KillWait after the signal), so the
+    locks are waited for STOP_LOCK_WAIT seconds at most; when not granted by then, the record is given up (the
+    scheduler's evidence still decides the attempt) rather than left to be killed half-way."""
+    if stop.record_tried:
+        return
+    stop.record_tried = True
+    _briefly(run, attempt, STOP_LOCK_WAIT, lambda: readiness(
+        run, attempt, "stopped", f"stopped by signal {stop.signum}; the scheduler's evidence decides the attempt"))
+
+
+def records_done(run, attempt: dict) -> int | None:
+    """The count of records the client wrote into its progress file, or None (no file, or not a count)."""
+    try:
+        data = run.dir.read_bytes(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], PROGRESS),
+                                  limit=64)
+    except TauError:
+        return None
+    text = (data or b"").strip()
+    return int(text) if text.isdigit() else None
+
+
+def cancelled(run, attempt: dict) -> str | None:
+    """Why the attempt's shard is cancelled, or None."""
+    record = state.cancellation(run, attempt["shard_id"], state.run_cancel(run))
+    return None if record is None else state.cancel_reason(record)
+
+
+def command(run, attempt: dict, environ: dict) -> tuple[list[str], dict, str | None, str | None]:
+    """(argument vector, environment, working folder, problem) of the attempt's client: the program, PATH and
+    folder fixed at tau-init and the environment the run defines (`rules.environment`). A problem (an inherited
+    variable the allocation lacks, a working folder that is gone) means the client is not started."""
+    shard = run.shard(attempt["shard_id"])
+    fixed = run.environment
+    argv = list(run.plan["command"])
+    path, cwd = environ.get("PATH", os.defpath), None
+    if fixed is not None:  # runs made before the pre-flight run the command as given, where they are
+        argv[0], path, cwd = fixed["program"], fixed["path"], fixed["cwd"]
+    progress = layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], PROGRESS)
+    tau = {"TAU_RUN_DIR": run.path, "TAU_RUN_ID": run.run_id, "TAU_SHARD_ID": attempt["shard_id"],
+           "TAU_SHARD_INDEX": str(shard["index"]), "TAU_ATTEMPT_ID": attempt["attempt_id"],
+           "TAU_ATTEMPT_ORDINAL": str(attempt["ordinal"]), "TAU_RECORD_START": str(shard["record_start"]),
+           "TAU_RECORD_END": str(shard["record_end"]), "TAU_OUTPUT_DIR": os.path.join(run.path, attempt["dataset"]),
+           "TAU_OUTPUT_FORMAT": "parquet", "TAU_PROGRESS_FILE": os.path.join(run.path, progress)}
+    missing = environment_rules.missing_inherited(run.plan["inherit_env"], environ)
+    if missing:
+        return argv, {}, cwd, (f"the allocation's environment lacks {', '.join(missing)}, which the plan inherits; "
+                               "the client was not started")
+    if cwd is not None and not os.path.isdir(cwd):
+        return argv, {}, cwd, f"the run's working folder {cwd!r} no longer exists; the client was not started"
+    if fixed is None:
+        return argv, dict(environ, **run.plan["env"], **tau), cwd, None
+    return argv, environment_rules.client_environment(path=path, env=run.plan["env"],
+                                                      inherit=run.plan["inherit_env"], environ=environ,
+                                                      executor=attempt["scheduler"]["executor"], tau=tau), cwd, None
+
+
+def run_client(run, attempt: dict, environ: dict, stop: Stop) -> ClientOutcome:
+    """Start the client and wait for it, keeping readiness, stop signals and cancellation in view."""
+    started = jsonio.now_rfc3339()
+    log = run.dir.open_append(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "client.log"))
+    try:
+        with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, locks.shard_lock_name(attempt["shard_id"])):
+            readiness(run, attempt, "running", None)
+        if stop.signum is not None:  # stopped before the client started: do not start it
+            return ClientOutcome(started, None, stop.signum, None, stop.signum)
+        argv, client_env, cwd, problem = command(run, attempt, environ)
+        if problem is not None:
+            return ClientOutcome(started, None, None, problem, None)
+        try:
+            stop.client = proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                                  env=client_env, cwd=cwd, close_fds=True)
+        except OSError as exc:
+            return ClientOutcome(started, None, None, f"cannot start the client {argv[0]!r}: {exc.strerror}", None)
+    finally:
+        os.close(log)
+    stop.forward()  # a stop signal that arrived while the client was being started
+    code, why = _wait(run, attempt, proc, stop)
+    if stop.signum is None and why is None and -code in STOP_SIGNALS:
+        stop.wait(STOP_GRACE)  # the scheduler signalled the client first: this process's signal is on its way
+    return ClientOutcome(started, code if code >= 0 else None, -code if code < 0 else stop.signum, None,
+                         stop.signum, why)
+
+
+def _wait(run, attempt: dict, proc: subprocess.Popen, stop: Stop) -> tuple[int, str | None]:
+    """Wait for the client: (its exit status, why it was cancelled or None)."""
+    heartbeat = run.plan["windows"]["heartbeat_seconds"]
+    now = time.monotonic()
+    next_beat, next_check, kill_at, why = now + heartbeat, now + CANCEL_CHECK, None, None
+    while True:
+        try:
+            return proc.wait(timeout=CLIENT_POLL), why
+        except subprocess.TimeoutExpired:
+            pass
+        if stop.signum is not None:
+            record_stop(run, attempt, stop)  # now, while the client ends, not after
+            continue
+        now = time.monotonic()
+        if why is None and now >= next_check:
+            next_check = now + CANCEL_CHECK
+            why = cancelled(run, attempt)
+            if why is not None:
+                proc.terminate()
+                kill_at = now + CANCEL_GRACE
+        elif kill_at is not None and now >= kill_at:
+            proc.kill()
+            kill_at = None
+        if why is None and now >= next_beat:
+            next_beat = now + heartbeat
+            _heartbeat(run, attempt)
+
+
+def _heartbeat(run, attempt: dict) -> None:
+    """Readiness again, with the client's progress; skipped rather than held up when the locks are busy."""
+    done = records_done(run, attempt)
+    _briefly(run, attempt, STOP_LOCK_WAIT, lambda: readiness(run, attempt, "running", None, done))

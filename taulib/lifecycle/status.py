@@ -1,0 +1,26 @@
+"""The run's status now (tau-status): the executors asked, the evidence rules applied, nothing written.
+
+Reads: what tau-observe reads (the executors about the live attempts) and what tau-reconcile reads (the records).
+Writes: nothing at all: the run directory is byte-for-byte as it was (a test checks). Promises: the same pure rules
+as tau-reconcile (`rules.evidence`, `rules.attempt`, `rules.rollup`): the status is the one tau-reconcile would print
+for the same observation, without the `changes` it would make.
+"""
+
+from __future__ import annotations
+
+from taulib import jsonio
+from taulib.lifecycle import observe, reconcile
+from taulib.rundir import locks
+from taulib.rundir.status import run_status
+
+
+def status(run) -> dict:
+    with locks.hold(run.dir, "run", shared=True):
+        doc = reconcile.validate_document(observe.observe(run))
+        evidence = {}
+        for key, (view, seen) in reconcile.seen_of(doc).items():
+            *_, new = reconcile.next_for(run, view, seen)
+            if new is not None:
+                evidence[key] = new
+        return run_status(run, sources=doc["sources"], now=jsonio.parse_time(doc["observed_at"]),
+                          evidence=evidence)

@@ -1,0 +1,184 @@
+"""The run status (`tau.status`): every shard's state and the evidence behind it, rolled up with the run's budget,
+cancellation, unfinished journals and an estimate of the time left. The document tau-reconcile prints after it
+applied observations, and tau-status prints without writing anything.
+
+Reads: records only: the sealed-shard index first (finished shards cost nothing), then each unsealed shard's
+views (`rundir.state`), the readiness of running attempts, the newest submission and every collection.
+Writes: nothing, except that `run_status(update_index=True)` adds the shards it found sealed to the index (the
+caller holds the run lock). Promises: every key of a shard entry and of the run is always present (null when it
+does not apply); the time (`now`) is the observer's clock, never one read from a record; cost grows with the
+unsealed shards, not with the run's history.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from taulib import jsonio
+from taulib.rules import budget, rollup
+from taulib.rundir import index, layout, state
+from taulib.rundir.journal import COLLECTIONS, SUBMISSIONS, Journal
+
+LIVE = ("running", "pending", "accounting_lag", "candidate")
+
+
+def run_status(run, sources: dict | None = None, update_index: bool = False, now: float | None = None,
+               evidence: dict | None = None) -> dict:
+    """The rolled-up status. `now` is the time of the observation (default: this machine's clock); `evidence`
+    replaces the persisted evidence of the attempts it names (see `state.shard_view`)."""
+    now = time.time() if now is None else now
+    sealed, durations = index.load_all(run)
+    whole_run = state.run_cancel(run)
+    max_attempts = run.plan["retry"]["max_attempts"]
+    found: dict[int, tuple[int, int | None]] = {}
+    shards = []
+    failed_attempts = 0
+    for position, sid in enumerate(run.shard_ids()):
+        if sealed[position]:
+            shards.append(sealed_entry(sid, sealed[position], max_attempts))
+            failed_attempts += sealed[position] - 1
+            continue
+        view = state.shard_view(run, sid, whole_run, evidence)
+        if view.winner is not None:
+            ordinal = view.winner["ordinal"]
+            found[position] = (ordinal, _seconds(view.attempt))
+            durations[position] = found[position][1]
+            shards.append(sealed_entry(sid, ordinal, max_attempts))
+            failed_attempts += ordinal - 1
+            continue
+        entry = shard_entry(run, view, now)
+        failed_attempts += budget.failed_attempts(view.attempts, view.cancelled is None and view.verdict is not None
+                                                  and view.verdict.state in rollup.RETRYABLE)
+        shards.append(entry)
+    if update_index:
+        index.add(run, found)
+    counts = {name: 0 for name in rollup.SHARD_STATES}
+    for shard in shards:
+        counts[shard["state"]] += 1
+    stopped = budget.run_stopped(failed_attempts, counts["failed"] + counts["exhausted"], run.shard_count,
+                                 run.plan["retry"])
+    reason = rollup.degraded_reason(shards)
+    if stopped is not None:
+        reason = f"{reason}; {stopped}" if reason else stopped
+    return {
+        "kind": "tau.status", "schema_version": 1, "run_id": run.run_id, "run_dir": run.path,
+        "state": rollup.run_state(counts),
+        "degraded": reason is not None,
+        "reason": reason,
+        "counts": counts,
+        "retryable": [] if stopped else [s["id"] for s in shards if s["state"] in rollup.RETRYABLE],
+        "sources": sources,
+        "budget": {**run.plan["retry"], "failed_attempts": failed_attempts,
+                   "failed_shards": counts["failed"] + counts["exhausted"], "stopped": stopped},
+        "cancelled": None if whole_run is None else {"requested_at": whole_run["requested_at"]},
+        "submissions": unresolved_submissions(run),
+        "collections": collections(run),
+        "eta_seconds": eta(run, counts, [d for d in durations if d is not None]),
+        "shards": shards,
+    }
+
+
+def sealed_entry(sid: str, ordinal: int, max_attempts: int) -> dict:
+    aid = layout.attempt_id(ordinal)
+    return {"id": sid, "state": "succeeded", "reason": "sealed by its winner", "attempt": aid, "winner": aid,
+            "attempts": ordinal, "max_attempts": max_attempts, "log": None, "progress": None, "stalled": None,
+            "evidence": None}
+
+
+def shard_entry(run, view: state.ShardView, now: float) -> dict:
+    ev = view.evidence
+    attempt = view.attempt
+    progress = stalled = None
+    if attempt is not None and view.verdict is not None and view.verdict.state == "running":
+        progress = _progress(run, attempt, now)
+        stall = run.plan["windows"]["stall_seconds"]
+        if progress is not None and progress["age_seconds"] > stall:
+            stalled = (f"no heartbeat for {progress['age_seconds']:.0f}s (the run's stall_seconds is {stall}); "
+                       "the attempt is still running as far as the scheduler knows")
+    failed = view.state in rollup.DEGRADED and attempt is not None
+    return {
+        "id": view.shard_id,
+        "state": view.state,
+        "reason": view.reason,
+        "attempt": attempt["attempt_id"] if attempt else None,
+        "winner": view.winner["attempt_id"] if view.winner else None,
+        "attempts": view.attempts,
+        "max_attempts": run.plan["retry"]["max_attempts"],
+        "log": os.path.join(run.path, layout.attempt_file(view.shard_id, attempt["attempt_id"], "client.log"))
+        if failed else None,
+        "progress": progress,
+        "stalled": stalled,
+        "evidence": {
+            "attempt_state": attempt["state"] if attempt else None,
+            "effective_state": view.verdict.state if view.verdict else None,
+            "scheduler": None if attempt is None else attempt["scheduler"],
+            "observation": None if ev is None else {
+                "state": ev.state, "source": ev.source, "terminal": ev.terminal,
+                "changed_at": jsonio.format_time(ev.changed_at),
+                "deadline": None if ev.deadline_at is None else
+                {"window": ev.deadline_window, "at": jsonio.format_time(ev.deadline_at)},
+                "exit_code": ev.exit_code, "reason": ev.reason},
+        },
+    }
+
+
+def _progress(run, attempt: dict, now: float) -> dict | None:
+    """The running attempt's readiness: its state, the records its client reported done, and how long ago (by the
+    observer's clock, never less than 0) it last wrote a heartbeat."""
+    record = run.dir.read(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "readiness.json"),
+                          "tau.readiness")
+    if record is None:
+        return None
+    shard = run.shard(attempt["shard_id"])
+    return {"state": record["state"], "records_done": record.get("records_done"),
+            "records": shard["record_end"] - shard["record_start"], "updated_at": record["updated_at"],
+            "age_seconds": round(max(0.0, now - jsonio.parse_time(record["updated_at"])), 1)}
+
+
+def _seconds(attempt: dict | None) -> int | None:
+    """How long an attempt ran (both ends by the clock of the machine it ran on, so no skew between machines)."""
+    if attempt is None or not attempt.get("started_at"):
+        return None
+    return max(0, round(jsonio.parse_time(attempt["updated_at"]) - jsonio.parse_time(attempt["started_at"])))
+
+
+def unresolved_submissions(run) -> list[dict]:
+    """The newest submission when it is still PREPARED (an ambiguous sbatch outcome waiting on its deadline)."""
+    entry = _newest(run, SUBMISSIONS)
+    if entry is None or entry.status is None or entry.status["state"] != "prepared":
+        return []
+    return [{"submission_id": entry.plan["submission_id"], "job_name": entry.plan["job_name"],
+             "deadline": entry.status["deadline"], "tasks": len(entry.plan["tasks"])}]
+
+
+def collections(run) -> list[dict]:
+    """Every collection of the run and where it stands."""
+    out = []
+    for plan, status in Journal(run, COLLECTIONS).entries():
+        out.append({"collection_id": plan["collection_id"], "destination": plan["destination"],
+                    "format": plan["format"], "state": status["state"] if status else "prepared",
+                    "job_id": status["job_id"] if status else None, "reason": status["reason"] if status else None})
+    return out
+
+
+def _newest(run, kind):
+    journal = Journal(run, kind)
+    ids = journal.ids()
+    if not ids or not run.dir.exists(journal.status_rel(ids[-1])):
+        return None
+    return journal.read(ids[-1])
+
+
+def eta(run, counts: dict, durations: list[int]) -> int | None:
+    """Seconds until every shard left is done, estimated from the finished attempts' durations: their mean times
+    the rounds the executor's parallelism needs for the shards left. None before any attempt finished."""
+    left = sum(counts[s] for s in ("running", "pending", "accounting_lag", "candidate", "unknown", "failed"))
+    if not left:
+        return 0
+    if not durations:
+        return None
+    sched = run.plan["scheduler"]
+    slots = (sched["local"]["max_parallel"] if sched["profile"] == "local"
+             else sched["slurm"].get("max_parallel")) or max(counts["running"], 1)
+    return round(sum(durations) / len(durations) * -(-left // slots))
