@@ -51,6 +51,10 @@ wait_settled() {  # observe | reconcile until nothing is pending or running
 
 say "tau-observe | tau-reconcile (until every attempt has finished)"
 wait_settled
+say "tau status: the failed shard, read-only"
+tau status "$work/run" | json '"\n".join("%s: %s: %s (log %s)" % (s["id"], s["state"], s["reason"], s["log"]) for s in d["shards"] if s["log"])'
+say "tau logs: its output"
+tau logs "$work/run" shard-00003
 say "tau-retry: the retryable shards"
 tau-retry "$work/run" | json '"%s: retrying %s" % (d["submission_id"], [t["shard_id"] for t in d["tasks"]])'
 wait_settled
@@ -58,8 +62,8 @@ say "tau-winner"
 tau-winner "$work/run" -o table
 say "tau-collect"
 tau-collect "$work/run" --destination "$work/dataset" --wait -o table   # under Slurm: a CPU job
-say "status"
-tau-observe "$work/run" | tau-reconcile "$work/run" -o table
+say "tau status"
+tau status "$work/run" -o table
 
 status=$(tau-observe "$work/run" | tau-reconcile "$work/run")
 won=$(printf '%s' "$status" | json 'd["counts"]["succeeded"]')

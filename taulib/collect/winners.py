@@ -59,7 +59,8 @@ def schema_refusal(winners: list[Winner]) -> str:
     first = winners[0]
     others = [w for w in winners if w.manifest["schema_digest"] != first.manifest["schema_digest"]]
     shown = ", ".join(w.shard_id for w in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-    text = f"the winners have incompatible schemas: {shown} differ from {first.shard_id}"
+    text = (f"the winners have incompatible schemas: {shown} {'has' if len(others) == 1 else 'have'} other columns "
+            f"than {first.shard_id}")
     if "fields" in first.manifest and "fields" in others[0].manifest:
         found = fields.differences(first.manifest["fields"], others[0].manifest["fields"], f"{first.shard_id}'s")
         text += f" ({others[0].shard_id}: {fields.describe(found)})"

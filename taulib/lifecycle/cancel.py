@@ -41,7 +41,8 @@ def cancel(run, shard_ids: list[str] | None = None) -> dict:
                 if run.dir.exists(layout.winner(sid)):
                     sealed.append(sid)
                     continue
-                requested = requested or _record(run, sid)["requested_at"]
+                record = whole_run or _record(run, sid)
+                requested = requested or record["requested_at"]
                 cancelled.append(sid)
                 attempt = state.latest_attempt(run, sid)
                 if attempt is not None and attempt["state"] in ("submitted", "running"):

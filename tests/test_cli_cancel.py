@@ -1,0 +1,188 @@
+"""tau-cancel: a durable record first, then the live attempts stopped; cancelled shards are never started again,
+and a cancel racing retries converges."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers import BIN, PYTHON, copy_run, env_for_tests, error_of, init_run, settle, snapshot, tau, wait_settled
+from test_cli_run_environment import PROBE
+
+
+def sleeping(seconds: float = 60, **extra) -> dict:
+    doc = {"records": 60, "shards": 6, "command": [PYTHON, str(PROBE), "--sleep", str(seconds)],
+           "scheduler": {"profile": "local", "local": {"max_parallel": 3}},
+           "windows": {"accounting_lag_seconds": 5, "preemption_seconds": 5, "submission_visibility_seconds": 5}}
+    doc.update(extra)
+    return doc
+
+
+def status(run_dir: Path) -> dict:
+    proc = tau("tau-status", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def wait_for(predicate, timeout: float = 60, what: str = "it"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what} did not happen in {timeout}s"
+        time.sleep(0.2)
+
+
+def process_groups(run_dir: Path) -> set[int]:
+    """The process groups of the run's local tasks and its supervisors (their pids)."""
+    out = set()
+    for path in run_dir.glob("submissions/*/local/*.json"):
+        record = json.loads(path.read_text())
+        if record.get("pid"):
+            out.add(record["pid"])
+    return out
+
+
+def alive(pids: set[int]) -> set[int]:
+    """Those of `pids` whose process group or process still has a member (zombies do not count)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2:].split()
+        pgid = int(fields[2])
+        if fields[0] != "Z" and (int(entry) in pids or pgid in pids):
+            found.add(pgid if pgid in pids else int(entry))
+    return found
+
+
+def cancel(run_dir: Path, *args: str) -> dict:
+    proc = tau("tau-cancel", str(run_dir), *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_cancelling_a_running_local_run_stops_every_process_and_nothing_starts_again(workspace):
+    run_dir = init_run(workspace, plan_doc=sleeping())
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    wait_for(lambda: status(run_dir)["counts"]["running"] == 3, what="three running shards")
+    result = cancel(run_dir)
+    assert result["scope"] == "run" and result["cancelled"] == [f"shard-{i:05d}" for i in range(6)]
+    assert sorted(s["shard_id"] for s in result["stopped"]) == ["shard-00000", "shard-00001", "shard-00002"]
+    assert result["sealed"] == [] and result["problem"] is None
+    record = json.loads((run_dir / "cancel.json").read_text())
+    assert (record["kind"], record["shard_id"], record["requested_at"]) == ("tau.cancel", None,
+                                                                            result["requested_at"])
+    groups = process_groups(run_dir)
+    assert len(groups) == 4  # three tasks and the supervisor
+    wait_for(lambda: not alive(groups), timeout=30, what="every process of the run ending")
+    doc = settle(run_dir)
+    assert doc["state"] == "cancelled" and doc["counts"]["cancelled"] == 6 and doc["degraded"] is False
+    assert {s["reason"] for s in doc["shards"]} == {f"cancelled by the user at {result['requested_at']}"}
+    assert doc["cancelled"] == {"requested_at": result["requested_at"]}
+    before = snapshot(run_dir / "shards")
+    again = tau("tau-retry", str(run_dir))
+    assert again.returncode == 0 and json.loads(again.stdout)["tasks"] == []
+    submit = tau("tau-submit", str(run_dir))
+    assert submit.returncode == 0 and json.loads(submit.stdout)["created"] is False
+    time.sleep(1)
+    assert snapshot(run_dir / "shards") == before  # no new attempt, nothing started
+    assert not alive(process_groups(run_dir))
+    assert len(list((run_dir / "submissions").iterdir())) == 1
+    attempts = [json.loads(p.read_text()) for p in run_dir.glob("shards/*/attempts/*/attempt.json")]
+    assert {(a["state"], a["terminal"]["classification"]) for a in attempts} == {("failed", "cancelled")}
+
+
+def test_cancelling_named_shards_leaves_the_others_running_to_their_end(workspace):
+    run_dir = init_run(workspace, plan_doc=sleeping(2, records=40, shards=4, scheduler={
+        "profile": "local", "local": {"max_parallel": 4}}))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    result = cancel(run_dir, "--shard", "shard-00001", "--shard", "shard-00003")
+    assert result["scope"] == "shards" and result["cancelled"] == ["shard-00001", "shard-00003"]
+    assert json.loads((run_dir / "shards/shard-00001/cancel.json").read_text())["shard_id"] == "shard-00001"
+    assert not (run_dir / "cancel.json").exists()
+    doc = settle(run_dir)
+    assert [s["state"] for s in doc["shards"]] == ["succeeded", "cancelled", "succeeded", "cancelled"]
+    assert doc["state"] == "cancelled"
+
+
+def test_cancelling_again_keeps_the_first_record_and_a_sealed_shard_keeps_its_winner(workspace, settled):
+    run_dir = copy_run(settled, workspace / "copy")
+    first = cancel(run_dir, "--shard", "shard-00001", "--shard", "shard-00002")
+    assert (first["cancelled"], first["sealed"]) == (["shard-00001"], ["shard-00002"])
+    record = (run_dir / "shards/shard-00001/cancel.json").read_bytes()
+    again = cancel(run_dir, "--shard", "shard-00001")
+    assert again["requested_at"] == first["requested_at"]
+    assert (run_dir / "shards/shard-00001/cancel.json").read_bytes() == record
+    assert not (run_dir / "shards/shard-00002/cancel.json").exists()
+    doc = wait_settled(run_dir)
+    assert [s["state"] for s in doc["shards"]] == ["succeeded", "cancelled", "succeeded", "succeeded"]
+    table = tau("tau-cancel", str(run_dir), "--shard", "shard-00001", "-o", "table")
+    assert table.returncode == 0
+    assert table.stdout.splitlines()[0] == (f"cancelled 1 shard(s) of run run at {first['requested_at']}; stopped 0 "
+                                            "live attempt(s)")
+
+
+def test_a_run_cancelled_before_it_was_submitted_submits_nothing(workspace):
+    run_dir = init_run(workspace, plan_doc=sleeping())
+    cancel(run_dir)
+    proc = tau("tau-submit", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["submission_id"] is None
+    assert not (run_dir / "submissions").exists()
+
+
+def test_an_unknown_shard_is_refused_with_66_and_nothing_is_recorded(workspace):
+    run_dir = init_run(workspace, plan_doc=sleeping())
+    before = snapshot(run_dir)
+    proc = tau("tau-cancel", str(run_dir), "--shard", "shard-00099")
+    assert proc.returncode == 66
+    assert error_of(proc)["message"] == "tau-cancel: run 'run' has no shard 'shard-00099'"
+    assert snapshot(run_dir) == before
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory) -> Path:
+    """A settled run of 8 shards that all failed once (retryable)."""
+    ws = tmp_path_factory.mktemp("cancel") / "ws"
+    ws.mkdir(mode=0o700)
+    run_dir = init_run(ws, plan_doc=sleeping(0, records=8, shards=8, command=[PYTHON, str(PROBE), "--fail"],
+                                             retry={"max_attempts": 100, "max_failed_attempts": 1000}))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    assert settle(run_dir)["counts"]["failed"] == 8
+    return run_dir
+
+
+@pytest.mark.parametrize("round_", range(10))
+def test_32_concurrent_cancels_and_retries_converge_to_cancelled(failed_run, tmp_path, round_):
+    run_dir = copy_run(failed_run, tmp_path / "copy")
+    named = ["shard-00000", "shard-00002", "shard-00005", "shard-00007"]
+    env = env_for_tests({"TAU_LOCK_TIMEOUT": "120"})
+    procs = []
+    for n in range(32):
+        argv = ([str(BIN / "tau-cancel"), str(run_dir), *(a for s in named for a in ("--shard", s))] if n % 2
+                else [str(BIN / "tau-retry"), str(run_dir)])
+        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env))
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    doc = settle(run_dir)
+    requested = {s: json.loads((run_dir / "shards" / s / "cancel.json").read_text())["requested_at"] for s in named}
+    for shard in doc["shards"]:
+        assert (shard["state"] == "cancelled") == (shard["id"] in named), shard
+    for sid, at in requested.items():
+        for path in (run_dir / "shards" / sid / "attempts").glob("*/attempt.json"):
+            attempt = json.loads(path.read_text())
+            assert attempt["created_at"] < at, f"{sid}/{attempt['attempt_id']} was made after the cancel record"
+            assert attempt["started_at"] is None or attempt["started_at"] < at, (
+                f"{sid}/{attempt['attempt_id']} started after the cancel record")
+    assert not alive(process_groups(run_dir))

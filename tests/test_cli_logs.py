@@ -1,0 +1,72 @@
+"""tau-logs: a failed attempt's stderr, a named attempt, a live attempt followed to its end, and the errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from helpers import BIN, PYTHON, env_for_tests, error_of, init_run, settle, tau
+from test_cli_cancel import wait_for
+from test_cli_run_environment import PROBE
+
+
+def plan(*args: str, **extra) -> dict:
+    doc = {"records": 20, "shards": 2, "command": [PYTHON, str(PROBE), *args],
+           "scheduler": {"profile": "local", "local": {"max_parallel": 2}},
+           "windows": {"accounting_lag_seconds": 5, "preemption_seconds": 5, "submission_visibility_seconds": 5}}
+    doc.update(extra)
+    return doc
+
+
+def test_a_failed_attempts_log_shows_its_stderr_then_the_allocations_output(workspace):
+    run_dir = init_run(workspace, plan_doc=plan("--fail", "--say", "hello from the client"))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    settle(run_dir)
+    proc = tau("tau-logs", str(run_dir), "shard-00001")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == ["hello from the client", "probe: failing shard-00001 attempt-0001, as asked"]
+    assert lines[3] == f"==> {run_dir}/submissions/submission-0001/local/task-00001.log <=="
+    assert json.loads(lines[4])["error"] == "the client exited with status 3"
+    assert proc.stderr == ""
+
+
+def test_a_named_attempt_and_json_for_programs(workspace):
+    run_dir = init_run(workspace, plan_doc=plan("--fail", retry={"max_attempts": 5}))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    settle(run_dir)
+    assert tau("tau-retry", str(run_dir)).returncode == 0
+    settle(run_dir)
+    doc = json.loads(tau("tau-logs", str(run_dir), "shard-00000", "--attempt", "attempt-0001", "-o", "json").stdout)
+    assert (doc["kind"], doc["attempt_id"], doc["state"]) == ("tau.logs", "attempt-0001", "failed")
+    assert [e["source"] for e in doc["logs"]] == ["client", "allocation"]
+    assert doc["logs"][0]["text"] == "probe: failing shard-00000 attempt-0001, as asked\n"
+    assert doc["logs"][0]["path"] == f"{run_dir}/shards/shard-00000/attempts/attempt-0001/client.log"
+    newest = tau("tau-logs", str(run_dir), "shard-00000").stdout
+    assert newest.startswith("probe: failing shard-00000 attempt-0002, as asked\n")
+
+
+def test_follow_streams_a_live_attempt_and_ends_when_it_ends(workspace):
+    run_dir = init_run(workspace, plan_doc=plan("--say", "started", "--sleep", "3", records=10, shards=1))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    wait_for(lambda: (run_dir / "shards/shard-00000/attempts/attempt-0001/client.log").exists(), what="a log")
+    started = time.monotonic()
+    proc = subprocess.Popen([str(BIN / "tau-logs"), str(run_dir), "shard-00000", "--follow"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for_tests())
+    first = proc.stdout.readline()
+    assert first == "started\n"
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert time.monotonic() - started >= 2  # it waited for the attempt to end
+    assert f"==> {run_dir}/submissions/submission-0001/local/task-00000.log <==" in out
+    assert '"state":"succeeded"' in out
+
+
+def test_an_unknown_shard_or_attempt_is_66_and_follow_with_json_is_2(settled):
+    proc = tau("tau-logs", str(settled), "shard-00042")
+    assert proc.returncode == 66 and error_of(proc)["message"] == "tau-logs: run 'run' has no shard 'shard-00042'"
+    proc = tau("tau-logs", str(settled), "shard-00001", "--attempt", "attempt-0009")
+    assert proc.returncode == 66 and error_of(proc)["message"] == "tau-logs: shard-00001 has no attempt 'attempt-0009'"
+    proc = tau("tau-logs", str(settled), "shard-00001", "--follow", "-o", "json")
+    assert proc.returncode == 2 and error_of(proc)["message"] == "tau-logs: --follow streams text: drop -o json"

@@ -1,0 +1,151 @@
+"""tau-status: the run's status now, read-only, by the same rules as tau-reconcile: progress and heartbeats,
+stalls, budgets, journals, an estimate of the time left; and tau-reconcile refuses a terminal on stdin."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import time
+
+from helpers import BIN, PYTHON, copy_run, env_for_tests, error_of, init_run, settle, snapshot, tau
+from test_cli_cancel import wait_for
+from test_cli_run_environment import PROBE
+
+
+def run_plan(*args: str, **extra) -> dict:
+    doc = {"records": 40, "shards": 4, "command": [PYTHON, str(PROBE), *args],
+           "scheduler": {"profile": "local", "local": {"max_parallel": 4}},
+           "windows": {"accounting_lag_seconds": 5, "preemption_seconds": 5, "submission_visibility_seconds": 5,
+                       "heartbeat_seconds": 1, "stall_seconds": 3}}
+    doc.update(extra)
+    return doc
+
+
+def status(run_dir, *args) -> dict:
+    proc = tau("tau-status", str(run_dir), *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def frozen(run_dir, signum) -> list[int]:
+    """Send `signum` to the local supervisor's and every task's process group; their pids."""
+    records = [json.loads(p.read_text()) for p in run_dir.glob("submissions/*/local/*.json")]
+    pids = [r["pid"] for r in records if r.get("pid")]
+    for pid in pids:
+        os.killpg(pid, signum)
+    return pids
+
+
+def test_status_writes_nothing_at_all_while_the_run_is_live_and_after(workspace):
+    run_dir = init_run(workspace, plan_doc=run_plan("--sleep", "3"))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    wait_for(lambda: status(run_dir)["counts"]["running"] == 4, what="four running shards")
+    groups = frozen(run_dir, signal.SIGSTOP)  # the supervisor and every task: nothing else writes while we look
+    try:
+        before = snapshot(run_dir)
+        for _ in range(3):
+            doc = status(run_dir)
+        assert snapshot(run_dir) == before
+    finally:
+        for pid in groups:
+            os.killpg(pid, signal.SIGCONT)
+    assert doc["state"] == "running" and "changes" not in doc
+    settle(run_dir)
+    before = snapshot(run_dir)
+    assert status(run_dir)["state"] == "succeeded"
+    assert snapshot(run_dir) == before
+
+
+def test_status_says_what_reconcile_would_say(settled, tmp_path):
+    run_dir = copy_run(settled, tmp_path / "copy")
+    seen = status(run_dir)
+    obs = tau("tau-observe", str(run_dir))
+    rec = json.loads(tau("tau-reconcile", str(run_dir), input=obs.stdout).stdout)
+    for key in ("state", "degraded", "reason", "counts", "retryable", "budget", "cancelled", "submissions",
+                "collections"):
+        assert seen[key] == rec[key], key
+    assert [(s["id"], s["state"], s["reason"], s["log"]) for s in seen["shards"]] == [
+        (s["id"], s["state"], s["reason"], s["log"]) for s in rec["shards"]]
+
+
+def test_a_running_attempt_shows_the_progress_its_client_reports_and_its_heartbeat(workspace):
+    run_dir = init_run(workspace, plan_doc=run_plan("--progress", "--sleep", "6"))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+
+    def reported():
+        doc = status(run_dir)
+        shard = doc["shards"][0]
+        return doc if shard["progress"] and shard["progress"]["records_done"] == 5 else None
+
+    doc = wait_for(reported, timeout=30, what="the client's progress in readiness")
+    progress = doc["shards"][0]["progress"]
+    assert (progress["state"], progress["records"]) == ("running", 10)
+    assert 0 <= progress["age_seconds"] < 3 and doc["shards"][0]["stalled"] is None
+    table = tau("tau-status", str(run_dir), "-o", "table").stdout
+    assert "5/10" in table.splitlines()[5]
+    settle(run_dir)
+
+
+def test_an_attempt_that_stops_heartbeating_is_shown_stalled_and_recovers(workspace):
+    run_dir = init_run(workspace, plan_doc=run_plan("--sleep", "30", records=10, shards=1))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    wait_for(lambda: status(run_dir)["counts"]["running"] == 1, what="a running shard")
+    task = json.loads((run_dir / "submissions/submission-0001/local/task-00000.json").read_text())
+    os.killpg(task["pid"], signal.SIGSTOP)  # tau-attempt and its client, frozen: no heartbeat
+    try:
+        doc = wait_for(lambda: (d := status(run_dir))["shards"][0]["stalled"] and d, timeout=20, what="a stall")
+        shard = doc["shards"][0]
+        assert shard["state"] == "running" and shard["stalled"].startswith("no heartbeat for ")
+        assert "the run's stall_seconds is 3" in shard["stalled"]
+        assert doc["degraded"] is True and doc["reason"] == f"shard-00000 stalled: {shard['stalled']}"
+    finally:
+        os.killpg(task["pid"], signal.SIGCONT)
+    wait_for(lambda: status(run_dir)["shards"][0]["stalled"] is None, timeout=20, what="the heartbeat again")
+    assert tau("tau-cancel", str(run_dir)).returncode == 0
+
+
+def test_the_run_status_names_an_unresolved_submission_the_collections_and_the_time_left(settled, tmp_path):
+    run_dir = copy_run(settled, tmp_path / "copy")
+    doc = status(run_dir)
+    assert doc["submissions"] == [] and doc["collections"] == []
+    assert doc["eta_seconds"] is not None and doc["eta_seconds"] >= 0  # three attempts finished; one shard to do
+    assert tau("tau-retry", str(run_dir)).returncode == 0
+    settle(run_dir)
+    out = tmp_path / "copy" / "out"  # below the run's workspace, as a destination must be
+    assert tau("tau-collect", str(run_dir), "--destination", str(out)).returncode == 0
+    doc = status(run_dir)
+    assert doc["eta_seconds"] == 0
+    assert doc["collections"] == [{"collection_id": "collection-0001", "destination": str(out),
+                                   "format": "parquet", "state": "succeeded", "job_id": None, "reason": None}]
+
+
+def test_watch_renders_until_the_run_has_finished(workspace):
+    run_dir = init_run(workspace, plan_doc=run_plan("--sleep", "1"))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    proc = tau("tau-status", str(run_dir), "-o", "table", "--watch", "--interval", "0.5", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    heads = [line for line in lines if line.startswith("run run: ")]
+    assert heads[-1] == "run run: succeeded (succeeded 4)"  # it ended once the run had succeeded
+    assert [line.split()[1] for line in lines[-4:]] == ["succeeded"] * 4
+    refused = tau("tau-status", str(run_dir), "--watch")
+    assert refused.returncode == 2 and "--watch renders a table for people" in error_of(refused)["message"]
+
+
+def test_reconcile_with_a_terminal_on_standard_input_exits_2_at_once(settled):
+    leader, follower = pty.openpty()
+    try:
+        started = time.monotonic()
+        proc = subprocess.run([str(BIN / "tau-reconcile"), str(settled)], stdin=follower, capture_output=True,
+                              text=True, env=env_for_tests(), timeout=30)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert proc.returncode == 2
+    assert time.monotonic() - started < 10
+    assert error_of(proc)["message"] == (
+        "tau-reconcile: tau-reconcile applies the output of tau-observe, on standard input: tau-observe RUN | "
+        "tau-reconcile RUN (for the status without changing anything: tau-status RUN)")
