@@ -115,8 +115,13 @@ def corpus(tmp_path_factory) -> dict:
     wait_settled(live)
     by_name["observations"].append(json.loads(tau("tau-observe", str(live)).stdout))
 
+    # cancellations: of one shard, then of the whole run
+    cancelled = init_run(ws, "cancelled", records=20, shards=2)
+    assert tau("tau-cancel", str(cancelled), "--shard", "shard-00000").returncode == 0
+    assert tau("tau-cancel", str(cancelled)).returncode == 0
+
     files = []
-    for root in (run_dir, live):
+    for root in (run_dir, live, cancelled):
         for dirpath, _, names in os.walk(root):
             files += [(str(root), os.path.join(dirpath, n)) for n in names if n.endswith(".json")]
     for _, path in files:
@@ -180,7 +185,7 @@ def _invalid_variants(name: str, valid: dict) -> list[tuple[str, object]]:
         out.append(("schema version 2", dict(valid, schema_version=2)))
         out.append(("schema version true", dict(valid, schema_version=True)))
     for key in ("run_id", "shard_id", "attempt_id"):
-        if key in valid:
+        if isinstance(valid.get(key), str):
             out.append((f"{key} breaks its pattern", dict(valid, **{key: "../" + valid[key]})))
             out.append((f"{key} is a number", dict(valid, **{key: 7})))
     for key in ("revision", "ordinal"):
@@ -188,7 +193,8 @@ def _invalid_variants(name: str, valid: dict) -> list[tuple[str, object]]:
             out.append((f"{key} is zero", dict(valid, **{key: 0})))
             out.append((f"{key} is a float", dict(valid, **{key: 1.5})))
             out.append((f"{key} is a boolean", dict(valid, **{key: True})))
-    for key in ("created_at", "updated_at", "observed_at", "published_at", "completed_at"):
+    for key in ("created_at", "updated_at", "observed_at", "published_at", "completed_at", "requested_at",
+                "fixed_at"):
         if isinstance(valid.get(key), str):
             out.append((f"{key} without microseconds", dict(valid, **{key: valid[key][:19] + "Z"})))
     if name == "plan-request":

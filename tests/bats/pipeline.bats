@@ -34,9 +34,10 @@ setup() {
   assert_success
   assert_line --index 0 "run run: failed (succeeded 3, failed 1)"
   assert_line --index 1 "degraded: shard-00001 failed: the client exited with status 3"
-  assert_line --index 2 --regexp '^SHARD +STATE +ATTEMPT +WINNER +SCHEDULER +REASON$'
-  assert_line --index 4 --regexp '^shard-00001 +failed +attempt-0001 +- '
-  [ "${#lines[@]}" -eq $((SHARDS + 3)) ]
+  assert_line --index 2 --regexp '^budget: 1 failed attempts, 1 failed shards '
+  assert_line --index 3 --regexp '^SHARD +STATE +ATTEMPT +WINNER +TRIES +SCHEDULER +PROGRESS +REASON$'
+  assert_line --index 5 --regexp '^shard-00001 +failed +attempt-0001 +- +1/3 '
+  [ "${#lines[@]}" -eq $((SHARDS + 4)) ]
 }
 
 @test "the front command composes the same way: tau observe RUN | tau reconcile RUN" {
