@@ -36,26 +36,29 @@ def json_of(path: Path) -> dict:
 
 # -- tau-init -----------------------------------------------------------------------------------------------------
 
-def test_tau_init_killed_after_writing_the_shards_finishes_the_run_when_run_again(tmp_path):
+@pytest.mark.parametrize("declared", [False, True], ids=["plain", "declared-schema"])
+def test_tau_init_killed_after_writing_the_shards_finishes_the_run_when_run_again(tmp_path, declared):
+    doc = plan(output={"format": "parquet", "rows_per_partition": 30,
+                       "schema": [{"name": "id", "type": "int64"}]}) if declared else plan()
     crashed_ws, clean_ws = tmp_path / "crashed", tmp_path / "clean"
     for ws in (crashed_ws, clean_ws):
         ws.mkdir(mode=0o700)
     run_dir = crashed_ws / "run"
-    proc = tau("tau-init", str(run_dir), input=json.dumps(plan()), env={"TAU_FAILPOINTS": "init.shards_written=crash"})
+    proc = tau("tau-init", str(run_dir), input=json.dumps(doc), env={"TAU_FAILPOINTS": "init.shards_written=crash"})
     assert proc.returncode == -9
     assert (run_dir / "plan.json").exists() and not (run_dir / "run.json").exists()
     observe = tau("tau-observe", str(run_dir))  # a run exists exactly when run.json does
     assert observe.returncode == 66
     assert "is not a tau run (no run.json)" in error_of(observe)["message"]
-    again = tau("tau-init", str(run_dir), input=json.dumps(plan()))
+    again = tau("tau-init", str(run_dir), input=json.dumps(doc))
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["created"] is True
-    assert init_run(clean_ws).name == "run"
+    assert init_run(clean_ws, plan_doc=doc).name == "run"
     recovered, clean = snapshot(run_dir), snapshot(clean_ws / "run")
     assert sorted(recovered) == sorted(clean)  # the same entries: nothing missing, no debris
     for rel in clean:
-        if rel == "run.json":
-            strip = lambda doc: {k: v for k, v in doc.items() if k != "created_at"}  # noqa: E731
+        if rel in ("run.json", "schema.json"):
+            strip = lambda rec: {k: v for k, v in rec.items() if k not in ("created_at", "fixed_at")}  # noqa: E731
             assert strip(json_of(run_dir / rel)) == strip(json_of(clean_ws / "run" / rel))
         else:
             assert recovered[rel] == clean[rel], rel

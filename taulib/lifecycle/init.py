@@ -147,7 +147,8 @@ def init(run_dir: str, request: object, environ: dict | None = None) -> dict:
             run.publish(layout.shard_record(sid), {
                 "kind": "tau.shard", "schema_version": 1, "run_id": run_id, "shard_id": sid, "index": index,
                 "record_start": start, "record_end": end})
-        if plan["output"]["schema"] is not None:  # declared: every candidate must have exactly these columns
+        if plan["output"]["schema"] is not None and run.read(layout.SCHEMA, "tau.output-schema") is None:
+            # declared: every candidate must have exactly these columns (a re-run after a crash keeps the first)
             run.publish(layout.SCHEMA, {"kind": "tau.output-schema", "schema_version": 1, "run_id": run_id,
                                         "fields": plan["output"]["schema"], "fixed_by": None,
                                         "fixed_at": jsonio.now_rfc3339()})
