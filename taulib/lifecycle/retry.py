@@ -44,10 +44,9 @@ def initial(run) -> dict:
     """tau-submit: the first attempt of every shard that has none and is not cancelled."""
 
     def select(run_) -> tuple[list[str], list[dict], list[str]]:
-        whole_run = state.run_cancel(run_)
-        counts = [(sid, len(state.attempt_ids(run_, sid))) for sid in run_.shard_ids()]
-        if whole_run is not None:
+        if state.run_cancel(run_) is not None:
             return [], [], []
+        counts = [(sid, len(state.attempt_ids(run_, sid))) for sid in run_.shard_ids()]
         cancelled = frozenset(sid for sid, count in counts if count == 0
                               and state.cancellation(run_, sid, None) is not None)
         return select_initial(counts, cancelled), [], []

@@ -169,7 +169,6 @@ def _ensure_supervisor(run, plan: dict) -> None:
         from taulib.local import supervisor
 
         _check_inherited(run)
-
         supervisor.spawn(run, sub_id)
 
 
