@@ -69,7 +69,9 @@ def _origins(text: str) -> frozenset[str]:
 
 
 def _failpoints(text: str) -> dict[str, str]:
-    """`name=action;name2=action2` (also `,`) -> {name: action}; a name alone means crash."""
+    """`name=action;name2=action2` (also `,`) -> {name: action}; a name alone means crash. A name may be qualified
+    by a command, `tau-submit:submit.prepared=crash`, to fire only in that command (not in the processes it
+    starts, which inherit the environment)."""
     armed: dict[str, str] = {}
     for item in text.replace(",", ";").split(";"):
         item = item.strip()
@@ -83,6 +85,7 @@ VARS: dict[str, Var] = {v.name: v for v in (
     Var("TAU_LOCK_TIMEOUT", 30.0, _seconds, "seconds to wait for a lock another tau process holds (then exit 75)"),
     Var("TAU_FAILPOINTS", {}, _failpoints, "failpoints to arm, for tests: name=action pairs (taulib.failpoints)"),
     Var("TAU_FAILPOINT_ONCE", "", _text, "the marker file of the once-crash failpoint action"),
+    Var("TAU_FAILPOINT_TRACE", "", _text, "a file each failpoint reached is appended to (COMMAND NAME), for tests"),
     Var("TAU_DEBUG", False, _flag, "1: an unexpected error shows its traceback instead of the JSON error (70)"),
     Var("TAU_NO_RENAMEAT2", False, _flag, "1: publish folders with the fallback instead of renameat2"),
     Var("TAU_SLURM_TIMEOUT", 30.0, _seconds, "seconds squeue and sacct may take"),

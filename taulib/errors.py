@@ -20,6 +20,9 @@ EXIT_CODES: dict[int, tuple[str, str]] = {
     74: ("io_error", "an operating-system error while reading or writing"),
     75: ("busy", "busy or not yet known: try again"),
     77: ("refused", "refused for trust or permission"),
+    129: ("interrupted", "stopped by SIGHUP (the terminal went away); the signal is named in the error object"),
+    130: ("interrupted", "stopped by Ctrl-C (SIGINT); the signal is named in the error object"),
+    143: ("interrupted", "stopped by SIGTERM (kill, timeout); the signal is named in the error object"),
 }
 
 OK = 0
@@ -33,6 +36,7 @@ CONFLICT = 73
 IO_ERROR = 74
 BUSY = 75
 REFUSED = 77
+INTERRUPTED = 130  # 128 + the signal's number: 129 SIGHUP, 130 SIGINT, 143 SIGTERM
 
 
 class TauError(Exception):

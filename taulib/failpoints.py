@@ -6,8 +6,14 @@
   delay:S     sleep S seconds there (to widen a race window in tests)
   once-crash  crash only if the marker file named by TAU_FAILPOINT_ONCE does not exist yet (then create it)
 
-With the variable unset, `hit` is one dict lookup on an empty dict: nothing measurable.
-The names are listed in `NAMES`; tests iterate over it, so a failpoint that is added must be added there.
+A name may be qualified by the command it fires in: `tau-collect:collect.staged=crash` crashes tau-collect there
+but not the tau-attempt processes a local supervisor starts with the same environment. `TAU_FAILPOINT_TRACE` names
+a file to which every failpoint reached is appended as one line `COMMAND NAME` (the adversarial suite learns from
+it which failpoints each command reaches, then crashes each one).
+
+With the variables unset, `hit` is one dict lookup on an empty dict and one test of an empty string.
+The names are listed in `NAMES`, with the protocol each belongs to (tau-run(5) lists them too); tests iterate over
+it, so a failpoint that is added must be added there.
 """
 
 from __future__ import annotations
@@ -25,37 +31,62 @@ NAMES = (
     "store.publish.temp_synced",
     "store.publish.linked",
     "store.publish.temp_removed",
+    "store.publish.renamed",  # where hard links are missing: the temp file renamed to the name
     # taulib.fs.atomic: mutable replace
     "store.replace.temp_written",
     "store.replace.temp_synced",
     "store.replace.renamed",
     # taulib.fs.tree: folders
     "store.mkdir.created",
-    # taulib.lifecycle.init
+    # taulib.fs.publish: a staged folder published without renameat2 (reserve, claim, rename, release)
+    "publish.reserved",
+    "publish.claimed",
+    "publish.renamed",
+    # taulib.lifecycle.init: plan, shards, run.json last
+    "init.plan_written",
     "init.shards_written",
-    # taulib.lifecycle.submission: the journal and the attempts
+    # taulib.lifecycle.submission: the journal and the attempts (tau-submit, tau-retry)
     "submit.prepared",
+    "submit.sbatch_returned",
     "submit.attempts_published",
     "submit.submitted",
     # taulib.lifecycle.attempt: in-allocation side
     "attempt.running",
-    "attempt.result_written",
     "attempt.manifest_written",
+    "attempt.result_written",
+    # taulib.lifecycle.reconcile: evidence, then the sealed-shard index
+    "reconcile.applied",
     # taulib.lifecycle.winner
     "winner.validated",
-    # taulib.collect.collection
+    # taulib.lifecycle.cancel: the records, then the stopping
+    "cancel.recorded",
+    # taulib.collect: the journal, the CPU job, the stage, the publication
     "collect.planned",
+    "collect.sbatch_returned",
     "collect.staged",
     "collect.renamed",
+    # taulib.bundle.seal: manifest, marker, current pointer
+    "seal.manifest_written",
+    "seal.marker_written",
+    "seal.current_replaced",
+    # taulib.bundle.fetch: the stage, the publication
+    "fetch.staged",
+    "fetch.published",
 )
 
 
 _ARMED: dict[str, str] = env.get("TAU_FAILPOINTS")  # type: ignore[assignment]
+_TRACE: str = env.get("TAU_FAILPOINT_TRACE")  # type: ignore[assignment]
+command = "tau"  # the command this process runs (set by `taulib.cli.common.run_command`)
 
 
 def hit(name: str) -> None:
     """Run the action armed for `name`, if any."""
-    action = _ARMED.get(name)
+    if _TRACE:
+        _trace(name)
+    if not _ARMED:
+        return
+    action = _ARMED.get(f"{command}:{name}") or _ARMED.get(name)
     if action is None:
         return
     if action == "crash":
@@ -72,3 +103,11 @@ def hit(name: str) -> None:
         raise FailpointError(f"failpoint {name!r} injected an error", failpoint=name)
     elif action.startswith("delay:"):
         time.sleep(float(action.split(":", 1)[1]))
+
+
+def _trace(name: str) -> None:
+    fd = os.open(_TRACE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, f"{command} {name}\n".encode())  # one append: lines of processes never interleave
+    finally:
+        os.close(fd)

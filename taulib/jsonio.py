@@ -55,7 +55,15 @@ def format_time(epoch: float) -> str:
 
 
 def parse_time(text: str) -> float:
-    """Epoch seconds of an RFC 3339 UTC timestamp written by `format_time` (YYYY-MM-DDTHH:MM:SS.ffffffZ)."""
-    seconds = calendar.timegm((int(text[0:4]), int(text[5:7]), int(text[8:10]), int(text[11:13]),
-                               int(text[14:16]), int(text[17:19]), 0, 0, 0))
-    return seconds + int(text[20:26]) / 1_000_000
+    """Epoch seconds of an RFC 3339 UTC timestamp written by `format_time` (YYYY-MM-DDTHH:MM:SS.ffffffZ). A time
+    that does not exist (month 13, February 30, 25:61:61, a leap second, a year before 1970 or after 9999) is
+    BadInput, never normalised into another one."""
+    try:
+        year, month, day = int(text[0:4]), int(text[5:7]), int(text[8:10])
+        hour, minute, second, micros = int(text[11:13]), int(text[14:16]), int(text[17:19]), int(text[20:26])
+    except (TypeError, ValueError):
+        raise BadInput(f"{text!r} is not a UTC time like 2026-01-02T03:04:05.000006Z") from None
+    if not (1970 <= year <= 9999 and 1 <= month <= 12 and 1 <= day <= calendar.monthrange(year, month)[1]
+            and hour < 24 and minute < 60 and second < 60):
+        raise BadInput(f"{text!r} is not a real UTC time (1970-9999, a real month, day, hour, minute and second)")
+    return calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + micros / 1_000_000

@@ -81,7 +81,10 @@ def _check_keywords(node: object, name: str) -> None:
 def validate(instance: object, name: str, what: str | None = None) -> None:
     """Raise SchemaViolation naming the first failing location, or return None."""
     root = load(name)
-    error = _validate(instance, root, root, "")
+    try:
+        error = _validate(instance, root, root, "")
+    except RecursionError:  # JSON nested deeper than any tau document is: refused, never a crash
+        error = ("/", "nested too deeply")
     if error is not None:
         pointer, message = error
         label = what or name
@@ -92,7 +95,10 @@ def validate(instance: object, name: str, what: str | None = None) -> None:
 
 def is_valid(instance: object, name: str) -> bool:
     root = load(name)
-    return _validate(instance, root, root, "") is None
+    try:
+        return _validate(instance, root, root, "") is None
+    except RecursionError:
+        return False
 
 
 _RESOLVED: dict[tuple[int, str], dict] = {}

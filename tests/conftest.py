@@ -30,3 +30,23 @@ def settled(request, tmp_path_factory) -> Path:
     assert tau("tau-submit", str(run_dir)).returncode == 0
     settle(run_dir)
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def nolink_fs(tmp_path_factory):
+    """A real FUSE filesystem without hard links and without renameat2's flags (tests/fusefs.py), mounted once for
+    the session; yields its mount point. Tests make their own folders in it."""
+    import fusefs
+
+    with fusefs.mounted(tmp_path_factory.mktemp("fuse")) as mountpoint:
+        yield mountpoint
+
+
+@pytest.fixture
+def nolink_workspace(nolink_fs, request) -> Path:
+    """A private workspace folder on the filesystem without hard links."""
+    import re
+
+    ws = nolink_fs / re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:100]
+    ws.mkdir(mode=0o700)
+    return ws

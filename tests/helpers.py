@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -106,7 +107,8 @@ def quiesce(run_dir: Path, timeout: float = 60) -> None:
 
     deadline = time.monotonic() + timeout
     submissions = run_dir / "submissions"
-    for sub in sorted(submissions.iterdir()) if submissions.exists() else []:
+    for sub in sorted(p for p in submissions.iterdir() if re.fullmatch(r"submission-[0-9]{4,}", p.name)) \
+            if submissions.exists() else []:
         while not (sub / "local" / "supervisor.json").exists():
             assert time.monotonic() < deadline, f"the supervisor of {sub} did not start"
             time.sleep(0.02)

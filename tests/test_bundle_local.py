@@ -73,7 +73,8 @@ def test_sealing_replaces_the_current_pointer_with_the_generation_sealed_last(ou
     (out / "new.txt").write_text("new\n")
     sealed(out, "g2")
     assert (out / ".tau" / "current").read_bytes() == b"g2\n"
-    assert sorted(os.listdir(out / ".tau")) == ["bundles", "current"]  # no temporary file left behind
+    assert sorted(os.listdir(out / ".tau")) == ["bundles", "current", "locks"]  # no temporary file left behind
+    assert os.listdir(out / ".tau" / "locks") == ["seal.lock"]
 
 
 def test_sealing_the_same_tree_again_is_idempotent(out):

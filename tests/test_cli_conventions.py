@@ -13,6 +13,8 @@ import pytest
 
 from helpers import (BIN, COMMANDS, complete_run, env_for_tests, error_of, hold_lock, init_run, plan, snapshot, tau)
 
+from taulib import jsonio
+
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory) -> Path:
@@ -30,7 +32,7 @@ ALLOCATION = {"TAU_LOCAL_JOB_ID": "submission-0001", "TAU_LOCAL_TASK_ID": "0"}
 
 def observations_for(run_id: str) -> str:
     return json.dumps({"kind": "tau.observations", "schema_version": 1, "run_id": run_id,
-                       "observed_at": "2030-01-01T00:00:00.000000Z", "executor": "local",
+                       "observed_at": jsonio.now_rfc3339(), "executor": "local",
                        "sources": {"queue": "observed", "accounting": "observed", "reason": None}, "attempts": []})
 
 

@@ -398,4 +398,6 @@ def test_watch_keeps_going_while_the_api_server_does_not_answer(api, tmp_path):
     assert first.startswith(f"cannot read the workload: the Kubernetes API server http://127.0.0.1:{closed} cannot "
                             "be reached (connection refused)"), first
     assert proc.returncode == 130, err
-    assert json.loads(err.splitlines()[-1])["message"] == "tau-observe: interrupted"
+    error = json.loads(err.splitlines()[-1])
+    assert error["message"] == "tau-observe: interrupted by SIGINT"
+    assert error["error"] == "interrupted" and error["details"]["signal"] == "SIGINT", error

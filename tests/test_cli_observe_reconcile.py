@@ -11,13 +11,15 @@ import pytest
 
 from helpers import CLIENT, PYTHON, copy_run, error_of, init_run, settle, snapshot, tau
 
+from taulib import jsonio
+
 
 
 def observation(run_id: str = "run", shard: str = "shard-00001", attempt: str = "attempt-0001",
                 task_index: int = 1) -> dict:
     """A valid observations document: the local executor's accounting says the attempt failed."""
     return {"kind": "tau.observations", "schema_version": 1, "run_id": run_id,
-            "observed_at": "2030-01-01T00:00:00.000000Z", "executor": "local",
+            "observed_at": jsonio.now_rfc3339(), "executor": "local",
             "sources": {"queue": "observed", "accounting": "observed", "reason": None},
             "attempts": [{"shard_id": shard, "attempt_id": attempt,
                           "scheduler": {"executor": "local", "job_id": "submission-0001", "task_index": task_index},

@@ -42,7 +42,8 @@ def test_a_second_retry_creates_nothing(settled, tmp_path):
     second = tau("tau-retry", str(run_dir))  # attempt-0002 is pending or running: nothing is retryable
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout) == {"submission_id": None, "purpose": "retry", "job_id": None, "created": False,
-                                         "tasks": [], "skipped": [], "run_id": "run", "stopped": None}
+                                         "tasks": [], "skipped": [], "run_id": "run", "stopped": None,
+                                         "job_name": None, "state": None, "adopted": False}
     settle(run_dir)
     third = tau("tau-retry", str(run_dir))  # every shard has won
     assert third.returncode == 0 and json.loads(third.stdout)["created"] is False

@@ -265,3 +265,70 @@ def test_evidence_changed_only_when_something_but_the_time_of_the_observation_di
     assert changed(first, first._replace(changed_at=160.0))
     terminal = ev("failed", "accounting", terminal=True, exit_code=3, classification="failed")
     assert changed(terminal._replace(classification=None), terminal)
+
+
+# -- clocks: evidence from the future never hides later evidence -------------------------------------------------
+
+def test_ahead_is_none_within_the_tolerance_and_the_excess_beyond_it():
+    now = 1_000_000.0
+    assert rules.ahead(now, now) is None
+    assert rules.ahead(now - 3600, now) is None
+    assert rules.ahead(now + rules.FUTURE_TOLERANCE, now) is None
+    assert rules.ahead(now + rules.FUTURE_TOLERANCE + 1, now) == rules.FUTURE_TOLERANCE + 1
+    assert rules.ahead(now + 3600, now) == 3600
+
+
+def test_clamped_leaves_evidence_of_the_past_as_it_is():
+    now = 1_000_000.0
+    prev = ev("running", at=now - 10)
+    assert rules.clamped(prev, now, WINDOWS) is prev
+    assert rules.clamped(None, now, WINDOWS) is None
+    lagging = ev("accounting_lag", "absent", at=now - 5, deadline_window="accounting_lag", deadline_at=now + 295)
+    assert rules.clamped(lagging, now, WINDOWS) is lagging
+
+
+def test_clamped_brings_times_from_the_future_back_to_now_and_a_deadline_within_its_window():
+    now = 1_000_000.0
+    ahead = ev("preempted", at=now + 3600, deadline_window="preemption", deadline_at=now + 3600 + 600)
+    fixed = rules.clamped(ahead, now, WINDOWS)
+    assert (fixed.observed_at, fixed.changed_at) == (now, now)
+    assert fixed.deadline_at == now + WINDOWS["preemption_seconds"]
+    assert fixed._replace(observed_at=0, changed_at=0, deadline_at=0) == \
+        ahead._replace(observed_at=0, changed_at=0, deadline_at=0)
+
+
+def test_a_fast_clocked_observer_no_longer_stalls_terminal_evidence():
+    """The defect: evidence dated an hour ahead said running; a correctly dated FAILED was "stale" until wall time
+    caught up. Clamped first, the FAILED applies at once."""
+    now = 1_000_000.0
+    ahead = ev("running", at=now + 3600)
+    rule, stuck = next_evidence(ahead, seen(now, accounting="failed", exit_code=3), WINDOWS)
+    assert rule == "stale" and stuck == ahead  # what the table alone does with a time from the future
+    rule, new = next_evidence(rules.clamped(ahead, now, WINDOWS), seen(now, accounting="failed", exit_code=3),
+                              WINDOWS)
+    assert rule == "accounting-terminal" and new.state == "failed" and new.terminal, new
+
+
+@settings(max_examples=300, deadline=None)
+@given(offset=st.floats(min_value=-1e6, max_value=1e9), window=st.sampled_from([None, "accounting_lag",
+                                                                              "preemption"]))
+def test_clamped_evidence_is_never_dated_beyond_now_and_its_tolerance(offset, window):
+    now = 1_000_000.0
+    prev = ev("running", at=now + offset, deadline_window=window,
+              deadline_at=None if window is None else now + offset + 10)
+    fixed = rules.clamped(prev, now, WINDOWS)
+    assert fixed.observed_at <= now + rules.FUTURE_TOLERANCE and fixed.changed_at <= now + rules.FUTURE_TOLERANCE
+    if window is not None:
+        assert fixed.deadline_at <= now + WINDOWS[f"{window}_seconds"]
+
+
+def test_clamped_brings_a_time_from_the_future_to_the_observation_in_hand_and_keeps_true_deadlines():
+    now = 1_000_000.0
+    ahead = ev("running", at=now + 3600)
+    fixed = rules.clamped(ahead, now, WINDOWS, present=now - 5)
+    assert (fixed.observed_at, fixed.changed_at) == (now - 5, now - 5)
+    rule, new = next_evidence(fixed, seen(now - 5, accounting="failed", exit_code=3), WINDOWS)
+    assert rule == "accounting-terminal"
+    # a true deadline (at most now plus its window) is never shortened, whatever the observation's time
+    lagging = ev("accounting_lag", "absent", at=now - 100, deadline_window="accounting_lag", deadline_at=now + 200)
+    assert rules.clamped(lagging, now, WINDOWS, present=now - 600) is lagging

@@ -7,6 +7,9 @@ command -v mandoc >/dev/null 2>&1 || need="$need mandoc"
 command -v jq >/dev/null 2>&1 || need="$need jq"
 command -v zsh >/dev/null 2>&1 || need="$need zsh"    # the shell completion tests
 command -v fish >/dev/null 2>&1 || need="$need fish"
+# the filesystem-without-hard-links tests: a FUSE passthrough (fusepy on libfuse2; fuse3 brings /dev/fuse's tools)
+command -v fusermount3 >/dev/null 2>&1 || need="$need fuse3"
+ldconfig -p 2>/dev/null | grep -q 'libfuse\.so\.2' || need="$need libfuse2"
 [ -n "$need" ] || exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "system-deps: missing:$need; install them (apt-get install$need) or run as root" >&2

@@ -13,20 +13,41 @@ Order, failing closed before any byte lands at the destination:
      with the manifest (1); a progress bar on stderr when it is a terminal;
   6. publish: the stage (with the acknowledgement under `.tau/bundles/`) is renamed to the destination with
      renameat2(RENAME_NOREPLACE), or onto the empty destination folder; on any failure the stage is removed and
-     the destination is as it was before (absent, or the empty folder it was).
+     the destination is as it was before (absent, or the empty folder it was; after a crash between the removal
+     of that empty folder and the rename, absent). The next fetch to the same destination removes what a killed
+     one left: its stage, and a reservation of the no-renameat2 publication.
+Failpoints: fetch.staged (the stage is complete), fetch.published (renamed to the destination).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 
-from taulib import jsonio
+from taulib import failpoints, jsonio
 from taulib.bundle import endpoint
 from taulib.bundle import manifest as mf
 from taulib.errors import CheckFailed, Conflict, NotFound, Refused, UsageError
 from taulib.fs import publish
 from taulib.fs.tree import Tree
+
+
+def _stage_pattern(name: str) -> re.Pattern:
+    return re.compile(rf"^\.{re.escape(name)}\.tau-fetch-[0-9a-f]{{12}}\Z")
+
+
+def _clean_crashed(parent: Tree, name: str) -> None:
+    """What a fetch to `name` killed part way left: its stage folders (of ours, named exactly as a stage of that
+    destination) and a reservation of the no-renameat2 publication. A fetch to the same destination running at
+    this very moment loses its stage and fails; one of two such fetches could only ever succeed anyway."""
+    publish.recover_reservation(parent, name)
+    pattern = _stage_pattern(name)
+    for entry in parent.listdir():
+        if pattern.match(entry):
+            st = parent.lstat(entry)
+            if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+                parent.remove_tree(entry)
 
 
 def _destination(destination: str) -> tuple[Tree, str, bool]:
@@ -43,6 +64,7 @@ def _destination(destination: str) -> tuple[Tree, str, bool]:
         st = os.fstat(tree.fd)
         if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
             raise Refused(f"the parent folder of {dest!r} is writable by anyone; refusing to publish there")
+        _clean_crashed(tree, name)
         dst = tree.lstat(name)
         if dst is None:
             return tree, name, False
@@ -95,10 +117,12 @@ def fetch(source: str, destination: str, generation: str | None, current: bool =
                 staged.write_new(mf.manifest_name(generation), manifest_bytes)
                 staged.write_new(mf.marker_name(generation), marker_bytes)
                 os.fsync(staged.fd)
+            failpoints.hit("fetch.staged")
             if existed:
                 parent.remove_empty(name)  # it was empty: the rename below takes its place, never overwrites
                 removed_empty = True
             publish.publish_folder(parent, stage, name)
+            failpoints.hit("fetch.published")
         except BaseException:
             parent.remove_tree(stage)
             if removed_empty:

@@ -12,6 +12,8 @@ Steps:
   3. write the manifest `.tau/bundles/G.json` (no overwrite: an existing manifest of G with other content is
      refused, 73; identical files are idempotent), then the marker `.tau/bundles/G.complete`, last;
   4. replace the mutable pointer `.tau/current` (`G\n`) atomically: the generation sealed last;
+  steps 1-4 run under `.tau/locks/seal.lock`, one sealer of a tree at a time, which first removes the temp files a
+  killed sealer left (failpoints seal.manifest_written, seal.marker_written, seal.current_replaced);
   5. with `--upload URL` (checked before the payload runs): upload every payload file (the bytes sent are hashed
      and must equal the manifest), then the manifest, then the marker, then the current pointer, so a reader that
      sees the marker sees everything (`blob.upload_bundle`).
@@ -25,9 +27,10 @@ import os
 import re
 import socket
 
-from taulib import __version__, env, jsonio
+from taulib import __version__, env, failpoints, jsonio
 from taulib.bundle import manifest as mf
 from taulib.errors import BadInput, Conflict, NotFound, Refused, TauError
+from taulib.rundir import locks
 
 
 class PayloadFailed(TauError):
@@ -115,6 +118,34 @@ def run_payload(command: list[str]) -> int:
     return 128 - status if status < 0 else status
 
 
+def _acknowledge(tree, tau, generation: str, files: list, index_entry: dict | None, run: dict | None,
+                 command: list[str] | None) -> tuple[dict, bytes, bool]:
+    """Steps 3 and 4, under `.tau/locks/seal.lock`: one sealer of a tree at a time, so it alone removes what a
+    killed sealer left (temp files), and the no-link publication (check, then rename) is exact. (record, its
+    bytes, whether the manifest was created)."""
+    tau.clean_debris("")
+    tau.clean_debris("bundles")
+    existing = tree.read_bytes(mf.manifest_name(generation))
+    if existing is not None:
+        record = mf.decode(existing, generation)
+        if (record["files"], record["index"], record["run"]) != (files, index_entry, run):
+            raise Conflict(f"generation {generation!r} is already sealed with another manifest; a generation is "
+                           "immutable: choose a new one", generation=generation)
+        data = existing
+    else:
+        producer = {"host": socket.gethostname()[:255], "uid": os.geteuid(), "tau_version": __version__,
+                    "command": command or None}
+        record = mf.build(generation, files, run, producer, index_entry)
+        data = jsonio.canonical(record)
+    created = _write_once(tree, mf.manifest_name(generation), data)
+    failpoints.hit("seal.manifest_written")
+    _write_once(tree, mf.marker_name(generation), mf.marker_text(generation, jsonio.sha256_hex(data)))
+    failpoints.hit("seal.marker_written")
+    tree.rename_over(mf.CURRENT, mf.current_text(generation))
+    failpoints.hit("seal.current_replaced")
+    return record, data, created
+
+
 def seal(root: str, generation: str, run: dict | None = None, index: str | None = None,
          command: list[str] | None = None, upload: str | None = None) -> dict:
     mf.check_generation(generation)
@@ -131,23 +162,10 @@ def seal(root: str, generation: str, run: dict | None = None, index: str | None 
                                 payload_status=status)
     with mf.open_tree(root) as tree:
         root = tree.path
-        existing = tree.read_bytes(mf.manifest_name(generation))
-        files = mf.describe(tree)
+        files = mf.describe(tree)  # steps 1 and 2 only read: a refusal leaves the tree as it was
         index_entry = _index_entry(tree, index, generation)
-        if existing is not None:
-            record = mf.decode(existing, generation)
-            if (record["files"], record["index"], record["run"]) != (files, index_entry, run):
-                raise Conflict(f"generation {generation!r} is already sealed with another manifest; a generation is "
-                               "immutable: choose a new one", generation=generation)
-            data = existing
-        else:
-            producer = {"host": socket.gethostname()[:255], "uid": os.geteuid(), "tau_version": __version__,
-                        "command": command or None}
-            record = mf.build(generation, files, run, producer, index_entry)
-            data = jsonio.canonical(record)
-        created = _write_once(tree, mf.manifest_name(generation), data)
-        _write_once(tree, mf.marker_name(generation), mf.marker_text(generation, jsonio.sha256_hex(data)))
-        tree.rename_over(mf.CURRENT, mf.current_text(generation))
+        with tree.subtree(mf.TAU_DIR, create=True) as tau, locks.hold(tau, "seal"):
+            record, data, created = _acknowledge(tree, tau, generation, files, index_entry, run, command)
     result = {"kind": "tau.bundle-seal", "schema_version": 1, "root": root, "generation": generation,
               "created": created, "manifest_sha256": jsonio.sha256_hex(data), "files": record["totals"]["files"],
               "bytes": record["totals"]["bytes"], "index": record["index"], "run": record["run"], "uploaded": None}

@@ -9,13 +9,14 @@ traceback reaches a user unless TAU_DEBUG=1.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Callable
 
 import click
 
-from taulib import __version__, jsonio
-from taulib.errors import EXIT_CODES, INTERNAL, USAGE, BadInput, TauError
+from taulib import __version__, failpoints, jsonio
+from taulib.errors import EXIT_CODES, INTERNAL, IO_ERROR, USAGE, BadInput, TauError
 
 EPIPE_EXIT = 141  # what a C tool killed by SIGPIPE reports: the reader went away
 
@@ -36,34 +37,69 @@ def write_error(command: str, code: int, message: str, details: dict | None = No
         pass
 
 
+class Stopped(BaseException):
+    """A stop signal (SIGTERM, SIGHUP) reached a command: it unwinds like Ctrl-C, so the error object names the
+    signal and the exit code is 128 + its number. A BaseException, as KeyboardInterrupt is, so that no `except
+    Exception` on the way swallows it. Every commit protocol is crash-safe, so unwinding at any point is too."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _stopped(signum: int, _frame: object) -> None:
+    raise Stopped(signum)
+
+
+def _catch_stop_signals() -> None:
+    """Turn SIGTERM and SIGHUP into `Stopped` where their action is still the default (a command that supervises a
+    client, tau-attempt, installs its own for as long as it runs)."""
+    for signum in STOP_SIGNALS:
+        try:
+            if signal.getsignal(signum) is signal.SIG_DFL:
+                signal.signal(signum, _stopped)
+        except ValueError:  # not the main thread (a test harness): the default action stays
+            pass
+
+
+def _interrupted(name: str, signum: int) -> int:
+    signame = signal.Signals(signum).name
+    write_error(name, 128 + signum, f"interrupted by {signame}", {"signal": signame})
+    return 128 + signum
+
+
 class StdoutClosed(Exception):
     """The reader of stdout went away (EPIPE). Not an OSError, which click itself would turn into exit 1."""
 
 
 def emit(obj: object) -> None:
     """Print one JSON document (one line) on stdout."""
-    try:
-        sys.stdout.buffer.write(jsonio.canonical(obj))
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise StdoutClosed() from None
+    emit_bytes(jsonio.canonical(obj))
 
 
 def emit_bytes(data: bytes) -> None:
-    """Write raw bytes on stdout (an attempt's output), flushed."""
+    """Write bytes on stdout, every one of them: a pipe's reader that goes away part way (`| head`) is noticed
+    (StdoutClosed, exit 141), never taken for a complete write."""
     try:
+        sys.stdout.flush()
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # not a real file (a test harness): its own write
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
+        return
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
     except BrokenPipeError:
         raise StdoutClosed() from None
 
 
 def emit_text(text: str) -> None:
-    try:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise StdoutClosed() from None
+    emit_bytes((text if text.endswith("\n") else text + "\n").encode())
 
 
 def read_stdin_json(what: str = "standard input") -> object:
@@ -79,14 +115,15 @@ def run_command(name: str, cmd: click.Command, argv: list[str] | None = None) ->
     """Run a click command with tau's conventions and return the exit code."""
     args = sys.argv[1:] if argv is None else argv
     os.umask(0o077)  # everything tau and its clients create is private: 0600 files, 0700 folders
+    _catch_stop_signals()
+    failpoints.command = name  # what a qualified failpoint (`tau-collect:collect.staged`) and the trace name
     try:
         cmd.main(args=args, prog_name=name, standalone_mode=False)
         code = 0
     except click.exceptions.Exit as exc:
         code = exc.exit_code
     except click.exceptions.Abort:
-        write_error(name, 130, "interrupted")
-        code = 130
+        code = _interrupted(name, signal.SIGINT)
     except click.ClickException as exc:
         write_error(name, USAGE, exc.format_message(), None)
         code = USAGE
@@ -96,8 +133,14 @@ def run_command(name: str, cmd: click.Command, argv: list[str] | None = None) ->
     except (BrokenPipeError, StdoutClosed):
         code = EPIPE_EXIT
     except KeyboardInterrupt:
-        write_error(name, 130, "interrupted")
-        code = 130
+        code = _interrupted(name, signal.SIGINT)
+    except Stopped as exc:
+        code = _interrupted(name, exc.signum)
+    except OSError as exc:  # the operating system said no: a full disk, a read-only or vanished filesystem, ...
+        where = f" ({exc.filename})" if exc.filename else ""
+        write_error(name, IO_ERROR, f"{exc.strerror or exc}{where}; nothing that was committed is lost, "
+                    "run the command again once the cause is gone", {"errno": exc.errno})
+        code = IO_ERROR
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
         from taulib import env
 

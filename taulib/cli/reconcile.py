@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import click
+
 from taulib.cli import common
 
 EXAMPLE = """
 tau-observe runs/demo | tau-reconcile runs/demo -o table
+tau-observe runs/demo | tau-reconcile runs/demo --status-file runs/demo.status.json >/dev/null
 tau-observe runs/demo | tau-reconcile runs/demo | jq -r '.shards[] | select(.state=="failed") | .id'
 """
 
@@ -15,7 +18,11 @@ tau-observe runs/demo | tau-reconcile runs/demo | jq -r '.shards[] | select(.sta
                 "shard its state, newest attempt, winner and the evidence behind them.", EXAMPLE)
 @common.run_dir_argument
 @common.output_option
-def cli(run_dir: str, output: str) -> None:
+@click.option("--status-file", "status_file", metavar="PATH", default=None,
+               help="Also write the status (the JSON document, whatever -o says) to PATH, atomically and 0600: a "
+                    "private temp file renamed over PATH, under the run's status lock, so that readers of PATH "
+                    "never see a partial or an older status. PATH is outside the run directory (RUN.status.json).")
+def cli(run_dir: str, output: str, status_file: str | None) -> None:
     import sys
 
     from taulib.errors import UsageError
@@ -27,7 +34,7 @@ def cli(run_dir: str, output: str) -> None:
                          "tau-reconcile RUN (for the status without changing anything: tau-status RUN)")
     doc = reconcile.validate_document(common.read_stdin_json("observations on standard input"))
     with Run(run_dir) as run:
-        status = reconcile.apply(run, doc)
+        status = reconcile.apply(run, doc, status_file)
     if output == "table":
         from taulib import table
 

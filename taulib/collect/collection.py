@@ -24,7 +24,7 @@ from taulib import env, failpoints, jsonio
 from taulib.collect import job, stage, winners
 from taulib.collect.destination import authorise, open_parent, read_result, remove_stage, stage_name
 from taulib.collect.report import summary
-from taulib.errors import Busy, Conflict, Refused
+from taulib.errors import Busy, Conflict, Refused, TauError
 from taulib.fs import publish
 from taulib.rundir import locks
 from taulib.rundir.journal import COLLECTIONS, Journal
@@ -113,10 +113,21 @@ def _work(run, book: Journal, plan: dict, status: dict, found: list, parent, nam
         failpoints.hit("collect.renamed")
     except BaseException as exc:
         remove_stage(parent, staged)
-        if isinstance(exc, Conflict):
-            book.retire(status, exc.message)
+        if isinstance(exc, Exception):  # an error (not a signal): the entry is over, so the next call starts anew
+            try:
+                book.retire(status, _reason(exc))
+            except Exception:  # noqa: BLE001 - a full disk may refuse this too: then the next call resumes it
+                pass
         raise
     return _finish(book, plan, status, result)
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, TauError):
+        return exc.message
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _finish(book: Journal, plan: dict, status: dict, result: dict) -> dict:

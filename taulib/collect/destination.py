@@ -18,10 +18,12 @@ import stat
 from typing import NamedTuple
 
 from taulib import jsonio, schema
-from taulib.errors import Refused, TauError, UsageError
+from taulib.errors import Conflict, Refused, TauError, UsageError
 from taulib.fs.tree import Tree
 
 RESULT = "_tau_collection.json"  # leading "_": Arrow, Spark and DuckDB dataset readers skip it
+NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits, in bytes (PATH_MAX counts the final NUL)
+STAGE_EXTRA = len(".") + len(".tau-stage-") + 16  # what `stage_name` adds to the final name
 
 
 class Destination(NamedTuple):
@@ -47,7 +49,40 @@ def authorise(run, destination: str) -> Destination:
                       "(plan collection.allowed_roots)", destination=dest)
     if real_dest == real_run or real_dest.startswith(real_run + "/") or real_run.startswith(real_dest + "/"):
         raise Refused(f"destination {dest!r} overlaps the run directory", destination=dest)
+    _check_lengths(dest, real_parent, name)
+    _check_parent(dest, real_parent)
     return Destination(dest, real_parent, name)
+
+
+def _check_lengths(dest: str, real_parent: str, name: str) -> None:
+    """Every name tau makes beside the destination (the stage is the longest) fits the filesystem's limits: refused
+    here, before anything is journalled or made, never half way through."""
+    longest = len(os.fsencode(name)) + STAGE_EXTRA
+    if longest > NAME_MAX:
+        raise UsageError(f"--destination's final name is {len(os.fsencode(name))} bytes long; its stage beside it "
+                         f"needs {STAGE_EXTRA} more and a name holds {NAME_MAX} bytes at most: use a name of "
+                         f"{NAME_MAX - STAGE_EXTRA} bytes or fewer", destination=dest)
+    for part in real_parent.split("/"):
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise UsageError(f"--destination {dest!r} has a folder name longer than {NAME_MAX} bytes",
+                             destination=dest)
+    if len(os.fsencode(real_parent)) + 1 + longest >= PATH_MAX:
+        raise UsageError(f"--destination {dest[:64]!r}... is too long: with its stage it must stay under "
+                         f"{PATH_MAX} bytes", destination=dest)
+
+
+def _check_parent(dest: str, real_parent: str) -> None:
+    """The nearest existing ancestor of the destination must be a folder (the rest are made 0700)."""
+    ancestor = real_parent
+    while True:
+        try:
+            st = os.stat(ancestor)
+            break
+        except (FileNotFoundError, NotADirectoryError):  # not made yet, or a file on the way up: look higher
+            ancestor = os.path.dirname(ancestor)
+    if not stat.S_ISDIR(st.st_mode):
+        raise Conflict(f"destination {dest!r} cannot be made: {ancestor!r} is not a folder", destination=dest,
+                       path=ancestor)
 
 
 def open_parent(where: Destination) -> Tree:

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from taulib import jsonio
+from taulib import failpoints, jsonio
 from taulib.collect.destination import read_result, remove_stage, stage_name
 from taulib.collect.report import progress, summary
 from taulib.errors import Busy, CheckFailed, Conflict, Refused, Unavailable
@@ -44,10 +44,11 @@ def submit(run, book, plan: dict, status: dict) -> dict:
                                     collection_id=plan["collection_id"], python=sys.executable,
                                     profile=run.plan["scheduler"]["slurm"])
     try:
-        job_id = commands.sbatch_script(run, f"collections/{plan['collection_id']}/job.sh", text)
+        job_id = commands.sbatch_script(run, f"collections/{plan['collection_id']}/job.sh", text, pinned=True)
     except commands.SubmitRefused as exc:
         book.retire(status, exc.message)
         raise
+    failpoints.hit("collect.sbatch_returned")  # the job exists, nothing records it: the lost reply
     return progress(plan, book.advance(status, state="submitted", job_id=job_id))
 
 

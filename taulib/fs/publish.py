@@ -12,48 +12,24 @@ remove the marker. `recover_reservation` undoes a crash in between: an empty tar
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import os
 import stat
 
-from taulib import env
+from taulib import failpoints
 from taulib.errors import Conflict
 from taulib.fs import atomic
 from taulib.fs.tree import Tree
 
-RENAME_NOREPLACE = 1
-_FALLBACK_ERRNOS = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
-_renameat2 = None
 
-
-def _libc_renameat2():
-    global _renameat2
-    if _renameat2 is None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = getattr(libc, "renameat2", None)
-        if fn is not None:
-            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-            fn.restype = ctypes.c_int
-        _renameat2 = fn or False
-    return _renameat2 or None
-
-
-def publish_folder(parent: Tree, stage: str, name: str, force_fallback: bool | None = None) -> None:
+def publish_folder(parent: Tree, stage: str, name: str) -> None:
     """Rename `stage` to `name` (both entries of `parent`) without replacing anything; fsyncs the parent."""
-    if force_fallback is None:
-        force_fallback = bool(env.get("TAU_NO_RENAMEAT2"))
-    fn = None if force_fallback else _libc_renameat2()
-    if fn is not None:
-        if fn(parent.fd, os.fsencode(stage), parent.fd, os.fsencode(name), RENAME_NOREPLACE) == 0:
-            os.fsync(parent.fd)
-            return
-        err = ctypes.get_errno()
-        if err in (errno.EEXIST, errno.ENOTEMPTY):
-            raise Conflict(f"{name!r} already exists; tau never overwrites a dataset", path=name)
-        if err not in _FALLBACK_ERRNOS:
-            raise OSError(err, os.strerror(err), name)
-    _fallback(parent, stage, name)
+    renamed = atomic.rename_noreplace(parent.fd, stage, name)
+    if renamed is None:
+        _fallback(parent, stage, name)
+        return
+    if not renamed:
+        raise Conflict(f"{name!r} already exists; tau never overwrites a dataset", path=name)
+    os.fsync(parent.fd)
 
 
 def marker_name(name: str) -> str:
@@ -63,14 +39,17 @@ def marker_name(name: str) -> str:
 def _fallback(parent: Tree, stage: str, name: str) -> None:
     marker = marker_name(name)
     atomic.write_new(parent.fd, marker, f"{stage}\n{name}\n".encode())
+    failpoints.hit("publish.reserved")
     try:
         os.mkdir(name, 0o700, dir_fd=parent.fd)
     except FileExistsError:
         os.unlink(marker, dir_fd=parent.fd)
         raise Conflict(f"{name!r} already exists; tau never overwrites a dataset", path=name) from None
     os.fsync(parent.fd)
+    failpoints.hit("publish.claimed")
     os.rename(stage, name, src_dir_fd=parent.fd, dst_dir_fd=parent.fd)
     os.fsync(parent.fd)
+    failpoints.hit("publish.renamed")
     os.unlink(marker, dir_fd=parent.fd)
     os.fsync(parent.fd)
 

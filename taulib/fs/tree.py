@@ -296,6 +296,10 @@ class Tree:
             raise Refused(f"{what} {where} is not a regular file of ours", path=where)
         return fd
 
+    def open_lock_file(self, rel: str) -> int:
+        """A descriptor of a sidecar lock file (created 0600, never through a symlink)."""
+        return self.open_own(rel, os.O_RDWR, "lock file")
+
     @_operation
     def create(self, rel: str) -> int:
         """A new private file `rel` open for writing (O_EXCL, 0600), its folders made as needed."""
@@ -322,6 +326,20 @@ class Tree:
             atomic.rename_over(dfd, name, data)
         except IsADirectoryError:
             raise Refused(f"{self.show(rel)} is a folder", path=self.show(rel)) from None
+
+    @_operation
+    def replace_beside(self, name: str, data: bytes) -> None:
+        """Replace the file `name` in the root folder (one the tree does not own: a status file beside a run) with
+        the mutable protocol, its temp file named after it (`atomic.beside_temp`); the debris of an earlier writer
+        of that name is removed first (the caller is its only writer: it holds the lock that says so)."""
+        if not name or "/" in name:
+            raise Refused(f"{name!r} is not a file name", path=name)
+        self._check_segment(name, name)
+        try:
+            atomic.clean_beside(self.fd, name)
+            atomic.rename_over(self.fd, name, data, atomic.beside_temp(name))
+        except IsADirectoryError:
+            raise Refused(f"{self.show(name)} is a folder", path=self.show(name)) from None
 
     @_operation
     def clean_debris(self, rel: str) -> None:

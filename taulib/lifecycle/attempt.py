@@ -205,7 +205,7 @@ def _finish(run: Run, attempt: dict, outcome: client.ClientOutcome) -> dict:
                             "provenance": run.plan_sha256, "fields": fields}
                 if actual == requested:
                     error = candidate.schema_problem(run, sid, aid, fields)
-        except BadInput as exc:
+        except (BadInput, Refused) as exc:  # the candidate is not one: the attempt fails, saying why
             error = exc.message
     elif error is None:
         error = outcome.cancelled or (f"the client was killed by signal {outcome.signal}" if outcome.signal

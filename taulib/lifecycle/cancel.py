@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import socket
 
-from taulib import jsonio
+from taulib import failpoints, jsonio
 from taulib.errors import Unavailable
 from taulib.rundir import layout, locks, state
 
@@ -47,6 +47,7 @@ def cancel(run, shard_ids: list[str] | None = None) -> dict:
                 attempt = state.latest_attempt(run, sid)
                 if attempt is not None and attempt["state"] in ("submitted", "running"):
                     targets.append(attempt)
+    failpoints.hit("cancel.recorded")  # the records are durable; nothing is stopped yet
     stopped, problem = _stop(run, targets, whole_run=wanted is None)
     return {"kind": "tau.cancel-result", "schema_version": 1, "run_id": run.run_id,
             "scope": "run" if wanted is None else "shards",

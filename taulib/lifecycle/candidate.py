@@ -17,7 +17,7 @@ import os
 import re
 
 from taulib import jsonio
-from taulib.errors import BadInput, Conflict
+from taulib.errors import BadInput, Conflict, Refused
 from taulib.rules import fields as rules_fields
 from taulib.rundir import layout, locks
 
@@ -56,6 +56,18 @@ def _parquet_facts(fd: int, shown: str) -> tuple[int, str, list[dict]]:
         return meta.num_rows, schema_digest(arrow), [{"name": f.name, "type": str(f.type)} for f in arrow]
 
 
+def _open_own_file(run_dir, shown: str) -> int:
+    """A read descriptor of a dataset file that is the run's alone: a regular file of ours with no other name. A
+    hard link to a file outside the run would let tau change (fchmod) or vouch for bytes that live elsewhere."""
+    fd = run_dir.open_read(shown)
+    st = os.fstat(fd)
+    if st.st_nlink != 1:
+        os.close(fd)
+        raise Refused(f"{shown} has {st.st_nlink} names (a hard link); a candidate's files must be its own: write "
+                      "them, do not link them", path=shown)
+    return fd
+
+
 def describe(run_dir, dataset_rel: str) -> tuple[list[dict], str | None, list[dict] | None]:
     """Files of a dataset folder as manifest entries, their common schema digest and their fields (None, None when
     the folder is empty)."""
@@ -68,7 +80,7 @@ def describe(run_dir, dataset_rel: str) -> tuple[list[dict], str | None, list[di
         if kind != "file" or not _PART.match(name):
             raise BadInput(f"dataset {dataset_rel!r} holds {name!r} ({kind}); a candidate may hold only "
                            "*.parquet files", path=shown)
-        fd = run_dir.open_read(shown)
+        fd = _open_own_file(run_dir, shown)
         try:
             os.fchmod(fd, 0o600)  # a candidate is as private as the run's records, whatever the client's umask
             size, sha = _hash_fd(fd)
@@ -93,7 +105,7 @@ def verify(run_dir, manifest: dict) -> None:
                        path=dataset)
     for entry in manifest["files"]:
         shown = f"{dataset}/{entry['path']}"
-        fd = run_dir.open_read(shown)
+        fd = _open_own_file(run_dir, shown)
         try:
             size, sha = _hash_fd(fd)
             if (size, sha) != (entry["size"], entry["sha256"]):

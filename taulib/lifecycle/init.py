@@ -18,10 +18,12 @@ import re
 
 from taulib import __version__, env, failpoints, jsonio, schema
 from taulib.errors import BadInput, Conflict, NotFound, UsageError
+from taulib.fs import atomic
 from taulib.rules import plan as defaults
 from taulib.rules.plan import shard_count, shard_range
 from taulib.rundir import layout, locks
 from taulib.rundir.records import RunDir
+MAX_SHARDS = 1_000_000  # as the plan request's `shards` maximum: one Slurm array index per shard
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards", "submissions", "collections", "index", "bundles",
                 "cancel.json", "schema.json"}
@@ -36,6 +38,10 @@ def resolve_plan(request: dict, run_id: str) -> dict:
     if "shards" in request and request["shards"] > records:
         raise BadInput(f"plan on standard input asks for {request['shards']} shards of {records} records; every "
                        "shard needs at least one record")
+    count = shard_count(records, request.get("shards"), request.get("shard_size"))
+    if count > MAX_SHARDS:
+        raise BadInput(f"plan on standard input makes {count} shards; a run has at most {MAX_SHARDS} (use a larger "
+                       "shard_size)")
     sched = request.get("scheduler", {"profile": "local"})
     windows = request.get("windows", {})
     output = request.get("output", {})
@@ -44,7 +50,7 @@ def resolve_plan(request: dict, run_id: str) -> dict:
         "schema_version": 1,
         "run_id": run_id,
         "records": records,
-        "shard_count": shard_count(records, request.get("shards"), request.get("shard_size")),
+        "shard_count": count,
         "shard_size": request.get("shard_size"),
         "command": list(request["command"]),
         "resume": request.get("resume", "never"),
@@ -140,6 +146,7 @@ def init(run_dir: str, request: object, environ: dict | None = None) -> dict:
                                "directory", run_dir=run.path, plan_sha256=existing["plan"]["sha256"])
             return _summary(run, existing, plan, created=False)
         run.publish_bytes(layout.PLAN, plan_bytes)
+        failpoints.hit("init.plan_written")
         run.make_folders("shards")
         for index in range(plan["shard_count"]):
             start, end = shard_range(plan, index)
@@ -162,7 +169,7 @@ def init(run_dir: str, request: object, environ: dict | None = None) -> dict:
 
 def _refuse_foreign_directory(run_dir: str) -> None:
     try:
-        names = set(os.listdir(run_dir))
+        names = {n for n in os.listdir(run_dir) if not atomic.is_temp(n)}  # a crashed tau-init's debris is ours
     except FileNotFoundError:
         return
     except NotADirectoryError:

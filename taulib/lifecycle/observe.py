@@ -14,12 +14,22 @@ from taulib.rundir import layout, state
 
 
 def live_attempts(run) -> list[dict]:
+    """The newest attempt of each shard without a winner that is unfinished, or finished while the scheduler has
+    not yet said its last word on it (its evidence is neither terminal nor unknown): an allocation that exits
+    before accounting shows it is asked about once more, so its exit code and Slurm's reason reach its evidence."""
     out = []
     for sid in state.unsealed_shards(run):
         if run.dir.exists(layout.winner(sid)):
             continue
         attempt = state.latest_attempt(run, sid)
-        if attempt is not None and attempt["state"] in ("submitted", "running"):
+        if attempt is None:
+            continue
+        if attempt["state"] in ("submitted", "running"):
+            out.append(attempt)
+            continue
+        evidence = run.dir.read(layout.attempt_file(sid, attempt["attempt_id"], "observation.json"),
+                                "tau.observation")
+        if evidence is not None and not evidence["terminal"] and evidence["state"] != "unknown":
             out.append(attempt)
     return out
 

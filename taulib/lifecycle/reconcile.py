@@ -6,12 +6,20 @@ evidence changed, and attempt.json where terminal evidence ended an unfinished a
 Promises: the rules are the pure table `rules.evidence` and the verdict `rules.attempt`; a document that names an
 attempt this run does not have, or gives it another scheduler identity, is refused whole before anything is
 written; nothing but the run directory and the document is needed, so any fresh process can reconcile.
+With a status file (`--status-file PATH`, checked before anything is written), the status is computed and written
+there under `status.lock`, by the mutable replace protocol (a private temp file of its own, fsync, rename): readers
+of PATH see one whole status or the one before, and never an older one after a newer.
 """
 
 from __future__ import annotations
 
-from taulib import jsonio, schema
-from taulib.errors import BadInput, NotFound
+import os
+import stat
+import time
+
+from taulib import failpoints, jsonio, schema
+from taulib.errors import BadInput, NotFound, Refused, UsageError
+from taulib.fs.tree import Tree
 from taulib.rules import evidence as evidence_rules
 from taulib.rules.attempt import effective_attempt, terminal_classification
 from taulib.rundir import layout, locks, state
@@ -25,12 +33,58 @@ def validate_document(doc: object) -> dict:
     return doc  # type: ignore[return-value]
 
 
-def apply(run, doc: dict) -> dict:
-    """Apply a validated observations document; returns the run status with the `changes` made."""
+class StatusFile:
+    """Where `--status-file PATH` writes: a file in an existing folder outside the run directory."""
+
+    def __init__(self, run, path: str) -> None:
+        if not path or "\0" in path:
+            raise UsageError("--status-file must be a path")
+        full = os.path.abspath(path)
+        folder, self.name = os.path.split(full)
+        if not self.name or self.name in (".", ".."):
+            raise UsageError(f"--status-file {path!r} has no file name")
+        if len(os.fsencode(self.name)) > 255 - BESIDE_EXTRA:
+            raise UsageError(f"--status-file's name is too long: {255 - BESIDE_EXTRA} bytes at most")
+        real_folder, real_run = os.path.realpath(folder), os.path.realpath(run.path)
+        if real_folder == real_run or real_folder.startswith(real_run + "/"):
+            raise UsageError(f"--status-file {path!r} is inside the run directory, which holds only tau's records: "
+                             "keep it beside the run (RUN.status.json)")
+        try:
+            self.tree = Tree.open(folder, label="the status file's folder", follow=True)
+        except NotFound:
+            raise NotFound(f"--status-file {path!r}: its folder {folder!r} does not exist") from None
+        self.path = os.path.join(self.tree.path, self.name)
+        st = self.tree.lstat(self.name)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            self.tree.close()
+            raise Refused(f"--status-file {path!r} is a folder", path=self.path)
+
+    def write(self, status: dict) -> None:
+        self.tree.replace_beside(self.name, jsonio.canonical(status))
+
+    def close(self) -> None:
+        self.tree.close()
+
+
+BESIDE_EXTRA = len(".") + len(".tau-") + 16 + len(".tmp")  # what `atomic.beside_temp` adds to a name
+
+
+def apply(run, doc: dict, status_file: str | None = None) -> dict:
+    """Apply a validated observations document; returns the run status with the `changes` made (also written to
+    `status_file` when given)."""
+    target = None if status_file is None else StatusFile(run, status_file)
+    try:
+        return _apply(run, doc, target)
+    finally:
+        if target is not None:
+            target.close()
+
+
+def _apply(run, doc: dict, target: StatusFile | None) -> dict:
     if doc["run_id"] != run.run_id:
         raise BadInput(f"observations on standard input are for run {doc['run_id']!r}, not {run.run_id!r}")
-    observed_at = jsonio.parse_time(doc["observed_at"])
-    seen = seen_of(doc)
+    now = time.time()
+    seen = seen_of(doc, now)
     seen_by_shard: dict[str, list[dict]] = {}
     for view in doc["attempts"]:
         try:
@@ -46,17 +100,34 @@ def apply(run, doc: dict) -> dict:
         for sid in sorted(seen_by_shard):
             with locks.hold(run.dir, locks.shard_lock_name(sid)):
                 for view in seen_by_shard[sid]:
-                    change = _apply_one(run, view, seen[(sid, view["attempt_id"])][1])
+                    change = _apply_one(run, view, seen[(sid, view["attempt_id"])][1], now)
                     if change:
                         changes.append(change)
-        status = run_status(run, sources=doc["sources"], update_index=True, now=observed_at)
-    status["changes"] = changes
+        failpoints.hit("reconcile.applied")  # the evidence is written; the index not yet
+        if target is None:
+            status = run_status(run, sources=doc["sources"], update_index=True, now=now)
+            status["changes"] = changes
+            return status
+        with locks.hold(run.dir, "status"):  # computed and written in turn: never an older status after a newer
+            status = run_status(run, sources=doc["sources"], update_index=True, now=now)
+            status["changes"] = changes
+            target.write(status)
     return status
 
 
-def seen_of(doc: dict) -> dict:
-    """The `Seen` of every attempt a validated document names, {(shard id, attempt id): (view, Seen)}."""
-    observed_at = jsonio.parse_time(doc["observed_at"])
+def seen_of(doc: dict, now: float) -> dict:
+    """The `Seen` of every attempt a validated document names, {(shard id, attempt id): (view, Seen)}. A document
+    dated beyond this machine's clock (more than the tolerance) is refused: it would hide later evidence."""
+    try:
+        observed_at = jsonio.parse_time(doc["observed_at"])
+    except BadInput as exc:
+        raise BadInput(f"observations on standard input: observed_at {exc.message}") from None
+    early = evidence_rules.ahead(observed_at, now)
+    if early is not None:
+        raise BadInput(f"observations on standard input are dated {doc['observed_at']}, {early:.0f}s ahead of this "
+                       "machine's clock: tau-reconcile refuses a document from the future, which would hide later "
+                       "evidence; check the clocks of the machines that observe and reconcile",
+                       observed_at=doc["observed_at"])
     queue_ok = doc["sources"]["queue"] == "observed"
     accounting_ok = doc["sources"]["accounting"] == "observed"
     return {(v["shard_id"], v["attempt_id"]): (v, evidence_rules.Seen(observed_at, v["queue"], v["accounting"],
@@ -64,12 +135,15 @@ def seen_of(doc: dict) -> dict:
             for v in doc["attempts"]}
 
 
-def next_for(run, view: dict, seen: evidence_rules.Seen):
-    """(attempt record, persisted observation record, its evidence, rule, new evidence) for one attempt."""
+def next_for(run, view: dict, seen: evidence_rules.Seen, now: float):
+    """(attempt record, persisted observation record, its evidence, rule, new evidence) for one attempt; the
+    persisted evidence is read `clamped` to `now`: a time from a fast clock becomes the time of this observation,
+    so it never hides the new evidence."""
     sid, aid = view["shard_id"], view["attempt_id"]
     attempt = _recorded_attempt(run, view)
     prev_record = run.dir.read(layout.attempt_file(sid, aid, "observation.json"), "tau.observation")
-    prev = state.evidence_from_record(prev_record)
+    prev = evidence_rules.clamped(state.evidence_from_record(prev_record), now, attempt["windows"],
+                                  present=seen.observed_at)
     rule, new = evidence_rules.next_evidence(prev, seen, attempt["windows"])
     return attempt, prev_record, prev, rule, new
 
@@ -86,10 +160,10 @@ def _recorded_attempt(run, view: dict) -> dict:
     return attempt
 
 
-def _apply_one(run, view: dict, seen: evidence_rules.Seen) -> dict | None:
+def _apply_one(run, view: dict, seen: evidence_rules.Seen, now: float) -> dict | None:
     sid, aid = view["shard_id"], view["attempt_id"]
     obs_rel = layout.attempt_file(sid, aid, "observation.json")
-    attempt, prev_record, prev, rule, new = next_for(run, view, seen)
+    attempt, prev_record, prev, rule, new = next_for(run, view, seen, now)
     if new is None:
         return None
     change = None

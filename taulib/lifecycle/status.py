@@ -8,7 +8,8 @@ for the same observation, without the `changes` it would make.
 
 from __future__ import annotations
 
-from taulib import jsonio
+import time
+
 from taulib.lifecycle import observe, reconcile
 from taulib.rundir import locks
 from taulib.rundir.status import run_status
@@ -17,10 +18,10 @@ from taulib.rundir.status import run_status
 def status(run) -> dict:
     with locks.hold(run.dir, "run", shared=True):
         doc = reconcile.validate_document(observe.observe(run))
+        now = time.time()
         evidence = {}
-        for key, (view, seen) in reconcile.seen_of(doc).items():
-            *_, new = reconcile.next_for(run, view, seen)
+        for key, (view, seen) in reconcile.seen_of(doc, now).items():
+            *_, new = reconcile.next_for(run, view, seen, now)
             if new is not None:
                 evidence[key] = new
-        return run_status(run, sources=doc["sources"], now=jsonio.parse_time(doc["observed_at"]),
-                          evidence=evidence)
+        return run_status(run, sources=doc["sources"], now=now, evidence=evidence)

@@ -47,7 +47,9 @@ def submit(run, purpose: str, select) -> dict:
     """
     book = journal(run)
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "submit"):
-        _settle(run, book)
+        adopted = _settle(run, book)
+        if adopted is not None and adopted[1]["state"] == "submitted":  # this call found the lost-reply job
+            return dict(_summary(*adopted, created=False), skipped=[], adopted=True)
         if purpose == "initial":
             for plan, status in book.entries():
                 if plan["purpose"] == "initial" and status is not None and status["state"] == "submitted":
@@ -56,7 +58,7 @@ def submit(run, purpose: str, select) -> dict:
         shard_ids, skipped, granted = select(run)
         if not shard_ids:
             return {"submission_id": None, "skipped": skipped, "purpose": purpose, "job_id": None,
-                    "created": False, "tasks": []}
+                    "job_name": None, "state": None, "created": False, "adopted": False, "tasks": []}
         _check_inherited(run)
         tasks = []
         for sid in shard_ids:
@@ -76,11 +78,13 @@ def submit(run, purpose: str, select) -> dict:
         return dict(_summary(plan, status, created=True), skipped=skipped)
 
 
-def _settle(run, book: Journal) -> None:
-    """Finish, resolve or discard the newest journal entry (caller holds submit.lock)."""
+def _settle(run, book: Journal) -> tuple[dict, dict] | None:
+    """Finish, resolve or discard the newest journal entry (caller holds submit.lock); (plan, status) of the entry
+    this call settled, or None when there was none to settle."""
     entry = book.newest()
     if entry is not None and entry.status["state"] == "prepared":
-        _resolve(run, book, entry.plan, entry.status)
+        return entry.plan, _resolve(run, book, entry.plan, entry.status)
+    return None
 
 
 def _render(run, plan: dict) -> str:
@@ -102,6 +106,7 @@ def _hand_off(run, book: Journal, plan: dict, status: dict, text: str | None) ->
     except commands.SubmitRefused as exc:
         book.retire(status, exc.message)
         raise
+    failpoints.hit("submit.sbatch_returned")  # the job exists, nothing records it: the lost reply
     return _bind(run, book, plan, status, job_id)
 
 
@@ -184,5 +189,5 @@ def _check_inherited(run) -> None:
 
 def _summary(plan: dict, status: dict, created: bool) -> dict:
     return {"submission_id": plan["submission_id"], "purpose": plan["purpose"], "job_id": status["job_id"],
-            "job_name": plan["job_name"], "state": status["state"], "created": created,
+            "job_name": plan["job_name"], "state": status["state"], "created": created, "adopted": False,
             "tasks": plan["tasks"]}

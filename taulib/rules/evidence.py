@@ -23,6 +23,11 @@ absence is never a guessed success or failure.
   unknown-stays             prev unknown                                      keep prev
   absent                    absent from both                                  accounting_lag, deadline now+window
 
+No clock that came with data is trusted: a document dated more than FUTURE_TOLERANCE seconds ahead of the
+reconciling process's own clock is refused (`ahead`), and persisted evidence stamped in that future (by a fast
+clock, or an older tau that trusted one) is brought back to the present before any rule reads it (`clamped`), so a
+fast clock can never make later evidence look "stale" nor stretch a window.
+
 Terminal evidence carries its classification (what ended the attempt: `CLASSIFICATION`, or "preempted" when the
 preemption window ran out), so no rule ever has to read it back out of a reason's words.
 """
@@ -143,6 +148,33 @@ def next_evidence(prev: Evidence | None, seen: Seen, windows: dict) -> tuple[str
         if when(prev, seen):
             return name, then(prev, seen, windows)
     raise AssertionError("the last rule always matches")
+
+
+FUTURE_TOLERANCE = 60.0  # seconds an observation may be dated ahead of the reconciling process's clock
+
+
+def ahead(observed_at: float, now: float) -> float | None:
+    """How many seconds an observation dated `observed_at` is ahead of `now` beyond the tolerance (None: it is not;
+    such a document is refused)."""
+    return observed_at - now if observed_at > now + FUTURE_TOLERANCE else None
+
+
+def clamped(prev: Evidence | None, now: float, windows: dict, present: float | None = None) -> Evidence | None:
+    """Persisted evidence with no time beyond `now` (+ the tolerance): such a time came from a fast clock, so it is
+    replaced by `present` (default `now`; the reconciler passes the time of the observation in hand, so that the
+    new evidence is not "stale" against it), and a deadline beyond `now` plus its own window (the latest a true
+    one can be) becomes that."""
+    if prev is None:
+        return None
+    limit = now + FUTURE_TOLERANCE
+    present = now if present is None else min(present, now)
+    deadline = prev.deadline_at
+    if deadline is not None and prev.deadline_window is not None:
+        deadline = min(deadline, now + windows[f"{prev.deadline_window}_seconds"])
+    if prev.observed_at <= limit and prev.changed_at <= limit and deadline == prev.deadline_at:
+        return prev
+    return prev._replace(observed_at=present if prev.observed_at > limit else prev.observed_at,
+                         changed_at=present if prev.changed_at > limit else prev.changed_at, deadline_at=deadline)
 
 
 def changed(prev: Evidence | None, new: Evidence) -> bool:

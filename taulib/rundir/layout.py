@@ -36,6 +36,10 @@ def attempt_id(ordinal: int) -> str:
     return f"attempt-{ordinal:04d}"
 
 
+def is_attempt_id(name: str) -> bool:
+    return len(name) >= 12 and name.startswith("attempt-") and name[8:].isascii() and name[8:].isdigit()
+
+
 def attempt_ordinal(aid: str) -> int:
     return int(aid.split("-", 1)[1])
 

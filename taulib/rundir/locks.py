@@ -7,12 +7,14 @@ Order (a process that holds a lock may only take locks that come later in this l
 
   1. `resume-<shard>.lock`  a resumable shard's dataset workspace (held for a whole allocation)
   2. `run.lock`             shared by every command; exclusive only while a run is created
-  3. `submit.lock`          the submission journal (tau-submit, tau-retry)
+  3. `status.lock`          the status file kept beside the run (tau-reconcile --status-file): its writers take
+                            turns, so that a newer status is never replaced by an older one
+  4. `submit.lock`          the submission journal (tau-submit, tau-retry)
      `collect.lock`         the collection journal (tau-collect)
      `index.lock`           the sealed-shard index (tau-reconcile)
      `bundles.lock`         the run's bundle records (tau-bundle-seal --record)
-  4. `root.lock`            the records in the run's top folder written after tau-init (cancel.json, schema.json)
-  5. `shard-<NNNNN>.lock`   one shard's records, in ascending shard order when several are held
+  5. `root.lock`            the records in the run's top folder written after tau-init (cancel.json, schema.json)
+  6. `shard-<NNNNN>.lock`   one shard's records, in ascending shard order when several are held
 
 A lock not granted within the timeout (`TAU_LOCK_TIMEOUT` seconds, default 30) raises Busy (exit 75).
 portalocker uses flock(2) on Linux, which NFS (v4, or v3 with lockd) and Lustre (mounted with `flock`) support.
@@ -58,11 +60,13 @@ def _rank(name: str) -> tuple[int, str]:
         return (1, name)
     if name == "run":
         return (2, name)
-    if name in ("submit", "collect", "index", "bundles"):
+    if name == "status":
         return (3, name)
-    if name == "root":
+    if name in ("submit", "collect", "index", "bundles"):
         return (4, name)
-    return (5, name)
+    if name == "root":
+        return (5, name)
+    return (6, name)
 
 
 class _Held:

@@ -132,10 +132,6 @@ class RunDir(Tree):
         return fd
 
     @_operation
-    def open_lock_file(self, rel: str) -> int:
-        """A descriptor of a sidecar lock file (created 0600, never through a symlink)."""
-        return self.open_own(rel, os.O_RDWR, "lock file")
-
     def _encode(self, rel: str, record: dict) -> bytes:
         shown = self.show(rel)
         schema.validate(record, schema_of(record.get("kind")), f"record for {shown}")  # type: ignore[arg-type]

@@ -59,8 +59,9 @@ def cancel_reason(record: dict) -> str:
 
 
 def attempt_ids(run, sid: str) -> list[str]:
-    """The shard's attempts in order; they must be numbered 1..n without gaps."""
-    names = [n for n in run.dir.listdir(layout.attempts_dir(sid)) if n.startswith("attempt-")]
+    """The shard's attempts in order; they must be numbered 1..n without gaps. A name in the attempts folder that
+    is not an attempt's (tau never makes one) is no attempt and is ignored."""
+    names = [n for n in run.dir.listdir(layout.attempts_dir(sid)) if layout.is_attempt_id(n)]
     names.sort(key=layout.attempt_ordinal)
     for position, name in enumerate(names, start=1):
         if layout.attempt_ordinal(name) != position:

@@ -87,19 +87,24 @@ def scancel(targets: list[str]) -> None:
             raise Unavailable(f"scancel failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
 
 
-def sbatch_script(run, rel: str, text: str) -> str:
+def sbatch_script(run, rel: str, text: str, pinned: bool = False) -> str:
     """Publish a job script as RUN/rel (immutable, through the run directory's writer) and submit it; the job id.
-    Raises Ambiguous or SubmitRefused as `sbatch` does."""
+    With `pinned`, sbatch runs without the caller's SBATCH_* variables, which would override the script's own
+    directives (the collection's CPU job asks for no GPU, and nobody's environment may give it one). Raises
+    Ambiguous or SubmitRefused as `sbatch` does."""
     run.dir.publish_bytes(rel, text.encode())
-    return sbatch(os.path.join(run.path, rel))
+    return sbatch(os.path.join(run.path, rel), pinned)
 
 
-def sbatch(script_path: str) -> str:
+def sbatch(script_path: str, pinned: bool = False) -> str:
     """Submit; return the job id. Raises Ambiguous or SubmitRefused."""
     timeout = env.get("TAU_SBATCH_TIMEOUT")
+    environ = env.current()
+    if pinned:
+        environ = {k: v for k, v in environ.items() if not k.startswith("SBATCH_")}
     try:
         proc = subprocess.run(["sbatch", "--parsable", script_path], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+                              timeout=timeout, stdin=subprocess.DEVNULL, env=environ)
     except FileNotFoundError:
         raise SubmitRefused("sbatch is not installed or not on PATH") from None
     except subprocess.TimeoutExpired:

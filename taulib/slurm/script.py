@@ -109,7 +109,8 @@ def render_collection(*, job_name: str, run_dir: str, collection_id: str, python
     folder = f"{run_dir}/collections/{collection_id}"
     options = {"--chdir": folder, "--job-name": job_name, "--nodes": "1", "--ntasks": "1",
                "--cpus-per-task": str(int(profile.get("cpus_per_task") or 1)),
-               "--output": f"{folder}/slurm-%j.out", "--open-mode": "append"}
+               "--output": f"{folder}/slurm-%j.out", "--open-mode": "append",
+               "--gres": "none"}  # pinned: no GPU, whatever a cluster's defaults (the submitter drops SBATCH_*)
     options.update(_profile_options(profile, profile.get("collect_partition") or profile.get("partition")))
     lines = [f"#SBATCH {key}={value}" for key, value in options.items()]
     argv = [python, "-m", "taulib.cli.collect", run_dir, "--worker", collection_id]

@@ -72,6 +72,7 @@ def test_a_lost_sbatch_reply_exits_75_and_the_next_submit_adopts_that_job_by_nam
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["job_id"] == wrapped and summary["submission_id"] == "submission-0001", summary
+    assert summary["adopted"] is True and summary["created"] is False, summary
     journal = _journal(run_dir)
     assert (journal["state"], journal["job_id"], journal["revision"]) == ("submitted", wrapped, 2), journal
     assert not (run_dir / "submissions" / "submission-0002").exists()
