@@ -117,6 +117,9 @@ def run_command(name: str, cmd: click.Command, argv: list[str] | None = None) ->
     os.umask(0o077)  # everything tau and its clients create is private: 0600 files, 0700 folders
     _catch_stop_signals()
     failpoints.command = name  # what a qualified failpoint (`tau-collect:collect.staged`) and the trace name
+    if any("\0" in arg for arg in args):  # no exec(2) can pass one; a caller in this process could
+        write_error(name, USAGE, "an argument holds a NUL character", None)
+        return USAGE
     try:
         cmd.main(args=args, prog_name=name, standalone_mode=False)
         code = 0

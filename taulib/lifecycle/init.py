@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 from taulib import __version__, env, failpoints, jsonio, schema
 from taulib.errors import BadInput, Conflict, NotFound, UsageError
@@ -135,6 +136,13 @@ def init(run_dir: str, request: object, environ: dict | None = None) -> dict:
             script.check_path(os.path.abspath(run_dir), "run directory")
         except BadInput as exc:
             raise UsageError(f"{exc.message}: use a path of letters, digits and ._-/ only, as sbatch needs") from None
+        # every Slurm field is checked now, as the scripts will render it: a plan that can never be submitted is
+        # refused here, not at its first tau-submit
+        script.render(job_name="tau-check", run_dir=os.path.abspath(run_dir), submission_id="submission-0001",
+                      task_indices=[0], python=sys.executable, profile=plan["scheduler"]["slurm"])
+        script.render_collection(job_name="tau-check", run_dir=os.path.abspath(run_dir),
+                                 collection_id="collection-0001", python=sys.executable,
+                                 profile=plan["scheduler"]["slurm"])
     plan_bytes = jsonio.canonical(plan)
     plan_sha = jsonio.sha256_hex(plan_bytes)
     _refuse_foreign_directory(run_dir)
