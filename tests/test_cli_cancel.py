@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
-import pytest
-from helpers import BIN, PYTHON, copy_run, env_for_tests, error_of, init_run, settle, snapshot, tau, wait_settled
+from helpers import PYTHON, copy_run, error_of, init_run, settle, snapshot, tau, wait_settled
 from test_cli_run_environment import PROBE
 
 
@@ -148,41 +146,3 @@ def test_an_unknown_shard_is_refused_with_66_and_nothing_is_recorded(workspace):
     assert proc.returncode == 66
     assert error_of(proc)["message"] == "tau-cancel: run 'run' has no shard 'shard-00099'"
     assert snapshot(run_dir) == before
-
-
-@pytest.fixture(scope="module")
-def failed_run(tmp_path_factory) -> Path:
-    """A settled run of 8 shards that all failed once (retryable)."""
-    ws = tmp_path_factory.mktemp("cancel") / "ws"
-    ws.mkdir(mode=0o700)
-    run_dir = init_run(ws, plan_doc=sleeping(0, records=8, shards=8, command=[PYTHON, str(PROBE), "--fail"],
-                                             retry={"max_attempts": 100, "max_failed_attempts": 1000}))
-    assert tau("tau-submit", str(run_dir)).returncode == 0
-    assert settle(run_dir)["counts"]["failed"] == 8
-    return run_dir
-
-
-@pytest.mark.parametrize("round_", range(10))
-def test_32_concurrent_cancels_and_retries_converge_to_cancelled(failed_run, tmp_path, round_):
-    run_dir = copy_run(failed_run, tmp_path / "copy")
-    named = ["shard-00000", "shard-00002", "shard-00005", "shard-00007"]
-    env = env_for_tests({"TAU_LOCK_TIMEOUT": "120"})
-    procs = []
-    for n in range(32):
-        argv = ([str(BIN / "tau-cancel"), str(run_dir), *(a for s in named for a in ("--shard", s))] if n % 2
-                else [str(BIN / "tau-retry"), str(run_dir)])
-        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env))
-    for proc in procs:
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-    doc = settle(run_dir)
-    requested = {s: json.loads((run_dir / "shards" / s / "cancel.json").read_text())["requested_at"] for s in named}
-    for shard in doc["shards"]:
-        assert (shard["state"] == "cancelled") == (shard["id"] in named), shard
-    for sid, at in requested.items():
-        for path in (run_dir / "shards" / sid / "attempts").glob("*/attempt.json"):
-            attempt = json.loads(path.read_text())
-            assert attempt["created_at"] < at, f"{sid}/{attempt['attempt_id']} was made after the cancel record"
-            assert attempt["started_at"] is None or attempt["started_at"] < at, (
-                f"{sid}/{attempt['attempt_id']} started after the cancel record")
-    assert not alive(process_groups(run_dir))

@@ -15,8 +15,9 @@ from taulib.rundir import layout, state
 
 def live_attempts(run) -> list[dict]:
     """The newest attempt of each shard without a winner that is unfinished, or finished while the scheduler has
-    not yet said its last word on it (its evidence is neither terminal nor unknown): an allocation that exits
-    before accounting shows it is asked about once more, so its exit code and Slurm's reason reach its evidence."""
+    not yet said its last word on it (it was seen live, and its evidence is neither terminal nor unknown): an
+    allocation that exits before accounting shows it is asked about until it does, so its exit code and Slurm's
+    reason reach its evidence. One that finished before anybody observed it has its own result's reason."""
     out = []
     for sid in state.unsealed_shards(run):
         if run.dir.exists(layout.winner(sid)):
