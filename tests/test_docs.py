@@ -449,3 +449,10 @@ def test_every_tau_command_line_in_the_readme_parses():
                     parse_with_click(name, args)
                 except click.ClickException as exc:
                     pytest.fail(f"README.md: {line!r} does not parse: {exc.format_message()}")
+
+
+def test_tau_run_5_lists_every_failpoint_under_its_protocol():
+    text = (ROOT / "man" / "tau-run.5").read_text(encoding="utf-8")
+    section = text[text.index(".SS Failpoints"):text.index(".SS Locks")]
+    missing = [name for name in failpoints.NAMES if name not in section]
+    assert not missing, f"tau-run(5) Failpoints does not list {missing}"

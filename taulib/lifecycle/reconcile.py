@@ -2,7 +2,9 @@
 
 Reads: the document (validated against `observations` before anything is touched) and the records of the attempts
 it names. Writes, under the run lock (shared) and each shard's lock: observation.json (revision + 1) where the
-evidence changed, and attempt.json where terminal evidence ended an unfinished attempt; then the sealed-shard index.
+evidence changed, and attempt.json where terminal evidence ended an unfinished attempt; then, under the local
+executor, the folder of a supervisor that died without ending (`local.supervisor.sweep`); then the sealed-shard
+index.
 Promises: the rules are the pure table `rules.evidence` and the verdict `rules.attempt`; a document that names an
 attempt this run does not have, or gives it another scheduler identity, is refused whole before anything is
 written; nothing but the run directory and the document is needed, so any fresh process can reconcile.
@@ -104,6 +106,10 @@ def _apply(run, doc: dict, target: StatusFile | None) -> dict:
                     if change:
                         changes.append(change)
         failpoints.hit("reconcile.applied")  # the evidence is written; the index not yet
+        if run.plan["scheduler"]["profile"] == "local":
+            from taulib.local import supervisor
+
+            supervisor.sweep(run)  # what a killed local supervisor left in its folder
         if target is None:
             status = run_status(run, sources=doc["sources"], update_index=True, now=now)
             status["changes"] = changes

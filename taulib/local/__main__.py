@@ -13,8 +13,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m taulib.local RUN_DIR SUBMISSION_ID", file=sys.stderr)
         return 2
+    from taulib import failpoints
     from taulib.local import supervisor
 
+    failpoints.command = "tau-local"  # how a qualified failpoint and the trace name this process
     try:
         return supervisor.supervise(args[0], args[1])
     except TauError as exc:

@@ -25,6 +25,9 @@ STARTUP_WAIT = 5.0
 
 # -- starting ---------------------------------------------------------------------------------------------------
 
+SWEEP_GRACE = 2.0  # seconds a starting supervisor waits for its lock: a sweeper holds it for milliseconds
+
+
 def spawn(run, submission_id: str) -> None:
     """Start the detached supervisor of a submission (it exits at once if one already runs)."""
     log = run.dir.open_append(f"submissions/{submission_id}/local/supervisor.log")
@@ -52,8 +55,8 @@ def supervise(run_dir: str, submission_id: str) -> int:
     with Run(run_dir) as run:
         sub = run.dir.require(f"submissions/{submission_id}/plan.json", "tau.submission-plan")
         max_parallel = run.plan["scheduler"]["local"]["max_parallel"]
-        try:
-            with locks.hold(run.dir, f"local-{submission_id}", timeout=0):
+        try:  # a live supervisor holds the lock for its whole life; a sweeper (`sweep`) for moments
+            with locks.hold(run.dir, f"local-{submission_id}", timeout=SWEEP_GRACE):
                 return _supervise(run, sub, max_parallel)
         except Busy:
             return 0  # another supervisor already runs this submission
@@ -108,7 +111,44 @@ def _supervise(run, sub: dict, max_parallel: int) -> int:
     for task in queue:  # stopped (a cancelled run): what never started says so, so that it is not awaited
         if not run.dir.exists(layout.local_task(sid, task["task_index"])) and _cancelled(run, task["shard_id"]):
             _skip(run, sid, task["task_index"])
+    _ended(run, sid)
     return 0
+
+
+def _ended(run, submission_id: str) -> None:
+    """Mark the supervisor's record ended (its folder holds no write of its in progress any more)."""
+    rel = layout.local_supervisor(submission_id)
+    record = run.dir.read(rel, "tau.local-supervisor")
+    if record is not None and not record.get("ended_at"):
+        run.dir.replace(rel, dict(record, revision=record["revision"] + 1, ended_at=jsonio.now_rfc3339()))
+
+
+def sweep(run) -> list[str]:
+    """Tidy the folder of every local supervisor that died without ending (SIGKILL, a crash, a reboot): under its
+    lock (not waited for: a live supervisor holds it), the temp files it left are removed and its record is marked
+    ended, so each is swept once. Run by tau-reconcile; returns the submissions swept."""
+    from taulib.rundir.journal import SUBMISSIONS, Journal
+
+    if run.plan["scheduler"]["profile"] != "local":
+        return []
+    swept = []
+    for sid in Journal(run, SUBMISSIONS).ids():
+        rel = layout.local_supervisor(sid)
+        folder = rel.rpartition("/")[0]
+        record = run.dir.read(rel, "tau.local-supervisor")
+        if record is None:  # killed before its first record, or starting now: only debris to look for
+            if not run.dir.has_folder(folder):
+                continue
+        elif record.get("ended_at") or alive(record["pid"], record["start_ticks"]):
+            continue
+        try:
+            with locks.hold(run.dir, f"local-{sid}", timeout=0):
+                run.dir.clean_debris(folder)
+                _ended(run, sid)
+        except Busy:
+            continue
+        swept.append(sid)
+    return swept
 
 
 def _cancelled(run, shard_id: str) -> bool:
