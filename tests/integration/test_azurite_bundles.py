@@ -385,3 +385,28 @@ def test_a_bundle_sealed_inside_a_run_is_fetched_through_the_runs_record_of_it(b
     result = json.loads(proc.stdout)
     assert (result["generation"], result["source"]) == ("sub1-s1", az.url(box, "records/run/s1"))
     assert az.tree_digests(parent / "got") == digests
+
+
+# -- a fetch killed part way ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("failpoint, published", [("fetch.staged", False), ("fetch.published", True)])
+@pytest.mark.parametrize("fallback", [False, True], ids=["renameat2", "no-renameat2"])
+def test_a_fetch_killed_part_way_leaves_no_partial_destination_and_the_next_fetch_tidies_and_finishes(
+        box, tmp_path, failpoint, published, fallback):
+    bundle = small_bundle(tmp_path, box, f"killed/{failpoint}/{fallback}")
+    parent = fresh_parent(tmp_path)
+    dest = parent / "model"
+    env = dict(az.env(), TAU_FAILPOINTS=f"{failpoint}=crash", **({"TAU_NO_RENAMEAT2": "1"} if fallback else {}))
+    crashed = fetch(bundle["url"], dest, "--generation", "g1", env=env)
+    assert crashed.returncode == -9, crashed.stderr
+    assert dest.exists() == published  # never a partial destination: absent, or complete (checked below)
+    env = dict(az.env(), **({"TAU_NO_RENAMEAT2": "1"} if fallback else {}))
+    again = fetch(bundle["url"], dest, "--generation", "g1", env=env)
+    if published:  # it is there, whole: a second fetch to it is refused, and it is left as it was
+        assert again.returncode == 73, again.stderr
+        assert "exists and is not empty" in error_of(again)["message"]
+    else:
+        assert again.returncode == 0, again.stderr
+    for name, digest in bundle["digests"].items():
+        assert hashlib.sha256((dest / name).read_bytes()).hexdigest() == digest, name
+    assert sorted(os.listdir(parent)) == ["model"]  # no stage, no reservation marker
