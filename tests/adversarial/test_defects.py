@@ -483,3 +483,43 @@ def test_a_run_on_a_filesystem_without_hard_links_inits_runs_wins_and_collects(n
     assert not [p for p in nolink_workspace.rglob("*") if p.name.startswith(".tau.") or "tau-reserved" in p.name]
     with pytest.raises(OSError):
         os.link(dest / "_tau_collection.json", nolink_workspace / "probe")  # the filesystem really has no links
+
+
+# -- paths that worked but no test exercised ------------------------------------------------------------------------
+
+RESUMING_CLIENT = r"""
+import os, sys, pyarrow as pa, pyarrow.parquet as pq
+out, start, end = os.environ["TAU_OUTPUT_DIR"], int(os.environ["TAU_RECORD_START"]), int(os.environ["TAU_RECORD_END"])
+middle = (start + end) // 2
+first = os.path.join(out, "part-00000.parquet")
+if not os.path.exists(first):  # the first attempt writes half its records, then fails
+    pq.write_table(pa.table({"id": list(range(start, middle))}), first)
+    sys.exit(3)
+assert os.environ["TAU_ATTEMPT_ORDINAL"] == "2", "the kept half is seen by the next attempt only"
+pq.write_table(pa.table({"id": list(range(middle, end))}), os.path.join(out, "part-00001.parquet"))
+"""
+
+
+def test_resume_always_keeps_the_shards_dataset_across_attempts_and_the_winner_holds_both_halves(workspace):
+    client = workspace / "resuming.py"
+    client.write_text(RESUMING_CLIENT)
+    run_dir = init_run(workspace, plan_doc=plan(records=40, shards=2, command=[PYTHON, str(client)],
+                                                resume="always"))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    first = settle(run_dir)
+    assert first["retryable"] == ["shard-00000", "shard-00001"], first
+    for sid in ("shard-00000", "shard-00001"):
+        assert os.listdir(run_dir / "shards" / sid / "dataset") == ["part-00000.parquet"]  # kept, not removed
+        assert not (run_dir / "shards" / sid / "attempts/attempt-0001/dataset").exists()
+    assert tau("tau-retry", str(run_dir)).returncode == 0
+    assert settle(run_dir)["state"] == "succeeded"
+    manifest = json.loads((run_dir / "shards/shard-00001/attempts/attempt-0002/manifest.json").read_text())
+    assert manifest["dataset"] == "shards/shard-00001/dataset"
+    assert [(f["path"], f["rows"]) for f in manifest["files"]] == [("part-00000.parquet", 10),
+                                                                   ("part-00001.parquet", 10)]
+    dest = workspace / "data"
+    proc = tau("tau-collect", str(run_dir), "--destination", str(dest))
+    assert proc.returncode == 0, proc.stderr
+    import pyarrow.parquet as pq
+
+    assert sorted(pq.read_table(dest, columns=["id"]).column("id").to_pylist()) == list(range(40))

@@ -410,3 +410,36 @@ def test_a_fetch_killed_part_way_leaves_no_partial_destination_and_the_next_fetc
     for name, digest in bundle["digests"].items():
         assert hashlib.sha256((dest / name).read_bytes()).hexdigest() == digest, name
     assert sorted(os.listdir(parent)) == ["model"]  # no stage, no reservation marker
+
+
+# -- without a connection string: the identity branch of the credential ----------------------------------------------
+
+def _without_key() -> dict:
+    """The tests' environment for Azurite, but no connection string: tau asks for no key, and azure-identity is
+    not installed here, so requests go without credentials (what a public container or a SAS-free mirror gets)."""
+    environ = az.env()
+    environ["AZURE_STORAGE_CONNECTION_STRING"] = ""
+    return environ
+
+
+def test_without_a_key_a_private_container_is_refused_with_one_clear_error_and_nothing_is_written(box, tmp_path):
+    bundle = small_bundle(tmp_path, box, "identity/private")
+    parent = fresh_parent(tmp_path)
+    proc = fetch(bundle["url"], parent / "model", "--generation", "g1", env=_without_key())
+    assert proc.returncode == 77, proc.stderr
+    assert error_of(proc)["message"] == ("tau-bundle-fetch: reading identity/private/.tau/bundles/g1.json: access "
+                                         "denied (403); check the credentials in the environment")
+    assert_nothing_written(parent)
+
+
+def test_without_a_key_a_public_container_is_fetched_and_verified_anonymously(tmp_path):
+    public = az.new_container()
+    az.container_client(public).set_container_access_policy(signed_identifiers={}, public_access="container")
+    bundle = small_bundle(tmp_path, public, "identity/public")
+    parent = fresh_parent(tmp_path)
+    proc = fetch(bundle["url"], parent / "model", "--generation", "g1", env=_without_key())
+    assert proc.returncode == 0, proc.stderr
+    for name, digest in bundle["digests"].items():
+        assert hashlib.sha256((parent / "model" / name).read_bytes()).hexdigest() == digest, name
+    verify = tau("tau-bundle-verify", bundle["url"], "--generation", "g1", env=_without_key())
+    assert verify.returncode == 0, verify.stderr
