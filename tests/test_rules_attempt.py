@@ -49,3 +49,17 @@ def test_terminal_classification(state, classification):
 
 
 # -- roll-up --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("evidence, expected", [
+    (ev("failed", "accounting", terminal=True, exit_code=1), "client exited 2"),
+    (ev("failed", "accounting", terminal=True, exit_code=1, reason="exited with status 1"), "client exited 2"),
+    (ev("running"), "client exited 2"),
+    (ev("out_of_memory", "accounting", terminal=True, reason="OUT_OF_MEMORY"), "client exited 2; scheduler: OUT_OF_MEMORY"),
+    (ev("timed_out", "accounting", terminal=True), "client exited 2; scheduler: scheduler reports timed_out"),
+    (ev("cancelled", "accounting", terminal=True, reason="cancelled by user"),
+     "client exited 2; scheduler: cancelled by user"),
+])
+def test_a_recorded_failure_keeps_only_what_the_scheduler_adds(evidence, expected):
+    record = attempt("failed", {"classification": "failed", "reason": "client exited 2", "exit_code": 2})
+    assert effective_attempt(record, evidence) == ("failed", expected)

@@ -3,8 +3,8 @@
 Reads: the document (validated against `observations` before anything is touched) and the records of the attempts
 it names. Writes, under the run lock (shared) and each shard's lock: observation.json (revision + 1) where the
 evidence changed, and attempt.json where terminal evidence ended an unfinished attempt; then, under the local
-executor, the folder of a supervisor that died without ending (`local.supervisor.sweep`); then the sealed-shard
-index.
+executor, the folder of a supervisor that died without ending (`local.supervisor.sweep`); the temp file of a
+crashed publish in the run's own folder; then the sealed-shard index.
 Promises: the rules are the pure table `rules.evidence` and the verdict `rules.attempt`; a document that names an
 attempt this run does not have, or gives it another scheduler identity, is refused whole before anything is
 written; nothing but the run directory and the document is needed, so any fresh process can reconcile.
@@ -20,7 +20,7 @@ import stat
 import time
 
 from taulib import failpoints, jsonio, schema
-from taulib.errors import BadInput, NotFound, Refused, UsageError
+from taulib.errors import BadInput, Busy, NotFound, Refused, UsageError
 from taulib.fs.tree import Tree
 from taulib.rules import evidence as evidence_rules
 from taulib.rules.attempt import effective_attempt, terminal_classification
@@ -110,6 +110,7 @@ def _apply(run, doc: dict, target: StatusFile | None) -> dict:
             from taulib.local import supervisor
 
             supervisor.sweep(run)  # what a killed local supervisor left in its folder
+        _tidy_run_folder(run)
         if target is None:
             status = run_status(run, sources=doc["sources"], update_index=True, now=now)
             status["changes"] = changes
@@ -119,6 +120,19 @@ def _apply(run, doc: dict, target: StatusFile | None) -> dict:
             status["changes"] = changes
             target.write(status)
     return status
+
+
+def _tidy_run_folder(run) -> None:
+    """A publish into the run's own folder (schema.json, cancel.json) that crashed leaves a temp file no later
+    write there would remove, since those records are written once: it is removed under the root lock that owns
+    the folder, when the lock is free (a writer holding it now may be mid-publish)."""
+    if not run.dir.has_debris(""):
+        return
+    try:
+        with locks.hold(run.dir, "root", timeout=0):
+            run.dir.clean_debris("")
+    except Busy:
+        pass
 
 
 def seen_of(doc: dict, now: float) -> dict:

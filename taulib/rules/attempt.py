@@ -2,7 +2,10 @@
 
 Pure (tests/test_rules_attempt.py). The attempt record says what the allocation itself recorded (submitted,
 running, succeeded, failed); the evidence says what the scheduler saw. The verdict weighs the two:
-- a failure either of them reports is a failure (both reasons kept);
+- a failure either of them reports is a failure. Beside a failure the attempt recorded, the scheduler's reason is
+  kept when it says something the attempt could not know (a time limit, memory, a node, a cancellation); its plain
+  nonzero exit is only the echo of the recorded failure and is left out, so the reason does not change with the
+  moment the scheduler's last word arrives;
 - a success the attempt recorded stands unless the scheduler reports a terminal failure;
 - COMPLETED from the scheduler without a recorded result is a failure, never a guessed success;
 - otherwise the scheduler's live word (pending, running, preempted, accounting lag, unknown) decides.
@@ -36,7 +39,7 @@ def effective_attempt(attempt: dict, evidence: Evidence | None) -> Verdict:
                       if scheduler_failed else "")
     if life == "failed":
         own = (attempt.get("terminal") or {}).get("reason") or "the attempt failed"
-        if scheduler_failed and scheduler_says not in own:
+        if scheduler_failed and evidence.state != "failed" and scheduler_says not in own:
             return Verdict("failed", f"{own}; scheduler: {scheduler_says}")
         return Verdict("failed", own)
     if scheduler_failed:

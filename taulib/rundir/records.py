@@ -56,6 +56,11 @@ class RunDir(Tree):
         return [n for n in super().listdir(rel) if not atomic.is_temp(n)]
 
     @_operation
+    def has_debris(self, rel: str = "") -> bool:
+        """Whether folder `rel` holds a temp file (a crashed writer's, or one being written now)."""
+        return any(atomic.is_temp(n) for n in super().listdir(rel))
+
+    @_operation
     def read_bytes(self, rel: str, limit: int | None = MAX_RECORD_BYTES) -> bytes | None:
         return super().read_bytes(rel, limit)
 

@@ -322,6 +322,44 @@ def test_a_killed_status_file_writer_leaves_debris_the_next_one_removes(run_copy
     assert sorted(os.listdir(run_copy.parent)) == ["run", "run.status.json"]
 
 
+def test_a_crashed_publish_in_the_runs_own_folder_is_tidied_by_the_next_reconcile(run_copy):
+    # cancel.json and schema.json are written once, so no later write into the run's folder would remove the temp
+    # file a crash between link and unlink leaves there (a tau-attempt fixing the schema, here a tau-cancel)
+    crashed = tau("tau-cancel", str(run_copy), env={"TAU_FAILPOINTS": "tau-cancel:store.publish.linked=crash"})
+    assert crashed.returncode == -9, crashed.stderr
+    temps = [n for n in os.listdir(run_copy) if n.startswith(".tau.") and n.endswith(".tmp")]
+    assert len(temps) == 1 and (run_copy / temps[0]).stat().st_nlink == 2, os.listdir(run_copy)
+    orphan = run_copy / ".tau.0123456789abcdef.tmp"
+    orphan.write_bytes(b"{}")
+    orphan.chmod(0o600)
+    record = (run_copy / "cancel.json").read_bytes()
+    obs = tau("tau-observe", str(run_copy)).stdout
+    held = subprocess.Popen([PYTHON, "-c", HOLD_ROOT, str(run_copy)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert held.stdout.readline() == "held\n"
+        busy = tau("tau-reconcile", str(run_copy), input=obs)
+        assert busy.returncode == 0, busy.stderr  # a writer may be mid-publish: its temp files are left alone
+        assert len([n for n in os.listdir(run_copy) if n.endswith(".tmp")]) == 2
+    finally:
+        held.kill()
+        held.wait()
+    done = tau("tau-reconcile", str(run_copy), input=obs)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["state"] == "cancelled"
+    assert [n for n in os.listdir(run_copy) if n.endswith(".tmp")] == []
+    assert (run_copy / "cancel.json").read_bytes() == record and (run_copy / "cancel.json").stat().st_nlink == 1
+
+
+HOLD_ROOT = """
+import sys, time
+from taulib.rundir import locks
+from taulib.rundir.records import RunDir
+with RunDir(sys.argv[1]) as rd, locks.hold(rd, "root"):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
 @pytest.mark.parametrize("where, code, words", [
     ("run/x.json", 2, "inside the run directory"), ("nowhere/x.json", 66, "does not exist"),
     ("folder", 77, "is a folder"), ("x" * 240, 2, "too long")])
