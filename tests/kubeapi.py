@@ -2,6 +2,8 @@
 
 `KubeAPI()` serves, from a thread, Jobs (batch/v1), Pods (v1), RayJobs (ray.io/v1) and Kueue Workloads
 (kueue.x-k8s.io/v1beta2 and v1beta1, from one store, as the API server converts between versions):
+PersistentVolumeClaims (v1) and the cluster-scoped PersistentVolumes (v1) and Kueue AdmissionChecks (v1beta2,
+v1beta1; served without `namespaces/NS`, stored under namespace ""):
 `GET .../namespaces/NS/PLURAL/NAME` answers the object (200) or a `Status` NotFound naming it (404);
 `GET .../namespaces/NS/PLURAL?labelSelector=...` answers a `{"kind": "PodList", "items": [...]}`-style list
 filtered by the selector (equality `k=v`, `k==v`, `k!=v`, set-based `k in (a,b)`, `k notin (a,b)`, `k`, `!k`,
@@ -26,8 +28,13 @@ NAMESPACE = "team-a"
 # (group, version, plural) -> kind; group "" is the core group, served under /api
 RESOURCES = {("batch", "v1", "jobs"): "Job", ("", "v1", "pods"): "Pod", ("ray.io", "v1", "rayjobs"): "RayJob",
              ("kueue.x-k8s.io", "v1beta2", "workloads"): "Workload",
-             ("kueue.x-k8s.io", "v1beta1", "workloads"): "Workload"}
+             ("kueue.x-k8s.io", "v1beta1", "workloads"): "Workload",
+             ("", "v1", "persistentvolumeclaims"): "PersistentVolumeClaim",
+             ("", "v1", "persistentvolumes"): "PersistentVolume",
+             ("kueue.x-k8s.io", "v1beta2", "admissionchecks"): "AdmissionCheck",
+             ("kueue.x-k8s.io", "v1beta1", "admissionchecks"): "AdmissionCheck"}
 PLURALS = {kind: key for key, kind in RESOURCES.items()}  # (the last version listed of a kind)
+CLUSTER_SCOPED = frozenset({"persistentvolumes", "admissionchecks"})  # stored under namespace ""
 
 
 def status(code: int, reason: str, message: str, details: dict | None = None) -> dict:
@@ -141,11 +148,13 @@ class KubeAPI:
     def add(self, obj: dict) -> None:
         with self.lock:
             plural = PLURALS[obj["kind"]][2]
-            self.objects[(plural, obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
+            namespace = "" if plural in CLUSTER_SCOPED else obj["metadata"]["namespace"]
+            self.objects[(plural, namespace, obj["metadata"]["name"])] = obj
 
     def remove(self, kind: str, namespace: str, name: str) -> None:
         with self.lock:
-            self.objects.pop((PLURALS[kind][2], namespace, name), None)
+            plural = PLURALS[kind][2]
+            self.objects.pop((plural, "" if plural in CLUSTER_SCOPED else namespace, name), None)
 
     def load(self, objects: list[dict]) -> None:
         for obj in objects:
@@ -174,21 +183,25 @@ class KubeAPI:
         if not rest:
             return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion":
                          f"{group}/{version}" if group else version,
-                         "resources": [{"name": plural, "singularName": kind.lower(), "namespaced": True,
+                         "resources": [{"name": plural, "singularName": kind.lower(),
+                                        "namespaced": plural not in CLUSTER_SCOPED,
                                         "kind": kind, "verbs": ["get", "list", "watch"]}
                                        for plural, kind in sorted(served.items())]}
-        if len(rest) not in (3, 4) or rest[0] != "namespaces" or rest[2] not in served:
+        if rest[0] in served and rest[0] in CLUSTER_SCOPED and len(rest) in (1, 2):
+            namespace, plural, name = "", rest[0], (rest[1] if len(rest) == 2 else None)
+        elif len(rest) in (3, 4) and rest[0] == "namespaces" and rest[2] in served and rest[2] not in CLUSTER_SCOPED:
+            namespace, plural, name = rest[1], rest[2], (rest[3] if len(rest) == 4 else None)
+        else:
             return 404, "404 page not found\n"
-        namespace, plural = rest[1], rest[2]
         kind = served[plural]
-        name = rest[3] if len(rest) == 4 else None
         resource = f"{plural}.{group}" if group else plural
         if plural in self.deny:
             verb = "get" if name else "list"
             who = f'{resource} "{name}"' if name else resource
-            return 403, status(403, "Forbidden", f'{who} is forbidden: User "system:serviceaccount:{namespace}:'
-                               f'reader" cannot {verb} resource "{plural}" in API group "{group}" in the namespace '
-                               f'"{namespace}"', {"name": name, "group": group, "kind": plural} if name
+            scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+            return 403, status(403, "Forbidden", f'{who} is forbidden: User "system:serviceaccount:{namespace or NAMESPACE}:'
+                               f'reader" cannot {verb} resource "{plural}" in API group "{group}" {scope}',
+                               {"name": name, "group": group, "kind": plural} if name
                                else {"group": group, "kind": plural})
         if plural in self.broken:
             return 500, status(500, "InternalError", "Internal error occurred: etcdserver: request timed out")

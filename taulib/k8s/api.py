@@ -38,6 +38,7 @@ class Resource(NamedTuple):
     version: str
     plural: str
     kind: str
+    namespaced: bool = True  # False: cluster-scoped (read with namespace None)
 
     @property
     def api_version(self) -> str:
@@ -53,6 +54,11 @@ RAYJOBS = Resource("ray.io", "v1", "rayjobs", "RayJob")
 WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")  # Kueue 0.15 and later (only it from 0.20)
 WORKLOADS_V1BETA1 = Resource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")  # Kueue before 0.20
 PODS = Resource("", "v1", "pods", "Pod")
+PVCS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
+PVS = Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False)
+ADMISSION_CHECKS = Resource("kueue.x-k8s.io", "v1beta2", "admissionchecks", "AdmissionCheck", namespaced=False)
+ADMISSION_CHECKS_V1BETA1 = Resource("kueue.x-k8s.io", "v1beta1", "admissionchecks", "AdmissionCheck",
+                                    namespaced=False)
 
 
 class Session:
@@ -96,9 +102,9 @@ class Session:
     def __exit__(self, *exc) -> None:
         self.client.close()
 
-    def get(self, resource: Resource, namespace: str, name: str) -> Read:
-        """The object NAME, classified."""
-        what = f"{resource.kind} {name!r} in namespace {namespace!r}"
+    def get(self, resource: Resource, namespace: str | None, name: str) -> Read:
+        """The object NAME, classified (namespace None for a cluster-scoped resource)."""
+        what = f"{resource.kind} {name!r}" + (f" in namespace {namespace!r}" if resource.namespaced else "")
         path = self._path(resource, namespace) + "/" + _quote(name)
         read = self._call(path, {}, what)
         if read.state == NOT_FOUND and not _status_names(read.value, name):
@@ -106,10 +112,13 @@ class Session:
             return self._not_installed(resource, what)
         return read._replace(value=None) if read.state == NOT_FOUND else read
 
-    def list_(self, resource: Resource, namespace: str, selector: str) -> Read:
-        """The items matching a label selector, classified (a 404 can only mean the type is not installed)."""
-        what = f"{resource.kind} list in namespace {namespace!r} ({selector})"
-        read = self._call(self._path(resource, namespace), {"labelSelector": selector}, what)
+    def list_(self, resource: Resource, namespace: str | None, selector: str = "") -> Read:
+        """The items matching a label selector (every item for ""), classified (a 404 can only mean the type is not
+        installed). Namespace None for a cluster-scoped resource."""
+        scope = f" in namespace {namespace!r}" if resource.namespaced else ""
+        what = f"{resource.kind} list{scope}" + (f" ({selector})" if selector else "")
+        query = {"labelSelector": selector} if selector else {}
+        read = self._call(self._path(resource, namespace), query, what)
         if read.state == NOT_FOUND:
             return self._not_installed(resource, what)
         if read.state == OBSERVED:
@@ -120,9 +129,11 @@ class Session:
             return read._replace(value=items)
         return read
 
-    def _path(self, resource: Resource, namespace: str) -> str:
+    def _path(self, resource: Resource, namespace: str | None) -> str:
         base = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
-        return f"{base}/namespaces/{_quote(namespace)}/{resource.plural}"
+        if not resource.namespaced:
+            return f"{base}/{resource.plural}"
+        return f"{base}/namespaces/{_quote(namespace or '')}/{resource.plural}"
 
     def _not_installed(self, resource: Resource, what: str) -> Read:
         """notFound when discovery confirms the API server does not serve the type, else unavailable."""
