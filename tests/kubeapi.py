@@ -199,8 +199,9 @@ class KubeAPI:
             verb = "get" if name else "list"
             who = f'{resource} "{name}"' if name else resource
             scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
-            return 403, status(403, "Forbidden", f'{who} is forbidden: User "system:serviceaccount:{namespace or NAMESPACE}:'
-                               f'reader" cannot {verb} resource "{plural}" in API group "{group}" {scope}',
+            user = f"system:serviceaccount:{namespace or NAMESPACE}:reader"
+            return 403, status(403, "Forbidden", f'{who} is forbidden: User "{user}" cannot {verb} resource '
+                               f'"{plural}" in API group "{group}" {scope}',
                                {"name": name, "group": group, "kind": plural} if name
                                else {"group": group, "kind": plural})
         if plural in self.broken:

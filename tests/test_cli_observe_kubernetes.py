@@ -42,6 +42,7 @@ def snapshot_of(proc) -> dict:
     assert proc.stdout.count("\n") == 1, "one JSON document on one line"
     doc = json.loads(proc.stdout)
     schema.validate(doc, "workload-status")
+    schema.validate(doc, "tau-v1alpha1-status")  # Tau's own contract, which tau's additions leave whole
     return doc
 
 
@@ -58,7 +59,8 @@ def test_the_snapshot_of_each_scene_matches_its_golden_file(api, fixture):
 
 
 @pytest.mark.parametrize("fixture", ["job-running-with-crashlooping-sidecar", "rayjob-running", "pods-denied",
-                                     "same-name-failed-job-beside-succeeded-rayjob"])
+                                     "same-name-failed-job-beside-succeeded-rayjob", "rayjob-failed-after-teardown",
+                                     "job-multikueue-manager-view", "admission-checks-denied"])
 def test_the_table_of_a_scene_matches_its_golden_file(api, fixture):
     scene = k8s_fixtures.FIXTURES[fixture]()
     api.stage(scene)
@@ -72,7 +74,7 @@ def test_the_table_of_a_scene_matches_its_golden_file(api, fixture):
 def test_a_job_pending_in_kueue_says_why_kueue_has_not_admitted_it(api):
     api.stage(k8s_fixtures.job_pending_in_kueue())
     doc = snapshot_of(observe(api, "train-7"))
-    assert (doc["kind"], doc["state"], doc["degraded"], doc["reason"]) == ("Job", "pending", False, None)
+    assert (doc["kind"], doc["lifecycle"], doc["degraded"], doc["reason"]) == ("Job", "pending", False, None)
     assert "waiting for Kueue to admit it" in doc["stateDetail"]
     (wl,) = doc["workloads"]
     assert (wl["phase"], wl["admitted"], wl["queue"], wl["owner"], wl["reason"]) == \
@@ -85,8 +87,9 @@ def test_a_job_pending_in_kueue_says_why_kueue_has_not_admitted_it(api):
 def test_a_running_job_with_a_crash_looping_sidecar_is_running_and_degraded_with_the_container_named(api):
     api.stage(k8s_fixtures.job_running_with_crashlooping_sidecar())
     doc = snapshot_of(observe(api, "train-7"))
-    assert (doc["state"], doc["degraded"]) == ("running", True)
-    assert doc["reason"] == "train-7-x8k2p/log-shipper waiting reason=CrashLoopBackOff exit=1 restarts=5"
+    assert (doc["lifecycle"], doc["degraded"]) == ("running", True)
+    assert doc["state"] == "Running"  # Tau's word: a Job can be Running while a sidecar degrades it
+    assert doc["reason"] == "train-7-x8k2p/log-shipper waiting reason=CrashLoopBackOff restarts=5"  # Tau's words
     (pod,) = doc["pods"]
     assert (pod["node"], pod["ready"], pod["restarts"], pod["health"]) == ("gpu-node-1", "1/2", 5, "issue")
     sidecar = next(c for c in pod["containers"] if c["name"] == "log-shipper")
@@ -97,9 +100,12 @@ def test_a_running_job_with_a_crash_looping_sidecar_is_running_and_degraded_with
 def test_a_job_failed_by_oom_reports_exit_137_out_of_memory_and_the_backoff_reason(api):
     api.stage(k8s_fixtures.job_failed_oom())
     doc = snapshot_of(observe(api, "train-7"))
-    assert (doc["state"], doc["degraded"]) == ("failed", True)
-    assert doc["issues"] == ["BackoffLimitExceeded: Job has reached the specified backoff limit",
-                             "train-7-x8k2p/main terminated reason=OOMKilled exit=137 restarts=0"]
+    assert (doc["lifecycle"], doc["degraded"]) == ("failed", True)
+    assert doc["state"] == "Failed"
+    # the container's issue first, as Tau's reason; the Job's own failure in Tau's "reason message"
+    assert doc["issues"] == ["train-7-x8k2p/main terminated reason=OOMKilled exit=137",
+                             "BackoffLimitExceeded Job has reached the specified backoff limit"]
+    assert doc["reason"] == doc["issues"][0]
     (pod,) = doc["pods"]
     assert (pod["phase"], pod["state"]) == ("Failed", "out_of_memory")
     assert pod["containers"][0]["exitCode"] == 137
@@ -110,8 +116,10 @@ def test_a_rayjob_failed_with_a_stale_running_job_status_is_failed_and_degraded_
     reason. Here Failed always carries degraded and a reason."""
     api.stage(k8s_fixtures.rayjob_failed_with_stale_running_job_status())
     doc = snapshot_of(observe(api, "tune"))
-    assert (doc["kind"], doc["state"], doc["degraded"]) == ("RayJob", "failed", True)
-    assert doc["reason"].startswith("DeadlineExceeded: The RayJob has passed the activeDeadlineSeconds")
+    assert (doc["primary"], doc["lifecycle"], doc["degraded"]) == ("RayJob", "failed", True)
+    # Tau's contract: both were found, and the submitter Job (still active) decides Tau's state
+    assert (doc["kind"], doc["state"]) == ("Job+RayJob", "Running")
+    assert doc["reason"].startswith("DeadlineExceeded The RayJob has passed the activeDeadlineSeconds")
     assert doc["rayJob"]["jobStatus"] == "RUNNING" and doc["rayJob"]["degraded"] is True
     assert doc["job"]["submitterOf"] == "tune", "the same-name Job owned by the RayJob is its submitter"
 
@@ -119,16 +127,17 @@ def test_a_rayjob_failed_with_a_stale_running_job_status_is_failed_and_degraded_
 def test_a_succeeded_rayjob_calls_its_failed_worker_teardown_and_stays_healthy(api):
     api.stage(k8s_fixtures.rayjob_succeeded_with_failed_teardown_pod())
     doc = snapshot_of(observe(api, "tune"))
-    assert (doc["state"], doc["degraded"], doc["reason"]) == ("succeeded", False, None)
+    assert (doc["lifecycle"], doc["degraded"], doc["reason"]) == ("succeeded", False, None)
     worker = next(p for p in doc["pods"] if p["role"] == "worker")
-    assert (worker["phase"], worker["health"], worker["owner"]) == ("Failed", "teardown", "RayJob")
+    assert (worker["phase"], worker["health"], worker["owner"]) == ("Teardown", "teardown", "RayJob")
+    assert worker["state"] == "failed"  # the pod's own observed state is kept
 
 
 def test_same_name_ray_pods_never_degrade_the_batch_job(api):
     """Seed review P1: unrelated Ray pods degraded the batch Job of the same name."""
     api.stage(k8s_fixtures.same_name_job_and_rayjob())
     doc = snapshot_of(observe(api, "eval"))
-    assert (doc["kind"], doc["state"], doc["degraded"], doc["reason"]) == ("Job+RayJob", "running", False, None)
+    assert (doc["kind"], doc["lifecycle"], doc["degraded"], doc["reason"]) == ("Job+RayJob", "running", False, None)
     assert doc["rayJob"]["degraded"] is True and doc["job"]["degraded"] is False
     owners = {p["name"]: (p["owner"], p["health"]) for p in doc["pods"]}
     assert owners == {"eval-q7w2n": ("Job", "ok"),
@@ -140,11 +149,13 @@ def test_a_succeeded_same_name_rayjob_never_turns_a_failed_batch_pod_into_teardo
     """Seed review P1: a successful RayJob marked a failed batch pod as Teardown and hid its failure."""
     api.stage(k8s_fixtures.same_name_failed_job_beside_succeeded_rayjob())
     doc = snapshot_of(observe(api, "eval"))
-    assert (doc["state"], doc["degraded"]) == ("failed", True)
-    assert "eval-q7w2n/main terminated reason=Error exit=1 restarts=0" in doc["issues"]
+    assert (doc["lifecycle"], doc["degraded"]) == ("failed", True)
+    assert doc["reason"] == "eval-q7w2n/main terminated reason=Error exit=1"
+    assert {p["name"]: p["phase"] for p in doc["pods"]} == {
+        "eval-q7w2n": "Failed", "eval-raycluster-m2p7x-gpu-worker-2hxkq": "Teardown"}
     health = {p["name"]: p["health"] for p in doc["pods"]}
     assert health == {"eval-q7w2n": "issue", "eval-raycluster-m2p7x-gpu-worker-2hxkq": "teardown"}
-    assert doc["rayJob"]["state"] == "succeeded" and doc["rayJob"]["degraded"] is False
+    assert doc["rayJob"]["lifecycle"] == "succeeded" and doc["rayJob"]["degraded"] is False
 
 
 def test_a_pod_read_denied_by_rbac_is_unavailable_access_denied_and_never_no_pods(api):
@@ -153,7 +164,7 @@ def test_a_pod_read_denied_by_rbac_is_unavailable_access_denied_and_never_no_pod
     pods = doc["observations"]["pods"]
     assert pods["state"] == "unavailable"
     assert pods["reason"].startswith("access denied by Kubernetes RBAC reading the Pod list")
-    assert doc["pods"] == [] and doc["state"] == "running"
+    assert doc["pods"] == [] and doc["lifecycle"] == "running"
     assert doc["degraded"] is False, "health cannot be judged from pods we may not read"
     assert "not found" not in pods["reason"]
     scheduling = next(p for p in doc["phases"] if p["name"] == "Pod scheduling")
@@ -166,12 +177,13 @@ def test_a_pod_read_denied_by_rbac_is_unavailable_access_denied_and_never_no_pod
 def test_an_absent_rayjob_crd_is_not_installed_and_a_later_call_sees_it_installed(api):
     api.stage(k8s_fixtures.rayjob_crd_absent())
     doc = snapshot_of(observe(api, "train-7"))
-    assert doc["observations"]["rayJob"]["state"] == "notFound"
-    assert doc["observations"]["rayJob"]["reason"].startswith("resource type not installed")
-    assert (doc["kind"], doc["state"]) == ("Job", "succeeded")
+    # Tau's words exactly: unavailable, "resource type is not installed" (which type, in detail)
+    assert doc["observations"]["rayJob"] == {"state": "unavailable", "reason": "resource type is not installed",
+                                             "detail": "the API server does not serve rayjobs.ray.io/v1"}
+    assert (doc["kind"], doc["lifecycle"], doc["state"]) == ("Job", "succeeded", "Complete")
     api.absent.discard("ray.io")  # the CRD gets installed: nothing was cached
     doc = snapshot_of(observe(api, "train-7"))
-    assert doc["observations"]["rayJob"] == {"state": "notFound", "reason": None}
+    assert doc["observations"]["rayJob"] == {"state": "notFound", "reason": None, "detail": None}
     api.add(k8s_fixtures.rayjob("train-7", deployment="Running", job_status="RUNNING"))
     assert snapshot_of(observe(api, "train-7"))["kind"] == "Job+RayJob"
 
@@ -179,15 +191,16 @@ def test_an_absent_rayjob_crd_is_not_installed_and_a_later_call_sees_it_installe
 def test_neither_a_job_nor_a_rayjob_is_state_not_found(api):
     api.stage(k8s_fixtures.nothing_there())
     doc = snapshot_of(observe(api, "gone"))
-    assert (doc["kind"], doc["state"], doc["degraded"]) == ("Unknown", "not_found", False)
-    assert doc["observations"]["job"] == {"state": "notFound", "reason": None}
-    assert doc["observations"]["workloads"]["reason"].startswith("resource type not installed")
+    assert (doc["kind"], doc["lifecycle"], doc["state"], doc["degraded"]) == ("Unknown", "not_found", "NotFound",
+                                                                              False)
+    assert doc["observations"]["job"] == {"state": "notFound", "reason": None, "detail": None}
+    assert doc["observations"]["workloads"]["reason"] == "resource type is not installed"
 
 
 def test_a_denied_job_read_leaves_the_state_unknown_never_not_found(api):
     api.stage({"objects": [k8s_fixtures.job("train-7")], "deny": ["jobs"]})
     doc = snapshot_of(observe(api, "train-7"))
-    assert (doc["kind"], doc["state"]) == ("Unknown", "unknown")
+    assert (doc["kind"], doc["lifecycle"], doc["state"]) == ("Unknown", "unknown", "Unknown")
     assert doc["stateDetail"].startswith("cannot tell: access denied by Kubernetes RBAC reading the Job")
     assert doc["observations"]["job"]["state"] == "unavailable"
 
@@ -214,7 +227,7 @@ def test_every_read_denied_exits_77_naming_the_denial(api):
 def test_the_namespace_defaults_to_the_kubeconfig_context(api):
     api.stage(k8s_fixtures.job_succeeded())
     doc = snapshot_of(observe(api, "train-7", namespace=None))
-    assert (doc["namespace"], doc["state"]) == (kubeapi.NAMESPACE, "succeeded")
+    assert (doc["namespace"], doc["lifecycle"]) == (kubeapi.NAMESPACE, "succeeded")
 
 
 def test_the_reads_are_the_workload_its_kueue_workloads_and_its_pods_by_their_selectors(api):
@@ -241,7 +254,7 @@ def test_kueue_workloads_are_read_in_the_newest_version_the_server_serves(api, s
     api.stage(k8s_fixtures.job_pending_in_kueue())
     api.absent.add("kueue.x-k8s.io/" + ("v1beta1" if served == "v1beta2" else "v1beta2"))
     doc = snapshot_of(observe(api, "train-7"))
-    assert doc["observations"]["workloads"] == {"state": "observed", "reason": None}
+    assert doc["observations"]["workloads"] == {"state": "observed", "reason": None, "detail": None}
     assert [w["phase"] for w in doc["workloads"]] == ["Pending"]
     lists = [p.split("/")[3] for p in api.requests if "/workloads?" in p]
     assert lists == asked
@@ -251,8 +264,8 @@ def test_without_kueue_the_workload_read_is_not_installed_naming_both_versions(a
     api.stage({**k8s_fixtures.job_succeeded(), "absent": ["kueue.x-k8s.io"]})
     doc = snapshot_of(observe(api, "train-7"))
     assert doc["observations"]["workloads"] == {
-        "state": "notFound", "reason": "resource type not installed: the API server serves neither "
-        "workloads.kueue.x-k8s.io/v1beta2 nor v1beta1"}
+        "state": "unavailable", "reason": "resource type is not installed", "detail": "the API server serves "
+        "neither workloads.kueue.x-k8s.io/v1beta2 nor v1beta1"}
     kueue = next(p for p in doc["phases"] if p["name"] == "Kueue admission")
     assert kueue == {"name": "Kueue admission", "status": "warning", "detail": "it names queue 'gpu', but Kueue is "
                      "not installed", "hint": "install Kueue, or remove the kueue.x-k8s.io/queue-name label"}

@@ -64,7 +64,7 @@ def test_status_says_what_reconcile_would_say(settled, tmp_path):
     seen = status(run_dir)
     obs = tau("tau-observe", str(run_dir))
     rec = json.loads(tau("tau-reconcile", str(run_dir), input=obs.stdout).stdout)
-    for key in ("state", "degraded", "reason", "counts", "retryable", "budget", "cancelled", "submissions",
+    for key in ("state", "lifecycle", "degraded", "reason", "counts", "retryable", "budget", "cancelled", "submissions",
                 "collections"):
         assert seen[key] == rec[key], key
     assert [(s["id"], s["state"], s["reason"], s["log"]) for s in seen["shards"]] == [

@@ -299,7 +299,7 @@ SCHEMAS = sorted(p for p in (ROOT / "share" / "schemas").glob("*.schema.json") i
 
 
 # documents that are not records of a run directory, and the page that describes them
-NOT_RECORDS = {"workload-status.schema.json": "tau-status.7"}
+NOT_RECORDS = {"workload-status.schema.json": "tau-status.7", "tau-v1alpha1-status.schema.json": "tau-status.7"}
 
 
 def nested_fields(schema: object) -> set[str]:

@@ -52,13 +52,13 @@ def reads_of(scene: dict) -> dict:
 ])
 def test_the_rayjob_state_comes_from_the_enumerated_table_not_substrings(deployment, job_status, expected):
     doc = snap(rayjob=Read(OBSERVED, fx.rayjob("tune", deployment=deployment, job_status=job_status)))
-    assert doc["state"] == expected, doc["stateDetail"]
+    assert doc["lifecycle"] == expected, doc["stateDetail"]
 
 
 @pytest.mark.parametrize("job_status", ["FAILED", "STOPPED"])
 def test_a_ray_job_that_failed_under_a_controller_still_running_is_running_and_degraded(job_status):
     doc = snap(rayjob=Read(OBSERVED, fx.rayjob("tune", deployment="Running", job_status=job_status)))
-    assert (doc["state"], doc["degraded"]) == ("running", True)
+    assert (doc["lifecycle"], doc["degraded"]) == ("running", True)
     assert doc["reason"] == {"FAILED": "the Ray job FAILED", "STOPPED": "the Ray job was STOPPED"}[job_status] \
         + " while the RayJob controller still reports Running"
 
@@ -66,7 +66,7 @@ def test_a_ray_job_that_failed_under_a_controller_still_running_is_running_and_d
 def test_a_retrying_rayjob_is_pending_and_degraded_by_the_failed_attempt():
     doc = snap(rayjob=Read(OBSERVED, fx.rayjob("tune", deployment="Retrying", reason="AppFailed",
                                                 message="job exited 1")))
-    assert (doc["state"], doc["degraded"]) == ("pending", True)
+    assert (doc["lifecycle"], doc["degraded"]) == ("pending", True)
     assert doc["reason"] == "a previous attempt failed (AppFailed: job exited 1)"
 
 
@@ -82,13 +82,13 @@ def test_a_failed_rayjob_always_has_a_reason_and_is_degraded_and_degraded_means_
                                                                                            reason, message):
     doc = snap(rayjob=Read(OBSERVED, fx.rayjob("tune", deployment=deployment, job_status=job_status,
                                                 reason=reason, message=message)))
-    assert doc["state"] in status.STATES
-    if doc["state"] == "failed":
+    assert doc["lifecycle"] in status.STATES
+    if doc["lifecycle"] == "failed":
         assert doc["degraded"] is True and doc["reason"]
     assert doc["degraded"] == (doc["reason"] is not None) == bool(doc["issues"])
-    if doc["state"] in ("succeeded", "failed"):  # only the controller ends a RayJob
+    if doc["lifecycle"] in ("succeeded", "failed"):  # only the controller ends a RayJob
         assert deployment in ("Complete", "Failed", "ValidationFailed")
-    assert doc["rayJob"]["state"] == doc["state"] and doc["rayJob"]["degraded"] == doc["degraded"]
+    assert doc["rayJob"]["lifecycle"] == doc["lifecycle"] and doc["rayJob"]["degraded"] == doc["degraded"]
 
 
 # -- Jobs ----------------------------------------------------------------------------------------------------------
@@ -97,7 +97,7 @@ def test_a_job_failed_wins_over_complete():
     job = fx.job("train-7", status={"conditions": [fx.cond("Complete"), fx.cond("Failed", reason="DeadlineExceeded",
                                                                                   message="too slow")]})
     doc = snap("train-7", job=Read(OBSERVED, job))
-    assert (doc["state"], doc["reason"]) == ("failed", "DeadlineExceeded: too slow")
+    assert (doc["lifecycle"], doc["reason"]) == ("failed", "DeadlineExceeded too slow")  # Tau's "reason message"
 
 
 def test_a_job_whose_active_pods_all_wait_for_a_node_is_pending_not_running():
@@ -107,11 +107,11 @@ def test_a_job_whose_active_pods_all_wait_for_a_node_is_pending_not_running():
             "PodScheduled", "False", "Unschedulable", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")])
             for i in range(2)]
     doc = snap("train-7", job=Read(OBSERVED, job), pods=Read(OBSERVED, pods))
-    assert (doc["state"], doc["stateDetail"]) == ("pending", "2 pods waiting to start")
+    assert (doc["lifecycle"], doc["stateDetail"]) == ("pending", "2 pods waiting to start")
     scheduling = next(p for p in doc["phases"] if p["name"] == "Pod scheduling")
     assert scheduling["status"] == "warning" and "Insufficient nvidia.com/gpu" in scheduling["detail"]
     # without a pod read, the Job's own counter is all there is
-    assert snap("train-7", job=Read(OBSERVED, job), pods=Read(UNAVAILABLE, None, "denied"))["state"] == "running"
+    assert snap("train-7", job=Read(OBSERVED, job), pods=Read(UNAVAILABLE, None, "denied"))["lifecycle"] == "running"
 
 
 def test_every_issue_is_reported_in_order_not_only_the_first():
@@ -121,10 +121,11 @@ def test_every_issue_is_reported_in_order_not_only_the_first():
                                                                       restarts=3, last=fx.terminated(2, "Error"))]),
             fx.job_pod("train-7-a", job, phase="Failed", containers=[fx.ctr("main", fx.terminated(3, "Error"))])]
     doc = snap("train-7", job=Read(OBSERVED, job), pods=Read(OBSERVED, pods))
-    assert doc["issues"] == ["train-7-a/main terminated reason=Error exit=3 restarts=0",
-                             "train-7-b/agent waiting reason=CrashLoopBackOff exit=2 restarts=3",
-                             "train-7-b/main waiting reason=ImagePullBackOff restarts=0"]
-    assert doc["reason"] == "; ".join(doc["issues"])
+    # each in Tau's words: the current reason (else the last), the current exit code, restarts when there were any
+    assert doc["issues"] == ["train-7-a/main terminated reason=Error exit=3",
+                             "train-7-b/agent waiting reason=CrashLoopBackOff restarts=3",
+                             "train-7-b/main waiting reason=ImagePullBackOff"]
+    assert doc["reason"] == doc["issues"][0]  # Tau's reason: the first current container issue
 
 
 def test_a_pod_of_an_earlier_job_of_the_same_name_is_unowned_and_judges_nothing():
@@ -135,7 +136,7 @@ def test_a_pod_of_an_earlier_job_of_the_same_name_is_unowned_and_judges_nothing(
     doc = snap("train-7", job=Read(OBSERVED, job), pods=Read(OBSERVED, pods))
     assert {p["name"]: (p["owner"], p["health"]) for p in doc["pods"]} == {
         "train-7-old": (None, "unowned"), "train-7-new": ("Job", "ok")}
-    assert (doc["state"], doc["degraded"]) == ("running", False)
+    assert (doc["lifecycle"], doc["degraded"]) == ("running", False)
 
 
 def test_an_evicted_pod_is_preempted_and_a_lost_node_is_node_failed():
@@ -156,7 +157,11 @@ def test_kueue_conditions_left_contradictory_show_the_eviction_and_degrade():
         fx.cond("Evicted", reason="Preempted", message="Preempted to accommodate a workload (UID: x) in the "
                 "ClusterQueue", minute=5)])
     doc = snap("train-7", job=Read(OBSERVED, job), workloads=Read(OBSERVED, [wl]))
-    assert doc["workloads"][0]["phase"] == "Evicted" and doc["workloads"][0]["admitted"] is True
+    # the phase in Tau's words (the eviction does not unsay the admission), the eviction beside it
+    assert doc["workloads"][0]["phase"] == "Admitted" and doc["workloads"][0]["admitted"] is True
+    assert doc["workloads"][0]["evicted"] == {"reason": "Preempted", "message": "Preempted to accommodate a "
+                                              "workload (UID: x) in the ClusterQueue"}
+    assert doc["workloads"][0]["reason"] is None
     assert doc["degraded"] and doc["reason"].startswith("Kueue evicted workload job-train-7-3f9a2: Preempted: ")
 
 
@@ -188,7 +193,8 @@ def test_a_submitter_job_whose_rayjob_is_denied_makes_the_rayjob_state_unknown()
     submitter = fx.job("tune", owner=ray, status={"active": 1})
     doc = snap(job=Read(OBSERVED, submitter), rayjob=Read(UNAVAILABLE, None, "access denied by Kubernetes RBAC "
                                                           "reading the RayJob", denied=True))
-    assert (doc["kind"], doc["state"], doc["degraded"]) == ("RayJob", "unknown", False)
+    assert (doc["primary"], doc["lifecycle"], doc["degraded"]) == ("RayJob", "unknown", False)
+    assert (doc["kind"], doc["state"]) == ("Job", "Running")  # Tau's: what was found, and the Job decides
     assert "is the submitter of RayJob 'tune', which cannot be read: access denied" in doc["stateDetail"]
 
 

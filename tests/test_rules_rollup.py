@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from taulib.rules.rollup import degraded_reason, run_state, shard_state
+from taulib.rules.rollup import LIFECYCLE, SHARD_STATES, degraded_reason, lifecycle, run_state, shard_state
 
 
 def test_shard_state_is_sealed_by_a_winner_whatever_its_latest_attempt_says():
@@ -32,6 +32,22 @@ def test_shard_state_without_a_winner_follows_the_latest_attempt():
 ])
 def test_run_state_rolls_up_shard_counts(counts, expected):
     assert run_state(counts) == expected
+
+
+@pytest.mark.parametrize("state, expected", [
+    ("succeeded", "succeeded"), ("running", "running"), ("accounting_lag", "running"), ("pending", "pending"),
+    ("unknown", "unknown"), ("failed", "failed"), ("cancelled", "failed")])
+def test_a_runs_lifecycle_is_its_state_in_the_words_a_workloads_status_uses(state, expected):
+    assert lifecycle(state) == expected
+
+
+def test_every_run_state_reachable_from_any_counts_has_a_lifecycle_word():
+    from taulib.k8s.jobs import STATES
+
+    for one in SHARD_STATES:
+        for other in SHARD_STATES:
+            assert lifecycle(run_state({one: 1, other: 1})) in STATES
+    assert set(LIFECYCLE.values()) <= set(STATES)
 
 
 # -- properties over random observation histories -------------------------------------------------------------

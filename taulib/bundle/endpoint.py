@@ -1,7 +1,9 @@
 """Which Blob storage locations tau will contact: decided before any network request, from the URL alone.
 
 A SOURCE is `https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX` (also the US government and China clouds:
-`.blob.core.usgovcloudapi.net`, `.blob.core.chinacloudapi.cn`). Refused: any other scheme or host (suffix
+`.blob.core.usgovcloudapi.net`, `.blob.core.chinacloudapi.cn`; and a private endpoint's
+`ACCOUNT.privatelink.blob.core.windows.net` of each. Not the retired Germany cloud's `.blob.core.cloudapi.de`, which
+Tau still lists). Refused: any other scheme or host (suffix
 matching is on whole labels, so `acct.blob.core.windows.net.evil.example` is not Azure), userinfo, a query, a
 fragment, a port, spaces, control or non-ASCII characters, a container name Azure would not accept, `.`, `..` or
 empty prefix segments, and an empty or root prefix (a bundle never spans a whole container). Endpoints the user
@@ -21,6 +23,7 @@ from taulib import env
 from taulib.errors import Refused
 
 CLOUD_SUFFIXES = (".blob.core.windows.net", ".blob.core.usgovcloudapi.net", ".blob.core.chinacloudapi.cn")
+PRIVATE_LINK = ".privatelink"  # ACCOUNT.privatelink.blob.core...: Azure's private-endpoint zone, the same account
 _ACCOUNT = re.compile(r"^[a-z0-9]{3,24}\Z")
 _CONTAINER = re.compile(r"^(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]\Z")
 _SEGMENT = re.compile(r"^[A-Za-z0-9._~!$&'()*+,;=:@ -]+\Z")
@@ -73,6 +76,8 @@ def parse(source: str, environ: dict | None = None) -> Location:
             raise Refused(f"blob URL {source!r} names a port; Azure Blob storage endpoints have none")
         suffix = next((s for s in CLOUD_SUFFIXES if host.endswith(s)), None)
         account = host[: -len(suffix)] if suffix else ""
+        if account.endswith(PRIVATE_LINK):
+            account = account[: -len(PRIVATE_LINK)]
         if suffix is None or not _ACCOUNT.match(account):
             raise Refused(f"blob URL {source!r} is not an Azure Blob storage endpoint (ACCOUNT{CLOUD_SUFFIXES[0]}, "
                           "or the government or China cloud); list a trusted endpoint in TAU_TRUSTED_BLOB_ENDPOINTS",

@@ -53,7 +53,7 @@ def cli(run_dir: str | None, workload: str | None, namespace: str | None, output
         from taulib.k8s import status
 
         common.watch(lambda: observe.observe(workload, namespace, timeout=timeout), render.snapshot,
-                     lambda doc: doc["state"] in status.TERMINAL, interval, "the workload")
+                     lambda doc: doc["lifecycle"] in status.TERMINAL, interval, "the workload")
     elif output == "table":
         common.emit_text(render.snapshot(observe.observe(workload, namespace, timeout=timeout)))
     else:

@@ -19,7 +19,7 @@ Pure functions of the object read: no I/O, no clock. Pods and Kueue Workloads ar
 from __future__ import annotations
 
 from taulib.k8s.kueue import QUEUE_LABEL
-from taulib.k8s.objects import condition, count, explain, meta, reported_conditions, status_of
+from taulib.k8s.objects import condition, count, meta, reported_conditions, status_of
 
 STATES = ("pending", "running", "succeeded", "failed", "unknown", "not_found")
 TERMINAL = frozenset({"succeeded", "failed", "not_found"})
@@ -49,13 +49,18 @@ RAYJOB_APP = {
 }
 
 
+def _said(obj: dict) -> str | None:
+    """"reason message" of a condition or a status, as Tau's v1alpha1 reason joins them."""
+    return " ".join(p for p in (obj.get("reason"), obj.get("message")) if isinstance(p, str) and p) or None
+
+
 def job_state(job: dict) -> tuple[str, str, str | None]:
     """(state, detail, failure reason) of a batch Job."""
     st = status_of(job)
     failed = condition(job, "Failed") or condition(job, "FailureTarget")
     if failed:
         why = failed.get("reason") or failed["type"]
-        return "failed", f"the Job failed ({why})", explain(failed, "the Job failed")
+        return "failed", f"the Job failed ({why})", _said(failed) or "the Job failed"
     if condition(job, "Complete") or condition(job, "SuccessCriteriaMet"):
         return "succeeded", "the Job completed", None
     active = count(st.get("active"))
@@ -77,7 +82,7 @@ def rayjob_state(rayjob: dict) -> tuple[str, str, str | None, str | None]:
     deployment = st.get("jobDeploymentStatus") or ""
     app = st.get("jobStatus") or ""
     app = app if isinstance(app, str) else repr(app)
-    explained = ": ".join(p for p in (st.get("reason"), st.get("message")) if p) or None
+    explained = _said(st)
     if not isinstance(deployment, str) or deployment not in RAYJOB_DEPLOYMENT:  # a newer KubeRay: never guessed
         return "unknown", f"unrecognised jobDeploymentStatus {deployment!r} (jobStatus {app!r})", None, None
     state, detail = RAYJOB_DEPLOYMENT[deployment]
@@ -94,18 +99,19 @@ def rayjob_state(rayjob: dict) -> tuple[str, str, str | None, str | None]:
         return state, detail, explained or f"jobDeploymentStatus {deployment} (jobStatus {app or 'unset'})", None
     problem = RAYJOB_APP.get(app, "the Ray job reports an unrecognised jobStatus {app!r}")
     if deployment == "Retrying":
-        problem = "a previous attempt failed" + (f" ({explained})" if explained else "")
+        said = ": ".join(p for p in (st.get("reason"), st.get("message")) if isinstance(p, str) and p)
+        problem = "a previous attempt failed" + (f" ({said})" if said else "")
     if app and state == "running":
         detail = f"{detail}; the Ray job is {app}"
     return state, detail, None, None if problem is None else problem.format(deployment=deployment, app=app)
 
 
-def job_section(job: dict, submitter_of: str | None, verdict: dict) -> dict:
-    """The Job as reported, with its verdict (state, detail, problems)."""
+def job_section(job: dict, submitter_of: str | None, verdict: dict, tau_state: str) -> dict:
+    """The Job as reported, with its verdict (lifecycle, detail, problems) and Tau's state of it alone."""
     st = status_of(job)
     return {"name": meta(job).get("name"), "uid": meta(job).get("uid"),
             "submitterOf": submitter_of,
-            "state": verdict["state"], "stateDetail": verdict["detail"],
+            "state": tau_state, "lifecycle": verdict["state"], "stateDetail": verdict["detail"],
             "suspended": bool((job.get("spec") or {}).get("suspend")),
             "active": count(st.get("active")), "succeeded": count(st.get("succeeded")),
             "failed": count(st.get("failed")),
@@ -113,11 +119,11 @@ def job_section(job: dict, submitter_of: str | None, verdict: dict) -> dict:
             "conditions": reported_conditions(job), "degraded": bool(verdict["problems"])}
 
 
-def rayjob_section(rayjob: dict, verdict: dict) -> dict:
-    """The RayJob as reported, with its verdict (state, detail, problems)."""
+def rayjob_section(rayjob: dict, verdict: dict, tau_state: str) -> dict:
+    """The RayJob as reported, with its verdict (lifecycle, detail, problems) and Tau's state of it alone."""
     st = status_of(rayjob)
     return {"name": meta(rayjob).get("name"), "uid": meta(rayjob).get("uid"),
-            "state": verdict["state"], "stateDetail": verdict["detail"],
+            "state": tau_state, "lifecycle": verdict["state"], "stateDetail": verdict["detail"],
             "deploymentStatus": st.get("jobDeploymentStatus") or None, "jobStatus": st.get("jobStatus") or None,
             "rayClusterName": st.get("rayClusterName") or None, "jobId": st.get("jobId") or None,
             "reason": st.get("reason") or None, "message": st.get("message") or None,

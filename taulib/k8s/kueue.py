@@ -1,39 +1,44 @@
 """Kueue Workloads: where a queued workload stands in Kueue, and what Kueue did to it that a person must know.
 
-`workload_section(wl, owner)` reads one Kueue Workload object (as `taulib.k8s.api` returns it) and returns the
-`workloads[]` entry of the status snapshot: its phase (Finished, then Evicted, Admitted, QuotaReserved, else
-Pending), the condition that explains it, its queues, requeues, MultiKueue placement and admission checks (sorted by
-name). `workload_problems` reads such an entry and returns the issues it raises: an eviction, and every rejected
-admission check, in order. `QUEUE_LABEL` is the label by which a Job or RayJob names its Kueue queue.
+`workload_section(wl, owner, controllers)` reads one Kueue Workload object (as `taulib.k8s.api` returns it) and
+returns the `workloads[]` entry of the status snapshot: its phase in Tau's v1alpha1 words (Finished, else Admitted,
+else QuotaReserved, else Pending: where Tau's reading depends on the order of the conditions, the furthest one), the
+condition that explains a workload still waiting or finished (`reason`, `message`), an eviction apart (`evicted`:
+Kueue can leave Admitted and QuotaReserved True beside Evicted), its queues, requeues, MultiKueue placement and
+admission checks (sorted by name), each with the controller its cluster-scoped AdmissionCheck object names
+(`controllers`: check name -> the read of that object; a check whose object could not be read has
+`controllerLookupFailed`, as in Tau). `workload_problems` reads such an entry and returns the issues it raises: an
+eviction, and every rejected admission check, in order. `QUEUE_LABEL` is the label by which a Job or RayJob names
+its Kueue queue.
 
 Pure functions of the objects read: no I/O, no clock.
 """
 
 from __future__ import annotations
 
+from taulib.k8s.api import OBSERVED, Read
 from taulib.k8s.objects import condition, conditions, count, meta, status_of
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
-def workload_section(wl: dict, owner: str | None) -> dict:
+def workload_section(wl: dict, owner: str | None, controllers: dict[str, Read] | None = None) -> dict:
     """The Workload as reported, attributed to `owner` ("Job", "RayJob" or None)."""
     st = status_of(wl)
     finished, evicted = condition(wl, "Finished"), condition(wl, "Evicted")
     admitted, reserved = condition(wl, "Admitted"), condition(wl, "QuotaReserved")
+    cond = None
     if finished:
         phase, cond = "Finished", finished
-    elif evicted:  # Kueue can leave Admitted and QuotaReserved True beside Evicted: the eviction is the news
-        phase, cond = "Evicted", evicted
     elif admitted:
-        phase, cond = "Admitted", None
+        phase = "Admitted"
     elif reserved:
-        phase, cond = "QuotaReserved", None
+        phase = "QuotaReserved"
     else:
         phase = "Pending"
         cond = next((c for c in conditions(wl) if c.get("type") == "QuotaReserved" and c.get("status") == "False"),
                     None)
-    checks = sorted(({"name": c.get("name"), "state": c.get("state") or "Pending", "message": c.get("message") or None}
+    checks = sorted((_check(c, (controllers or {}).get(c["name"]))
                      for c in st.get("admissionChecks") or [] if isinstance(c, dict) and c.get("name")),
                     key=lambda c: c["name"])
     admission = st.get("admission") or {}
@@ -41,18 +46,32 @@ def workload_section(wl: dict, owner: str | None) -> dict:
             "clusterQueue": admission.get("clusterQueue") or None, "phase": phase,
             "admitted": admitted is not None, "reason": (cond or {}).get("reason") or None,
             "message": (cond or {}).get("message") or None,
+            "evicted": None if evicted is None or finished else {"reason": evicted.get("reason") or None,
+                                                                 "message": evicted.get("message") or None},
             "requeueCount": count((st.get("requeueState") or {}).get("count")),
             "workerCluster": st.get("clusterName") or None,
             "nominatedClusters": sorted(n for n in st.get("nominatedClusterNames") or [] if isinstance(n, str)),
             "admissionChecks": checks}
 
 
+def _check(check: dict, read: Read | None) -> dict:
+    """An admission check with its controller: from its AdmissionCheck object when it was read, null when it was
+    not looked up, and `controllerLookupFailed` when the read failed (denied, missing, unanswered)."""
+    controller, failed = None, False
+    if read is not None:
+        name = ((read.value or {}).get("spec") or {}).get("controllerName") if read.state == OBSERVED else None
+        controller = name.strip() if isinstance(name, str) and name.strip() else None
+        failed = controller is None
+    return {"name": check.get("name"), "state": check.get("state") or "Pending", "controller": controller,
+            "controllerLookupFailed": failed, "message": check.get("message") or None}
+
+
 def workload_problems(wl: dict) -> list[str]:
     """What Kueue did to a workload that a person must know (a finished workload's end is its owner's state)."""
     out = []
-    if wl["phase"] == "Evicted":
+    if wl["evicted"]:
         out.append(f"Kueue evicted workload {wl['name']}: " + ": ".join(
-            p for p in (wl["reason"], wl["message"]) if p))
+            p for p in (wl["evicted"]["reason"], wl["evicted"]["message"]) if p))
     for check in wl["admissionChecks"]:
         if check["state"] == "Rejected":
             out.append(f"admission check {check['name']} rejected workload {wl['name']}"

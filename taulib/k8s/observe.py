@@ -3,8 +3,9 @@
 `observe(NAME, NAMESPACE)` reads, in this order, the Job and the RayJob named NAME, the Kueue Workloads that belong to
 them (label `kueue.x-k8s.io/job-uid` of either, and Tau's `tau.azure.com/job=NAME`; kueue.x-k8s.io/v1beta2, else
 v1beta1 on a Kueue older than 0.15), and their pods (labels
-`job-name=NAME`, `tau.azure.com/job=NAME`, and `ray.io/cluster=` the RayJob's cluster), merging lists by uid, then
-returns `taulib.k8s.status.snapshot` of those reads. Reads only.
+`job-name=NAME`, `tau.azure.com/job=NAME`, and `ray.io/cluster=` the RayJob's cluster), merging lists by uid, and the
+cluster-scoped AdmissionCheck object of every admission check those Workloads name (its `spec.controllerName`;
+v1beta2, else v1beta1), then returns `taulib.k8s.status.snapshot` of those reads. Reads only.
 
 Errors: an API server that cannot be reached at all (the first read gets no answer) is `Unavailable` (69) at once,
 without trying the other reads; when every read is refused (401/403) it is `Refused` (77); when none gives an
@@ -24,9 +25,10 @@ def observe(name: str, namespace: str | None = None, env: dict | None = None,
         namespace = namespace or session.namespace
         reads = _read_all(session, name, namespace)
     where = f"{name!r} in namespace {namespace!r}"
-    if all(r.state == api.UNAVAILABLE for r in reads.values()):
-        reasons = "; ".join(dict.fromkeys(r.reason for r in reads.values() if r.reason))
-        if all(r.denied for r in reads.values()):
+    main = [reads[k] for k in ("job", "rayjob", "workloads", "pods")]
+    if all(r.state == api.UNAVAILABLE for r in main):
+        reasons = "; ".join(dict.fromkeys(r.reason for r in main if r.reason))
+        if all(r.denied for r in main):
             raise Refused(f"every read of {where} was refused: {reasons}; ask for get and list on jobs.batch, "
                           "rayjobs.ray.io, workloads.kueue.x-k8s.io and pods in that namespace",
                           name=name, namespace=namespace)
@@ -53,7 +55,23 @@ def _read_all(session: api.Session, name: str, namespace: str) -> dict[str, api.
     if isinstance(cluster, str) and cluster:
         selectors.append(f"ray.io/cluster={cluster}")
     pods = _merged([session.list_(api.PODS, namespace, s) for s in selectors])
-    return {"job": job, "rayjob": rayjob, "workloads": workloads, "pods": pods}
+    return {"job": job, "rayjob": rayjob, "workloads": workloads, "pods": pods,
+            "admission_checks": _admission_checks(session, workloads)}
+
+
+def _admission_checks(session: api.Session, workloads: api.Read) -> dict[str, api.Read]:
+    """The read of the AdmissionCheck object of each check the Workloads name, by name (Tau's controller lookup)."""
+    names = sorted({c["name"] for w in (workloads.value or []) if isinstance(w, dict)
+                    for c in ((w.get("status") or {}).get("admissionChecks") or [])
+                    if isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"]}) \
+        if workloads.state == api.OBSERVED else []
+    out = {}
+    for name in names:
+        for resource in (api.ADMISSION_CHECKS, api.ADMISSION_CHECKS_V1BETA1):
+            out[name] = session.get(resource, None, name)
+            if not (out[name].state == api.NOT_FOUND and (out[name].reason or "").startswith(api.NOT_INSTALLED)):
+                break
+    return out
 
 
 def _workloads(session: api.Session, namespace: str, selectors: list[str]) -> api.Read:

@@ -66,6 +66,9 @@ def _kueue_phase(obj: dict, wls: list[dict], wl_read: Read, state: str) -> dict:
     wl = wls[-1]
     where = f"ClusterQueue {wl['clusterQueue']}" if wl["clusterQueue"] else f"queue {wl['queue']}"
     explained = ": ".join(p for p in (wl["reason"], wl["message"]) if p)
+    if wl["evicted"]:
+        evicted = ": ".join(p for p in (wl["evicted"]["reason"], wl["evicted"]["message"]) if p)
+        return _phase(name, "warning", f"evicted from {where}" + (f": {evicted}" if evicted else ""))
     if wl["phase"] == "Pending":
         return _phase(name, "active", f"pending in queue {wl['queue']}" + (f": {explained}" if explained else ""),
                       "the ClusterQueue lacks free quota or the LocalQueue does not exist")
@@ -73,8 +76,6 @@ def _kueue_phase(obj: dict, wls: list[dict], wl_read: Read, state: str) -> dict:
         waiting = [c["name"] for c in wl["admissionChecks"] if c["state"] != "Ready"]
         return _phase(name, "active", f"quota reserved in {where}; waiting for admission checks: "
                       f"{', '.join(waiting) or 'none'}")
-    if wl["phase"] == "Evicted":
-        return _phase(name, "warning", f"evicted from {where}" + (f": {explained}" if explained else ""))
     if any(c["state"] == "Rejected" for c in wl["admissionChecks"]):
         return _phase(name, "warning", "an admission check rejected it")
     detail = f"admitted to {where}" if wl["phase"] == "Admitted" else f"finished in {where}" + (
@@ -191,6 +192,6 @@ def _release_phase(pods: list[dict], pod_read: Read, wls: list[dict]) -> dict:
         nodes = sorted({p["node"] for p in holding})
         return _phase(name, "warning", f"{len(holding)} pod(s) still hold {len(nodes)} node(s): {', '.join(nodes)}",
                       "resources are not reusable until they end")
-    quota = any(w["phase"] in ("Admitted", "QuotaReserved", "Evicted") for w in wls)
+    quota = any(w["phase"] in ("Admitted", "QuotaReserved") for w in wls)
     return _phase(name, "active" if quota else "done",
                   "pods ended; Kueue still holds the quota" if quota else "pods ended; resources released")

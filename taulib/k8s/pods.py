@@ -41,13 +41,17 @@ def container_issue(c: dict) -> bool:
 
 
 def issue_text(pod: str, c: dict) -> str:
-    text = f"{pod}/{c['name']} {c['state']}"
-    if c["reason"]:
-        text += f" reason={c['reason']}"
-    exit_code = c["exitCode"] if c["state"] == "terminated" else c["lastExitCode"]
-    if exit_code is not None:
-        text += f" exit={exit_code}"
-    return text + f" restarts={c['restartCount']}"
+    """One container's issue as Tau's v1alpha1 `reason` reads: "POD/CTR STATE[ reason=R][ exit=N][ restarts=N]",
+    the reason being the current one or else the last, the exit code the current one only."""
+    text = f"{pod}/{c['name']} {c['state'] or '-'}"
+    reason = c["reason"] or c["lastReason"]
+    if reason:
+        text += f" reason={reason}"
+    if c["exitCode"] is not None:
+        text += f" exit={c['exitCode']}"
+    if c["restartCount"] > 0:
+        text += f" restarts={c['restartCount']}"
+    return text
 
 
 def pod_state(phase: str, reason: str | None, containers: list[dict], conditions: list[dict]) -> str:

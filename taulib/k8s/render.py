@@ -6,13 +6,17 @@ from taulib import table
 
 
 def snapshot(doc: dict) -> str:
-    lines = [f"{doc['kind']} {doc['name']} in namespace {doc['namespace']}: {doc['state']}", f"  {doc['stateDetail']}"]
+    kind = "RayJob" if doc["kind"] == "Job+RayJob" and doc["primary"] == "RayJob" else doc["kind"]  # its submitter
+    lines = [f"{kind} {doc['name']} in namespace {doc['namespace']}: {doc['lifecycle']}",
+             f"  {doc['stateDetail']}", f"  Tau v1alpha1 state: {doc['state']}"]
     if doc["degraded"]:
         lines.append("degraded:")
         lines.extend(f"  - {issue}" for issue in doc["issues"])
     reads = ", ".join(f"{what} {obs['state']}" + (f" ({obs['reason']})" if obs["reason"] else "")
                       for what, obs in doc["observations"].items())
     lines.append(f"reads: {reads}")
+    if doc["podEvidence"]["state"] != "observed":
+        lines.append(f"pod evidence: {doc['podEvidence']['reason']}")
     if doc["asOf"]:
         lines.append(f"as of: {doc['asOf']}")
     out = "\n".join(lines) + "\n"
@@ -22,9 +26,11 @@ def snapshot(doc: dict) -> str:
     if doc["workloads"]:
         out += "\n" + table.render(
             ["WORKLOAD", "OWNER", "QUEUE", "PHASE", "ADMITTED", "CHECKS", "REASON"],
-            [[w["name"], w["owner"], w["queue"], w["phase"], "yes" if w["admitted"] else "no",
-              ", ".join(f"{c['name']}={c['state']}" for c in w["admissionChecks"]) or None,
-              ": ".join(p for p in (w["reason"], w["message"]) if p) or None] for w in doc["workloads"]])
+            [[w["name"], w["owner"], w["queue"], w["phase"] + (" (evicted)" if w["evicted"] else ""),
+              "yes" if w["admitted"] else "no",
+              ", ".join(f"{c['name']}={c['state']}" + _controller(c) for c in w["admissionChecks"]) or None,
+              ": ".join(p for p in (w["reason"], w["message"]) if p)
+              or ": ".join(p for p in (w["evicted"] or {}).values() if p) or None] for w in doc["workloads"]])
     if doc["pods"]:
         out += "\n" + table.render(
             ["POD", "OWNER", "PHASE", "HEALTH", "NODE", "READY", "RESTARTS"],
@@ -38,6 +44,12 @@ def snapshot(doc: dict) -> str:
     elif doc["observations"]["pods"]["state"] == "observed":
         out += "\nno pods\n"
     return out
+
+
+def _controller(check: dict) -> str:
+    if check["controller"]:
+        return f" ({check['controller']})"
+    return " (controller: lookup failed)" if check["controllerLookupFailed"] else ""
 
 
 def _short(text: str, width: int = 100) -> str:

@@ -1,10 +1,16 @@
 """Why a Kubernetes Job or RayJob is where it is: the status snapshot, a pure function of classified reads.
 
-`snapshot(name, namespace, job=, rayjob=, workloads=, pods=)` takes four `taulib.k8s.api.Read`s and returns the
-versioned document `tau-observe --kubernetes` prints (schema `share/schemas/workload-status.schema.json`, described
-in tau-status(7)). It reads no clock and does no I/O: the same reads give the same bytes. Tau's v1alpha1 field
-names are kept (`schemaVersion`, `state`, `degraded`, `reason`, `observations`, `phases`, `job`, `rayJob`,
-`workloads`, `pods[].containers[]`); the state words are the ones every tau status uses (`STATES`).
+`snapshot(name, namespace, job=, rayjob=, workloads=, pods=, admission_checks=)` takes four `taulib.k8s.api.Read`s
+(and the reads of the AdmissionCheck objects the workloads name) and returns the versioned document `tau-observe
+--kubernetes` prints (schema `share/schemas/workload-status.schema.json`; Tau's own contract alone is
+`tau-v1alpha1-status.schema.json`; both described in tau-status(7)). It reads no clock and does no I/O: the same
+reads give the same bytes. Tau's v1alpha1 contract is kept field by field: `schemaVersion`, `kind` (what was found),
+`state` (Tau's words by Tau's rules, `v1alpha1`), `degraded`, `reason` (the first issue), `observations`
+(observed, notFound, unavailable; a type that is not installed is unavailable with reason "resource type is not
+installed"), `phases`, `job`, `rayJob`, `workloads`, `pods` (a RayJob's own failed pod after it succeeded is
+phase "Teardown"), `pods[].containers[]`. tau's additions sit beside them: `lifecycle`, the word every tau status
+uses (`STATES`, the same field a run's status carries), `stateDetail`, `primary`, `issues`, `podEvidence`, `asOf`,
+and per entry `owner`, `health`, `uid` and the like. Where Tau omits an empty field, tau prints null.
 
 This module assembles the snapshot: whose each pod and Kueue Workload is, each workload's verdict, the top-level
 verdict, and the document. The rules, each a table or a short function in the module named:
@@ -22,6 +28,11 @@ verdict, and the document. The rules, each a table or a short function in the mo
   `kueue.workload_problems`).
 - `degraded` is true exactly when `reason` is set (here): a failed state (which always has a reason), a container or
   pod issue, a Kueue eviction or rejected admission check, or a Ray job that failed under a controller still running.
+  `issues` lists them all, containers' and pods' first (as Tau's reason puts a container's issue first), then the
+  workload's own failure, then Kueue's; `reason` is the first.
+- Terminal pod evidence (here): a workload that ended with no pod of its own left to read (a RayCluster torn down,
+  a Job's pods deleted), or whose pods could not be read, has `podEvidence` unavailable with the reason; a failed one
+  also has it as an issue, since how its containers ended cannot be told from here.
 - A denied or failed read is `unavailable` with its reason and never stands for "not found" or "not admitted" (here
   and in `phases`).
 - Where along its way the workload is: `phases.phases`.
@@ -31,12 +42,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from taulib.k8s.api import OBSERVED, UNAVAILABLE, Read
+from taulib.k8s import v1alpha1
+from taulib.k8s.api import NOT_FOUND, NOT_INSTALLED, OBSERVED, UNAVAILABLE, Read
 from taulib.k8s.jobs import STATES, TERMINAL, job_section, job_state, rayjob_section, rayjob_state
 from taulib.k8s.kueue import workload_problems, workload_section
 from taulib.k8s.objects import controller_ref, meta, owned_by, status_of
 from taulib.k8s.phases import phases
 from taulib.k8s.pods import pod_issues, pod_section
+
+NOT_INSTALLED_REASON = "resource type is not installed"  # Tau's words, compared exactly by its readers
 
 __all__ = ["SCHEMA_VERSION", "STATES", "TERMINAL", "owned_by", "snapshot"]
 
@@ -52,27 +66,36 @@ class _Scene(NamedTuple):
     cluster: str | None  # the RayJob's RayCluster
 
 
-def snapshot(name: str, namespace: str, *, job: Read, rayjob: Read, workloads: Read, pods: Read) -> dict:
-    """The status snapshot of the workload `name` in `namespace`, from the four reads."""
+def snapshot(name: str, namespace: str, *, job: Read, rayjob: Read, workloads: Read, pods: Read,
+             admission_checks: dict[str, Read] | None = None) -> dict:
+    """The status snapshot of the workload `name` in `namespace`, from the four reads (and, by check name, the reads
+    of the AdmissionCheck objects its Kueue Workloads name; a check without one was not looked up)."""
     scene = _scene(job, rayjob)
     pod_list = _pod_entries(scene, pods)
-    wl_list = _workload_entries(scene, workloads)
+    wl_list = _workload_entries(scene, workloads, admission_checks)
     verdicts = _verdicts(name, scene, rayjob, pods, pod_list, wl_list)
     kind, primary = _kind(scene)
-    state, detail, problems = _top_verdict(name, namespace, kind, primary, verdicts, job, rayjob)
+    lifecycle, detail, problems = _top_verdict(name, namespace, kind, primary, verdicts, job, rayjob)
+    evidence = _pod_evidence(primary, lifecycle, pods, [p for p in pod_list if p["owner"] == primary])
+    if evidence["state"] == UNAVAILABLE and lifecycle == "failed":
+        problems = problems + [f"terminal pod evidence is unavailable: {evidence['reason']}"]
     sections = _sections(scene, verdicts)
     return {
         "schemaVersion": SCHEMA_VERSION,
-        "name": name, "namespace": namespace, "kind": kind,
-        "state": state, "stateDetail": detail,
+        "name": name, "namespace": namespace,
+        "kind": v1alpha1.kind(scene.job is not None, scene.ray is not None),
+        "state": v1alpha1.state(scene.job, scene.ray, wl_list, len(pod_list), job.state == NOT_FOUND,
+                                rayjob.state == NOT_FOUND),
+        "lifecycle": lifecycle, "stateDetail": detail, "primary": primary,
         "degraded": bool(problems),
-        "reason": "; ".join(problems) if problems else None,
+        "reason": problems[0] if problems else None,
         "issues": problems,
+        "podEvidence": evidence,
         "asOf": _as_of(scene.job, scene.ray, pods.value if pods.state == OBSERVED else [],
                        workloads.value if workloads.state == OBSERVED else []),
         "observations": {"job": _observation(job), "rayJob": _observation(rayjob),
                          "workloads": _observation(workloads), "pods": _observation(pods)},
-        "phases": phases(kind, primary, state, scene.job if primary == "Job" else None,
+        "phases": phases(kind, primary, lifecycle, scene.job if primary == "Job" else None,
                          scene.ray if primary == "RayJob" else None,
                          [w for w in wl_list if w["owner"] == primary], workloads,
                          [p for p in pod_list if p["owner"] == primary], pods),
@@ -81,6 +104,18 @@ def snapshot(name: str, namespace: str, *, job: Read, rayjob: Read, workloads: R
         "workloads": wl_list,
         "pods": pod_list,
     }
+
+
+def _pod_evidence(primary: str | None, lifecycle: str, pods: Read, own: list[dict]) -> dict:
+    """Whether how the workload's pods ended can be read: unavailable after teardown or a failed read."""
+    if pods.state == UNAVAILABLE:
+        return {"state": UNAVAILABLE, "reason": f"its pods cannot be read: {pods.reason}"}
+    if primary is not None and lifecycle in ("succeeded", "failed") and not own:
+        what = "of its RayCluster's pods is left (torn down)" if primary == "RayJob" else \
+            "of its pods is left (deleted, or never created)"
+        return {"state": UNAVAILABLE, "reason": f"the {primary} ended and none {what}, so how its containers "
+                "ended cannot be read here"}
+    return {"state": OBSERVED, "reason": None}
 
 
 # -- whose is each pod and each Kueue Workload ---------------------------------------------------------------------
@@ -120,8 +155,8 @@ def _pod_entries(scene: _Scene, pods: Read) -> list[dict]:
     return out
 
 
-def _workload_entries(scene: _Scene, workloads: Read) -> list[dict]:
-    out = [workload_section(w, _workload_owner(scene, w))
+def _workload_entries(scene: _Scene, workloads: Read, controllers: dict[str, Read] | None) -> list[dict]:
+    out = [workload_section(w, _workload_owner(scene, w), controllers)
            for w in (workloads.value if workloads.state == OBSERVED else [])]
     out.sort(key=lambda w: str(w["name"]))
     return out
@@ -134,7 +169,9 @@ def _verdicts(name: str, scene: _Scene, rayjob: Read, pods: Read, pod_list: list
     """{"Job"|"RayJob": {state, detail, problems}}; marks each pod entry's health as it goes."""
     verdicts = _own_verdicts(name, scene, rayjob)
     _waiting_job_pods(verdicts.get("Job"), pods, [p for p in pod_list if p["owner"] == "Job"])
-    _judge_pods(verdicts, pod_list)
+    found = _judge_pods(verdicts, pod_list)
+    for owner, verdict in verdicts.items():  # containers' and pods' issues first, as Tau's reason reads
+        verdict["problems"][:0] = found.get(owner, [])
     for wl in wl_list:
         if wl["owner"] in verdicts:
             verdicts[wl["owner"]]["problems"].extend(workload_problems(wl))
@@ -166,19 +203,24 @@ def _waiting_job_pods(verdict: dict | None, pods: Read, job_pods: list[dict]) ->
         verdict["detail"] = f"{len(job_pods)} pod{'s' if len(job_pods) != 1 else ''} waiting to start"
 
 
-def _judge_pods(verdicts: dict[str, dict], pod_list: list[dict]) -> None:
-    """Each pod's health, and its issues added to its owner's problems."""
+def _judge_pods(verdicts: dict[str, dict], pod_list: list[dict]) -> dict[str, list[str]]:
+    """Each pod's health; the issues found, by owner. A failed pod of a RayJob that succeeded is its teardown
+    (phase "Teardown", as Tau shows it), judged against its own RayJob only."""
+    out: dict[str, list[str]] = {}
     for pod in pod_list:
         verdict = verdicts.get(pod["owner"])
         if verdict is None:
             pod["health"] = "unowned"
             continue
         found = pod_issues(pod)
-        if found and pod["owner"] == "RayJob" and verdict["state"] == "succeeded":
+        if pod["owner"] == "RayJob" and verdict["state"] == "succeeded" and (found or pod["phase"] == "Failed"):
             pod["health"] = "teardown"
+            if pod["phase"] == "Failed":
+                pod["phase"] = "Teardown"
         elif found:
             pod["health"] = "issue"
-            verdict["problems"].extend(found)
+            out.setdefault(pod["owner"], []).extend(found)
+    return out
 
 
 # -- the top-level kind, state, detail and problems ----------------------------------------------------------------
@@ -226,14 +268,19 @@ def _sections(scene: _Scene, verdicts: dict[str, dict]) -> dict:
             own_state, own_detail, _ = job_state(scene.job)
             own = {"state": own_state, "detail": own_detail, "problems": []}
         sections["job"] = job_section(scene.job, (scene.ray_ref or {}).get("name") if scene.submitter else None,
-                                      own)
+                                      own, v1alpha1.job_state(scene.job))
     if scene.ray is not None:
-        sections["rayJob"] = rayjob_section(scene.ray, verdicts["RayJob"])
+        sections["rayJob"] = rayjob_section(scene.ray, verdicts["RayJob"], v1alpha1.rayjob_state(scene.ray))
     return sections
 
 
 def _observation(read: Read) -> dict:
-    return {"state": read.state, "reason": read.reason}
+    """A read as Tau's `observations` say it; a type that is not installed is unavailable, in Tau's exact words,
+    with which type in `detail`."""
+    if read.state == NOT_FOUND and (read.reason or "").startswith(NOT_INSTALLED):
+        return {"state": UNAVAILABLE, "reason": NOT_INSTALLED_REASON,
+                "detail": read.reason[len(NOT_INSTALLED):].lstrip(": ") or None}
+    return {"state": read.state, "reason": read.reason, "detail": None}
 
 
 def _as_of(*sources) -> str | None:

@@ -7,7 +7,7 @@ but whose winner is not published yet is a `candidate`, and a retryable verdict 
 used is `exhausted`. A run succeeds when every shard has; otherwise the least advanced live state names it; a run
 none of whose shards is live has failed when a shard failed or is exhausted, else it is cancelled. A run is degraded
 exactly when some shard failed, is unknown or exhausted, or stalled (running without a heartbeat), and its reason
-names the first few of them.
+names the first few of them. `lifecycle` says a run's state in the words a Kubernetes workload's status uses.
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ SHARD_STATES = ("succeeded", "candidate", "running", "accounting_lag", "pending"
 RETRYABLE = frozenset({"failed", "unknown"})
 DEGRADED = RETRYABLE | {"exhausted"}
 REASON_SHARDS = 5  # shards named in a run's reason; the shards list has every one
+# a run's state -> its `lifecycle`, the cross-engine word a Kubernetes workload's status carries too (tau-status(7)):
+# still settling is running, and a run that ended without succeeding (cancelled included) has failed
+LIFECYCLE = {"succeeded": "succeeded", "running": "running", "accounting_lag": "running", "pending": "pending",
+             "unknown": "unknown", "failed": "failed", "cancelled": "failed"}
 
 
 def shard_state(has_winner: bool, latest: tuple[str, str] | None, attempts: int = 0,
@@ -39,6 +43,11 @@ def shard_state(has_winner: bool, latest: tuple[str, str] | None, attempts: int 
         return "exhausted", (f"{reason}; {attempts} attempts used of a budget of {max_attempts}, not retried "
                              "(tau-retry --shard grants one more)")
     return state, reason
+
+
+def lifecycle(run_state: str) -> str:
+    """The run's state in the words every tau status shares with a workload's (`LIFECYCLE`)."""
+    return LIFECYCLE[run_state]
 
 
 def run_state(counts: dict[str, int]) -> str:

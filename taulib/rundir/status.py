@@ -61,9 +61,11 @@ def run_status(run, sources: dict | None = None, update_index: bool = False, now
     reason = rollup.degraded_reason(shards)
     if stopped is not None:
         reason = f"{reason}; {stopped}" if reason else stopped
+    run_state = rollup.run_state(counts)
     return {
         "kind": "tau.status", "schema_version": 1, "run_id": run.run_id, "run_dir": run.path,
-        "state": rollup.run_state(counts),
+        "state": run_state,
+        "lifecycle": rollup.lifecycle(run_state),
         "degraded": reason is not None,
         "reason": reason,
         "counts": counts,

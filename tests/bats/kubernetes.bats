@@ -26,17 +26,23 @@ setup() {
   bats_load_library bats-assert
 }
 
-@test "jq reads the state and the reason of a degraded running Job" {
-  run bash -c 'tau-observe --kubernetes train-7 -n team-a | jq -r "[.state, .reason // \"healthy\"] | @tsv"'
+@test "jq reads the lifecycle and the reason of a degraded running Job" {
+  run bash -c 'tau-observe --kubernetes train-7 -n team-a | jq -r "[.lifecycle, .reason // \"healthy\"] | @tsv"'
   assert_success
-  assert_output "$(printf 'running\ttrain-7-x8k2p/log-shipper waiting reason=CrashLoopBackOff exit=1 restarts=5')"
+  assert_output "$(printf 'running\ttrain-7-x8k2p/log-shipper waiting reason=CrashLoopBackOff restarts=5')"
 }
 
-@test "the same filter reads a run's status: one vocabulary" {
+@test "a Tau user's filter on Tau's v1alpha1 state still matches" {
+  run bash -c 'tau-observe --kubernetes train-7 -n team-a | jq -r "select(.schemaVersion == \"v1alpha1\" and .state == \"Running\") | [.kind, .degraded] | @tsv"'
+  assert_success
+  assert_output "$(printf 'Job\ttrue')"
+}
+
+@test "the same filter reads a run's status: one vocabulary in lifecycle" {
   make_demo_run "$BATS_TEST_TMPDIR/ws" --fail-first shard-00001
   tau-submit "$BATS_TEST_TMPDIR/ws/run" >/dev/null
   settle "$BATS_TEST_TMPDIR/ws/run"
-  run bash -c 'tau-observe "$BATS_TEST_TMPDIR/ws/run" | tau-reconcile "$BATS_TEST_TMPDIR/ws/run" | jq -r "[.state, .degraded, .reason // \"healthy\"] | @tsv"'
+  run bash -c 'tau-observe "$BATS_TEST_TMPDIR/ws/run" | tau-reconcile "$BATS_TEST_TMPDIR/ws/run" | jq -r "[.lifecycle, .degraded, .reason // \"healthy\"] | @tsv"'
   assert_success
   assert_output "$(printf 'failed\ttrue\tshard-00001 failed: the client exited with status 3')"
 }
@@ -57,13 +63,14 @@ setup() {
   run tau-observe --kubernetes train-7 -n team-a -o table
   assert_success
   assert_line --index 0 "Job train-7 in namespace team-a: running"
-  assert_line --index 2 "degraded:"
+  assert_line --index 2 "  Tau v1alpha1 state: Running"
+  assert_line --index 3 "degraded:"
 }
 
 @test "a workload that is not there is not_found, exit 0" {
-  run bash -c 'tau-observe --kubernetes gone -n team-a | jq -r .state'
+  run bash -c 'tau-observe --kubernetes gone -n team-a | jq -r "[.lifecycle, .state] | @tsv"'
   assert_success
-  assert_output "not_found"
+  assert_output "$(printf 'not_found\tNotFound')"
 }
 
 @test "--watch without -o table exits 2 with one JSON error on stderr" {
