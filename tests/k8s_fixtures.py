@@ -305,8 +305,120 @@ def nothing_there() -> dict:
     return {"name": "gone", "objects": [], "absent": ["ray.io", "kueue.x-k8s.io"]}
 
 
+def rayjob_failed_after_teardown() -> dict:
+    """Seed 001: after a RayJob's teardown the pods that said how it ended are gone: say so, never "no pods"."""
+    r = rayjob("tune", deployment="Failed", job_status="FAILED", cluster="tune-raycluster-kx2v9", reason="AppFailed",
+               message="Job entrypoint command failed with exit code 1", extra={"endTime": t(40), "failed": 1})
+    return {"name": "tune", "objects": [r]}
+
+
+def rayjob_succeeded_after_teardown() -> dict:
+    r = rayjob("tune", deployment="Complete", job_status="SUCCEEDED", cluster="tune-raycluster-kx2v9",
+               extra={"endTime": t(30), "succeeded": 1})
+    return {"name": "tune", "objects": [r]}
+
+
+def admission_check(name: str, controller: str) -> dict:
+    return {"kind": "AdmissionCheck", "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "metadata": {"name": name, "uid": f"ac-{name}-uid", "resourceVersion": "7", "creationTimestamp": T0},
+            "spec": {"controllerName": controller}}
+
+
+def _multikueue_job() -> tuple[dict, dict]:
+    j = job("train-7", queue="gpu", status={"active": 1, "startTime": t(2)})
+    j["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    wl = workload(j, queue="gpu", cluster_queue="gpu-cq", conditions=ADMITTED, checks=[
+        {"name": "multikueue", "state": "Ready", "message": "The workload got reservation on \"worker-eu\"",
+         "lastTransitionTime": t(2)},
+        {"name": "provisioning", "state": "Ready", "lastTransitionTime": t(2)}], extra={"clusterName": "worker-eu"})
+    return j, wl
+
+
+def job_multikueue_manager_view() -> dict:
+    """The manager cluster's view of a MultiKueue Job: placed on a worker, its pods there; each admission check
+    names its controller from the cluster-scoped AdmissionCheck objects."""
+    j, wl = _multikueue_job()
+    return {"name": "train-7", "objects": [
+        j, wl, admission_check("multikueue", "kueue.x-k8s.io/multikueue"),
+        admission_check("provisioning", "kueue.x-k8s.io/provisioning-request")]}
+
+
+def admission_checks_denied() -> dict:
+    """The AdmissionCheck objects cannot be read: each check's controller lookup failed (Tau's ControllerLookupFailed),
+    and the check named "multikueue" is taken for MultiKueue's, as in Tau."""
+    j = job("train-7", queue="gpu", suspend=True)
+    wl = workload(j, queue="gpu", conditions=[cond("QuotaReserved", reason="QuotaReserved")], checks=[
+        {"name": "multikueue", "state": "Pending", "lastTransitionTime": t(2)},
+        {"name": "provisioning", "state": "Pending", "lastTransitionTime": t(2)}])
+    return {"name": "train-7", "objects": [j, wl], "deny": ["admissionchecks"]}
+
+
 FIXTURES = {f.__name__.replace("_", "-"): f for f in (
     job_pending_in_kueue, job_admitted, job_running_with_crashlooping_sidecar, job_failed_oom, job_succeeded,
     rayjob_initializing, rayjob_running, rayjob_failed_with_stale_running_job_status,
     rayjob_succeeded_with_failed_teardown_pod, same_name_job_and_rayjob,
-    same_name_failed_job_beside_succeeded_rayjob, pods_denied, rayjob_crd_absent, nothing_there)}
+    same_name_failed_job_beside_succeeded_rayjob, pods_denied, rayjob_crd_absent, nothing_there,
+    rayjob_failed_after_teardown, rayjob_succeeded_after_teardown, job_multikueue_manager_view,
+    admission_checks_denied)}
+
+
+# -- result volumes: a PersistentVolumeClaim and the PersistentVolume it is bound to -------------------------------
+# Shaped as the API server serves the Azure Blob CSI driver's statically provisioned volumes
+# (kubernetes-sigs/blob-csi-driver deploy/example/pv-blobfuse-nfs.yaml, pvc-blob-csi-static.yaml): the PV names the
+# driver, a volumeHandle of the driver's RESOURCEGROUP#ACCOUNT#CONTAINER form and the volumeAttributes
+# resourceGroup, storageAccount, containerName and protocol; binding sets the PVC's spec.volumeName and
+# status.phase Bound and the PV's claimRef (with the claim's uid).
+
+BLOB_DRIVER = "blob.csi.azure.com"
+
+
+def blob_csi(account: str = "tauresults", container: str = "results", resource_group: str = "rg-tau", *,
+             handle: str | None = None, attributes: dict | None = None, protocol: str = "fuse",
+             **extra: str) -> dict:
+    """The `csi` source of a Blob PV: the driver's usual attributes (or exactly `attributes`), plus `extra`."""
+    attrs = dict(attributes) if attributes is not None else {
+        "resourceGroup": resource_group, "storageAccount": account, "containerName": container, "protocol": protocol}
+    attrs.update(extra)
+    return {"csi": {"driver": BLOB_DRIVER, "readOnly": False,
+                    "volumeHandle": handle if handle is not None else f"{resource_group}#{account}#{container}",
+                    "volumeAttributes": attrs}}
+
+
+def pvc(name: str, volume: str | None = "pv-blob-results", *, phase: str = "Bound", namespace: str = NS,
+        storage_class: str = "azureblob-fuse-premium") -> dict:
+    """A claim bound to `volume` (phase Bound), or waiting (phase Pending, with or without a volumeName)."""
+    spec = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "10Gi"}},
+            "storageClassName": storage_class, "volumeMode": "Filesystem"}
+    if volume:
+        spec["volumeName"] = volume
+    status = {"phase": phase}
+    annotations = {}
+    if phase == "Bound":
+        status.update(accessModes=["ReadWriteMany"], capacity={"storage": "10Gi"})
+        annotations = {"pv.kubernetes.io/bind-completed": "yes", "pv.kubernetes.io/bound-by-controller": "yes"}
+    return {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"pvc-{name}-uid", "resourceVersion": "2001",
+                         "creationTimestamp": T0, "annotations": annotations,
+                         "finalizers": ["kubernetes.io/pvc-protection"]},
+            "spec": spec, "status": status}
+
+
+def pv(name: str, claim: dict | None, source: dict | None = None, *,
+       storage_class: str = "azureblob-fuse-premium") -> dict:
+    """A cluster-scoped PersistentVolume bound to `claim` (None: Available), its volume source `source` (default:
+    a Blob CSI volume), e.g. `blob_csi(...)`, `{"csi": {"driver": "file.csi.azure.com", ...}}` or `{"nfs": ...}`."""
+    spec = {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain", "storageClassName": storage_class, "volumeMode": "Filesystem",
+            "mountOptions": ["-o allow_other", "--file-cache-timeout-in-seconds=120"],
+            **(source if source is not None else blob_csi())}
+    if claim is not None:
+        spec["claimRef"] = {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
+                            "namespace": claim["metadata"]["namespace"], "name": claim["metadata"]["name"],
+                            "uid": claim["metadata"]["uid"], "resourceVersion": "2000"}
+    driver = ((source or blob_csi()).get("csi") or {}).get("driver")
+    return {"kind": "PersistentVolume", "apiVersion": "v1",
+            "metadata": {"name": name, "uid": f"pv-{name}-uid", "resourceVersion": "2002", "creationTimestamp": T0,
+                         "annotations": {"pv.kubernetes.io/provisioned-by": driver} if driver else {},
+                         "finalizers": ["kubernetes.io/pv-protection"]},
+            "spec": spec, "status": {"phase": "Bound" if claim is not None else "Available",
+                                     "lastPhaseTransitionTime": T0}}

@@ -3,6 +3,7 @@ client against a loopback API server (tests/kubeapi.py) that answers as the API 
 
 Fetches that succeed need Blob storage: tests/integration/test_azurite_kube.py. Here, what is resolved and every
 refusal, each shown to leave no destination behind (and, for an untrusted store, to make no Blob request).
+Workloads without the artifact-store annotation (found from the result PVC and PV): tests/test_bundle_kube_legacy.py.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def test_a_jobs_annotations_resolve_to_the_blob_url_of_its_result_path_and_its_g
     api.add(kubeapi.job("train", annotations()))
     found = kube.resolve("train", None, {"KUBECONFIG": str(api.config)})
     assert found == {"url": "https://acct.blob.core.windows.net/results/runs/r1/out", "generation": "g7",
-                     "kind": "Job", "name": "train", "namespace": kubeapi.NAMESPACE}
+                     "generation_from": "annotation", "discovered": "annotation", "pvc": None, "pv": None,
+                     "resource_group": None, "kind": "Job", "name": "train", "namespace": kubeapi.NAMESPACE}
+    # the annotation is the store: no PersistentVolumeClaim or PersistentVolume is read
     assert api.requests == [f"/apis/batch/v1/namespaces/{kubeapi.NAMESPACE}/jobs/train",
                             f"/apis/ray.io/v1/namespaces/{kubeapi.NAMESPACE}/rayjobs/train"]
 
@@ -129,6 +132,7 @@ def test_a_workload_without_the_bundle_annotations_fails_the_check_with_exit_1(a
     message = error_of(proc)["message"]
     assert "the Job 'plain'" in message and "carries no bundle annotation" in message
     assert kube.GENERATION in message and kube.STORE in message
+    assert f"and no {kube.RESULT_PVC} to discover its store from" in message
 
 
 @pytest.mark.parametrize("account_url", ["https://evil.example", "LOOPBACK",
@@ -182,9 +186,18 @@ def test_a_generation_other_than_the_annotated_one_is_a_conflict_with_exit_73(ap
     assert "--generation 'g8' is not the generation 'g7' the Job 'train' carries" in error_of(proc)["message"]
 
 
+def test_current_beside_an_annotated_generation_is_a_usage_error_with_exit_2(api, tmp_path):
+    api.add(kubeapi.job("train", annotations()))
+    proc = fetch(api, tmp_path, "train", "--current")
+    assert proc.returncode == 2, proc.stderr
+    assert error_of(proc)["message"] == (
+        f"tau-bundle-fetch: --current follows the mutable pointer .tau/current, but the Job 'train' in namespace "
+        f"'{kubeapi.NAMESPACE}' names its generation 'g7' ({kube.GENERATION}): drop --current")
+
+
 @pytest.mark.parametrize("args, message", [
-    (["https://acct.blob.core.windows.net/c/p", "--kubernetes", "train"], "give neither SOURCE nor --current"),
-    (["--kubernetes", "train", "--current"], "give neither SOURCE nor --current"),
+    (["https://acct.blob.core.windows.net/c/p", "--kubernetes", "train"], "--kubernetes names the source: give no "
+     "SOURCE"),
     (["--kubernetes", "train", "--run", "runs/x"], "--kubernetes and --run exclude each other"),
     (["--kubernetes", "train", "--shard", "shard-00000"], "--shard goes with --run"),
     (["https://acct.blob.core.windows.net/c/p", "-n", "team-a"], "--namespace goes with --kubernetes"),

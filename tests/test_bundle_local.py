@@ -1,6 +1,8 @@
-"""tau-bundle-seal and tau-bundle-verify on local trees: the acknowledgement, its immutability, the optional index,
-refusals, the payload command, the current pointer, and verification that names what differs. Real processes,
-real files; every failing case asserts the exit code and the message, and that nothing was sealed."""
+"""tau-bundle-seal and tau-bundle-verify on local trees: the acknowledgement, its immutability, the declared parts
+(an artifact index, the checkpoint index tau builds, metrics copies) whose absence means no acknowledgement at all,
+refusals, the payload command, the current pointer, and verification that names what differs and leaves other
+generations' files alone. Real processes, real files; every failing case asserts the exit code and the message,
+and that nothing was sealed."""
 
 from __future__ import annotations
 
@@ -160,10 +162,95 @@ def test_a_fifo_in_the_tree_is_refused_with_77(out):
 
 # -- the optional artifact index ------------------------------------------------------------------------------------
 
-def test_an_absent_optional_index_is_recorded_as_null_and_the_seal_succeeds(out):
-    result = sealed(out, "g1", "--index", "checkpoints/artifacts.json")
-    assert result["index"] is None
-    assert manifest(out)["index"] is None
+NOT_SEALED = ("{where}: generation {g!r} is not acknowledged: it has no completion marker (its producer never "
+              "sealed it, or a part the seal declared was absent)")
+
+
+def unacknowledged(proc: subprocess.CompletedProcess) -> dict:
+    """The result of a seal that acknowledged nothing: exit 0 (the payload's status), nothing on stderr."""
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    result = json.loads(proc.stdout)
+    assert result["acknowledged"] is False and result["created"] is False
+    assert (result["manifest_sha256"], result["files"], result["bytes"], result["index"], result["checkpoints"],
+            result["metrics"], result["uploaded"]) == (None, None, None, None, None, [], None)
+    return result
+
+
+def test_an_absent_declared_index_means_no_acknowledgement_at_all_and_exit_0(out):
+    result = unacknowledged(seal(out, "g1", "--index", "checkpoints/artifacts.json"))
+    assert result["absent"] == [{"option": "--index", "path": "checkpoints/artifacts.json"}]
+    assert result["reason"] == ("generation 'g1' is not acknowledged: the artifact index 'checkpoints/artifacts.json' "
+                                "(--index) is absent; nothing was written or uploaded")
+    assert not (out / ".tau").exists()  # no manifest, no marker, no current pointer
+    proc = verify(out, "--generation", "g1")
+    assert proc.returncode == 1
+    assert report_of(proc)["problems"] == [NOT_SEALED.format(where=out, g="g1")]
+    assert error_of(proc)["message"] == (f"tau-bundle-verify: bundle {out} generation 'g1' is not complete (1 "
+                                         f"finding(s)): {NOT_SEALED.format(where=out, g='g1')}")
+    proc = verify(out)
+    assert proc.returncode == 1
+    assert "not acknowledged" in error_of(proc)["message"]
+
+
+def test_an_absent_index_leaves_the_earlier_generation_and_the_current_pointer_as_they_were(out):
+    sealed(out, "g1")
+    before = snapshot(out / ".tau")
+    (out / "new.txt").write_text("new\n")
+    unacknowledged(seal(out, "g2", "--index", "artifacts.json"))
+    assert snapshot(out / ".tau") == before
+    assert (out / ".tau" / "current").read_bytes() == b"g1\n"
+    proc = verify(out, "--generation", "g2")
+    assert proc.returncode == 1
+    assert report_of(proc)["problems"] == [NOT_SEALED.format(where=out, g="g2")]
+
+
+def test_a_payload_that_succeeds_without_its_declared_index_keeps_exit_0_and_is_not_acknowledged(out):
+    result = unacknowledged(seal(out, "g1", "--index", "artifacts.json", "--", PYTHON, "-c", "pass"))
+    assert result["absent"] == [{"option": "--index", "path": "artifacts.json"}]
+    assert not (out / ".tau").exists()
+
+
+def test_a_payload_that_fails_with_a_declared_index_exits_with_its_own_status(out):
+    proc = seal(out, "g1", "--index", "artifacts.json", "--", PYTHON, "-c", "import sys; sys.exit(5)")
+    assert proc.returncode == 5
+    assert error_of(proc)["message"] == f"tau-bundle-seal: the payload {PYTHON!r} exited with status 5; nothing sealed"
+    assert not (out / ".tau").exists()
+
+
+def test_an_unacknowledged_seal_uploads_nothing(out):
+    # a trusted endpoint where nothing listens: any request would fail with 69
+    env = {"TAU_TRUSTED_BLOB_ENDPOINTS": "http://127.0.0.1:9", "TAU_BLOB_RETRIES": "0",
+           "AZURE_STORAGE_CONNECTION_STRING": "AccountName=devstoreaccount1;AccountKey=a2V5"}
+    proc = seal(out, "g1", "--index", "artifacts.json", "--upload", "http://127.0.0.1:9/devstoreaccount1/box/p",
+                env=env)
+    result = unacknowledged(proc)
+    assert result["uploaded"] is None
+    assert not (out / ".tau").exists()
+
+
+def test_an_unacknowledged_seal_records_nothing_in_the_run(out, workspace):
+    from helpers import init_run
+
+    run_dir = init_run(workspace, "run", records=10, shards=1)
+    env = {"TAU_TRUSTED_BLOB_ENDPOINTS": "http://127.0.0.1:9", "TAU_BLOB_RETRIES": "0"}
+    proc = seal(out, "g1", "--index", "artifacts.json", "--upload", "http://127.0.0.1:9/devstoreaccount1/box/p",
+                "--record", str(run_dir), env=env)
+    assert unacknowledged(proc)["recorded"] is None
+    assert not (run_dir / "bundles").exists()
+
+
+def test_every_declared_part_that_is_absent_is_named(out, workspace):
+    proc = seal(out, "g1", "--index", "artifacts.json", "--checkpoints", "sub/*", "--checkpoints", "ckpt/*",
+                "--metrics", str(workspace / "loss.csv"))
+    result = unacknowledged(proc)
+    assert result["absent"] == [{"option": "--index", "path": "artifacts.json"},
+                                {"option": "--checkpoints", "path": "ckpt/*"},
+                                {"option": "--metrics", "path": str(workspace / "loss.csv")}]
+    assert result["reason"] == (
+        "generation 'g1' is not acknowledged: the artifact index 'artifacts.json' (--index) is absent; the "
+        f"checkpoint glob 'ckpt/*' (--checkpoints) matches nothing; the metrics file {str(workspace / 'loss.csv')!r} "
+        "(--metrics) is absent; nothing was written or uploaded")
 
 
 def test_an_index_naming_the_generation_is_recorded_by_path_and_digest(out):
@@ -205,6 +292,219 @@ def test_an_index_path_outside_the_tree_is_refused_with_77(out):
     assert proc.returncode == 77
     assert error_of(proc)["message"] == "tau-bundle-seal: bundle path '../artifacts.json' escapes or is not normalised"
     assert not (out / ".tau").exists()
+
+
+# -- checkpoints: the index tau builds ------------------------------------------------------------------------------
+
+def make_checkpoints(out: Path) -> None:
+    for step in ("step-100", "step-1200"):
+        (out / "ckpt" / step / "shard").mkdir(parents=True)
+        (out / "ckpt" / step / "model.bin").write_bytes(step.encode() * 100)
+        (out / "ckpt" / step / "shard" / "opt.bin").write_bytes(b"o" + step.encode())
+    (out / "ckpt" / "epoch_3.h5").write_bytes(b"epoch three")
+    (out / "ckpt" / "final.pt").write_bytes(b"final")
+
+
+def folder_sha256(folder: Path) -> str:
+    """The documented folder digest, computed independently: per file in byte order of its relative path,
+    `SHA256 SIZE PATH` and a NUL byte."""
+    h = hashlib.sha256()
+    files = sorted((p for p in folder.rglob("*") if p.is_file()), key=lambda p: os.fsencode(p.relative_to(folder)))
+    for path in files:
+        data = path.read_bytes()
+        h.update(f"{hashlib.sha256(data).hexdigest()} {len(data)} ".encode() + os.fsencode(path.relative_to(folder))
+                 + b"\0")
+    return h.hexdigest()
+
+
+def test_checkpoints_are_indexed_with_path_kind_step_size_and_sha256_bound_to_the_generation(out):
+    make_checkpoints(out)
+    result = sealed(out, "g1", "--checkpoints", "ckpt/*")
+    index_path = out / ".tau" / "bundles" / "g1.d" / "checkpoints.json"
+    data = index_path.read_bytes()
+    index = json.loads(data)
+    ckpt = out / "ckpt"
+    assert index == {
+        "kind": "tau.checkpoint-index", "schema_version": 1, "generation": "g1", "globs": ["ckpt/*"],
+        "latest": "ckpt/step-1200",
+        "checkpoints": [
+            {"path": "ckpt/epoch_3.h5", "kind": "file", "step": 3, "size": 11, "files": 1,
+             "sha256": hashlib.sha256(b"epoch three").hexdigest()},
+            {"path": "ckpt/final.pt", "kind": "file", "step": None, "size": 5, "files": 1,
+             "sha256": hashlib.sha256(b"final").hexdigest()},
+            {"path": "ckpt/step-100", "kind": "folder", "step": 100, "size": 800 + 9, "files": 2,
+             "sha256": folder_sha256(ckpt / "step-100")},
+            {"path": "ckpt/step-1200", "kind": "folder", "step": 1200, "size": 900 + 10, "files": 2,
+             "sha256": folder_sha256(ckpt / "step-1200")}]}
+    entry = {"path": ".tau/bundles/g1.d/checkpoints.json", "size": len(data),
+             "sha256": hashlib.sha256(data).hexdigest(), "count": 4}
+    assert manifest(out)["checkpoints"] == entry and result["checkpoints"] == entry
+    assert ".tau/bundles/g1.d/checkpoints.json" not in [f["path"] for f in manifest(out)["files"]]
+    assert result["acknowledged"] is True and result["absent"] == [] and result["reason"] is None
+    proc = verify(out)
+    assert proc.returncode == 0, proc.stderr
+    assert sealed(out, "g1", "--checkpoints", "ckpt/*")["created"] is False  # the same index: idempotent
+
+
+def test_a_folder_digest_is_the_same_wherever_the_folder_is(out, workspace):
+    make_checkpoints(out)
+    sealed(out, "g1", "--checkpoints", "ckpt/step-100")
+    other = make_out(workspace / "elsewhere")
+    (other / "models").mkdir()
+    import shutil
+
+    shutil.copytree(out / "ckpt" / "step-100", other / "models" / "s100")
+    sealed(other, "g9", "--checkpoints", "models/s*")
+    ours = json.loads((out / ".tau" / "bundles" / "g1.d" / "checkpoints.json").read_bytes())["checkpoints"]
+    theirs = json.loads((other / ".tau" / "bundles" / "g9.d" / "checkpoints.json").read_bytes())["checkpoints"]
+    assert [(c["sha256"], c["size"], c["files"], c["step"]) for c in ours] == \
+        [(c["sha256"], c["size"], c["files"], c["step"]) for c in theirs]
+
+
+@pytest.mark.parametrize("path, kind, step", [
+    ("ckpt/step-1200", "folder", 1200), ("checkpoint-1200", "folder", 1200), ("epoch_3", "folder", 3),
+    ("global_step0450", "folder", 450), ("ckpt-100.h5", "file", 100), ("step-7.tar.gz", "file", 7),
+    ("run2/final", "folder", None), ("model.pt", "file", None), ("v1.2", "folder", 2), (".5", "file", 5),
+    ("s" + "9" * 19, "folder", None)])
+def test_the_step_is_the_last_run_of_digits_of_the_last_name_without_a_files_extension(path, kind, step):
+    from taulib.bundle import manifest as mf
+
+    assert mf.checkpoint_step(path, kind) == step
+
+
+def test_a_checkpoint_glob_that_matches_nothing_means_no_acknowledgement(out):
+    make_checkpoints(out)
+    result = unacknowledged(seal(out, "g1", "--checkpoints", "ckpt/*", "--checkpoints", "ckpt/step-9*"))
+    assert result["absent"] == [{"option": "--checkpoints", "path": "ckpt/step-9*"}]
+    assert not (out / ".tau").exists()
+
+
+def test_an_empty_folder_is_no_checkpoint(out):
+    (out / "ckpt" / "step-1").mkdir(parents=True)
+    result = unacknowledged(seal(out, "g1", "--checkpoints", "ckpt/*"))
+    assert result["absent"] == [{"option": "--checkpoints", "path": "ckpt/*"}]
+
+
+@pytest.mark.parametrize("glob, message", [
+    ("../ckpt/*", "checkpoint glob '../ckpt/*' is not a relative path inside the bundle (no empty, . or .. segment)"),
+    ("/abs/*", "checkpoint glob '/abs/*' is not a relative path inside the bundle (no empty, . or .. segment)"),
+    (".tau/*", "checkpoint glob '.tau/*' is inside .tau/, which belongs to tau")])
+def test_a_checkpoint_glob_outside_the_tree_is_refused_with_77_before_the_payload_runs(out, workspace, glob, message):
+    ran = workspace / "ran"
+    proc = seal(out, "g1", "--checkpoints", glob, "--", "touch", str(ran))
+    assert proc.returncode == 77
+    assert error_of(proc)["message"] == f"tau-bundle-seal: {message}"
+    assert not ran.exists() and not (out / ".tau").exists()
+
+
+def test_a_tampered_checkpoint_index_is_caught_by_verify(out):
+    make_checkpoints(out)
+    sealed(out, "g1", "--checkpoints", "ckpt/*")
+    path = out / ".tau" / "bundles" / "g1.d" / "checkpoints.json"
+    path.write_bytes(path.read_bytes().replace(b'"step":1200', b'"step":9200'))  # same size, other bytes
+    proc = verify(out, "--generation", "g1")
+    assert proc.returncode == 1
+    assert report_of(proc)["digest_mismatch"] == [".tau/bundles/g1.d/checkpoints.json"]
+    assert error_of(proc)["message"] == (f"tau-bundle-verify: bundle {out} generation 'g1' is not complete (1 "
+                                         "finding(s)): 0 missing, 0 extra, 0 resized, 1 digest mismatch")
+    path.unlink()
+    proc = verify(out, "--generation", "g1")
+    assert proc.returncode == 1
+    assert report_of(proc)["missing"] == [".tau/bundles/g1.d/checkpoints.json"]
+
+
+def test_a_tampered_checkpoint_index_is_refused_when_the_generation_is_sealed_again(out):
+    make_checkpoints(out)
+    sealed(out, "g1", "--checkpoints", "ckpt/*")
+    path = out / ".tau" / "bundles" / "g1.d" / "checkpoints.json"
+    path.write_bytes(b"{}")
+    proc = seal(out, "g1", "--checkpoints", "ckpt/*")
+    assert proc.returncode == 73
+    assert error_of(proc)["message"] == ("tau-bundle-seal: .tau/bundles/g1.d/checkpoints.json differs from what the "
+                                         "manifest of its generation names; a generation's acknowledgement is "
+                                         "immutable: choose a new generation")
+    assert path.read_bytes() == b"{}"
+
+
+# -- metrics: copies owned by the generation -----------------------------------------------------------------------
+
+def test_metrics_files_from_anywhere_are_copied_into_the_generation_and_named_in_the_manifest(out, workspace):
+    (workspace / "logs").mkdir()
+    (workspace / "logs" / "loss.csv").write_text("step,loss\n1,0.5\n")
+    result = sealed(out, "g1", "--metrics", str(workspace / "logs" / "loss.csv"), "--metrics",
+                    str(out / "sub" / "deeper" / "c.json"))
+    copies = out / ".tau" / "bundles" / "g1.d" / "metrics"
+    assert sorted(os.listdir(copies)) == ["c.json", "loss.csv"]
+    assert (copies / "loss.csv").read_bytes() == b"step,loss\n1,0.5\n"
+    assert (copies / "c.json").read_bytes() == (out / "sub" / "deeper" / "c.json").read_bytes()
+    assert (copies / "loss.csv").stat().st_mode & 0o777 == 0o600
+    expected = [{"name": name, "path": f".tau/bundles/g1.d/metrics/{name}", "size": len(data),
+                 "sha256": hashlib.sha256(data).hexdigest()}
+                for name, data in (("c.json", b'{"c": 1}\n'), ("loss.csv", b"step,loss\n1,0.5\n"))]
+    assert manifest(out)["metrics"] == expected and result["metrics"] == expected
+    assert verify(out).returncode == 0
+    (workspace / "logs" / "loss.csv").write_text("changed later\n")
+    assert verify(out).returncode == 0  # the generation owns its copy
+
+
+def test_an_absent_metrics_file_means_no_acknowledgement(out, workspace):
+    result = unacknowledged(seal(out, "g1", "--metrics", str(workspace / "nope.csv")))
+    assert result["absent"] == [{"option": "--metrics", "path": str(workspace / "nope.csv")}]
+    assert not (out / ".tau").exists()
+
+
+def test_a_metrics_symlink_is_refused_with_77_and_nothing_is_sealed(out, workspace):
+    (workspace / "real.csv").write_text("x\n")
+    os.symlink(workspace / "real.csv", workspace / "link.csv")
+    proc = seal(out, "g1", "--metrics", str(workspace / "link.csv"))
+    assert proc.returncode == 77
+    assert error_of(proc)["message"] == (f"tau-bundle-seal: metrics file {str(workspace / 'link.csv')!r} is a "
+                                         "symlink; tau never follows one: name the file itself")
+    assert not (out / ".tau").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_metrics_file_that_is_not_a_regular_file_is_refused_with_77(out, workspace, kind):
+    path = workspace / "special"
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    proc = seal(out, "g1", "--metrics", str(path))
+    assert proc.returncode == 77
+    assert error_of(proc)["message"] == f"tau-bundle-seal: metrics file {str(path)!r} is not a regular file"
+    assert not (out / ".tau").exists()
+
+
+def test_two_metrics_files_of_one_name_are_a_usage_error_before_the_payload_runs(out, workspace):
+    ran = workspace / "ran"
+    proc = seal(out, "g1", "--metrics", "a/loss.csv", "--metrics", "b/loss.csv", "--", "touch", str(ran))
+    assert proc.returncode == 2
+    assert error_of(proc)["message"] == ("tau-bundle-seal: --metrics: two files are named 'loss.csv' ('a/loss.csv' and "
+                                         "'b/loss.csv'); each is copied as .tau/bundles/G.d/metrics/NAME: rename one")
+    assert not ran.exists()
+
+
+def test_a_tampered_or_extra_metrics_copy_is_caught_by_verify(out, workspace):
+    (workspace / "loss.csv").write_text("1,0.5\n")
+    sealed(out, "g1", "--metrics", str(workspace / "loss.csv"))
+    copies = out / ".tau" / "bundles" / "g1.d" / "metrics"
+    (copies / "loss.csv").write_text("1,0.1\n")
+    (copies / "planted.csv").write_text("x")
+    proc = verify(out, "--generation", "g1", "-o", "table")
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines()[-2:] == ["extra            .tau/bundles/g1.d/metrics/planted.csv",
+                                             "digest mismatch  .tau/bundles/g1.d/metrics/loss.csv"]
+    assert error_of(proc)["message"].endswith("is not complete (2 finding(s)): 0 missing, 1 extra, 0 resized, 1 "
+                                              "digest mismatch")
+
+
+def test_sealing_a_generation_again_with_other_metrics_is_refused_with_73(out, workspace):
+    (workspace / "loss.csv").write_text("1,0.5\n")
+    sealed(out, "g1", "--metrics", str(workspace / "loss.csv"))
+    before = snapshot(out / ".tau")
+    (workspace / "loss.csv").write_text("1,0.4\n")
+    proc = seal(out, "g1", "--metrics", str(workspace / "loss.csv"))
+    assert proc.returncode == 73
+    assert "generation 'g1' is already sealed with another manifest" in error_of(proc)["message"]
+    assert snapshot(out / ".tau") == before
 
 
 # -- the payload command --------------------------------------------------------------------------------------------
@@ -310,14 +610,16 @@ def test_a_missing_marker_is_not_complete(out):
     (out / ".tau" / "bundles" / "g1.complete").unlink()
     proc = verify(out, "--generation", "g1")
     assert proc.returncode == 1
-    assert report_of(proc)["problems"] == [f"{out}: generation 'g1' has no completion marker: the producer never "
-                                           "acknowledged it"]
+    assert report_of(proc)["problems"] == [NOT_SEALED.format(where=out, g="g1")]
     proc = verify(out)
     assert proc.returncode == 1
     report = report_of(proc)
     assert report["generation"] is None
-    assert report["problems"] == [f"{out} holds no acknowledged bundle generation (no completion marker under "
-                                  ".tau/bundles/)"]
+    assert report["problems"] == [f"{out} holds no acknowledged bundle generation: not acknowledged without a "
+                                  "completion marker under .tau/bundles/ (none was sealed, or a part its seal "
+                                  "declared was absent)"]
+    assert error_of(proc)["message"] == (f"tau-bundle-verify: bundle {out} generation None is not complete (1 "
+                                         f"finding(s)): {report['problems'][0]}")
 
 
 def test_a_manifest_edited_after_its_marker_is_not_complete(out):
@@ -355,7 +657,21 @@ def test_a_tree_with_several_generations_needs_one_named(out):
     assert error_of(proc)["message"] == f"tau-bundle-verify: {out} holds several generations (g1, g2); name one " \
                                         "with --generation"
     assert verify(out, "--generation", "g2").returncode == 0
-    assert report_of(verify(out, "--generation", "g1"))["extra"] == ["x"]
+
+
+def test_a_file_another_generation_names_is_not_extra_to_this_one_and_an_unnamed_file_is(out):
+    sealed(out, "g1")
+    (out / "x").write_text("x")
+    sealed(out, "g2")
+    proc = verify(out, "--generation", "g1")
+    assert proc.returncode == 0, proc.stderr
+    report = report_of(proc)
+    assert (report["complete"], report["extra"], report["ignored"]) == (True, [], 1)
+    assert report_of(verify(out, "--generation", "g2"))["ignored"] == 0
+    (out / "stray").write_text("named by no generation")
+    proc = verify(out, "--generation", "g1")
+    assert proc.returncode == 1
+    assert (report_of(proc)["extra"], report_of(proc)["ignored"]) == (["stray"], 1)
 
 
 def test_verify_of_a_missing_folder_is_not_found(workspace):

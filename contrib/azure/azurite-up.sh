@@ -4,6 +4,9 @@
 # (ignored by git). Stop it with azurite-down.sh, which stops exactly the process started here, by its PID file.
 #   AZURITE_PORT      blob port on 127.0.0.1 (default 10000)
 #   AZURITE_LOCATION  data folder (default .azurite/data-PORT)
+#   AZURITE_CERT, AZURITE_KEY  a PEM certificate and its key: serve https instead of http (default: plain http)
+#   AZURITE_OAUTH     an OAuth level, "basic": also accept bearer tokens (needs AZURITE_CERT; default: keys only);
+#                     clients trust the certificate with REQUESTS_CA_BUNDLE=CERT (tests/integration/test_azurite_identity.py)
 # The PID is in .azurite/azurite-PORT.pid, the log in .azurite/azurite-PORT.log. Exits 0 when the service answers
 # (also when this script's Azurite for PORT was already running), 1 when the port is taken by something else or
 # Azurite did not start, 69 when Node.js or npm is missing. Use it with:
@@ -36,14 +39,23 @@ if answers; then
   log "port $port on 127.0.0.1 is taken by a process this script did not start; choose another AZURITE_PORT"
   exit 1
 fi
+tls=() scheme=http
+if [ -n "${AZURITE_CERT:-}" ]; then
+  [ -n "${AZURITE_KEY:-}" ] || { log "AZURITE_CERT needs AZURITE_KEY, the certificate's key"; exit 1; }
+  tls=(--cert "$AZURITE_CERT" --key "$AZURITE_KEY") scheme=https
+fi
+if [ -n "${AZURITE_OAUTH:-}" ]; then
+  [ "$scheme" = https ] || { log "AZURITE_OAUTH needs AZURITE_CERT and AZURITE_KEY: Azurite takes bearer tokens over https only"; exit 1; }
+  tls+=(--oauth "$AZURITE_OAUTH")
+fi
 mkdir -p "$location"
 # A plain background command, so that $! is node's own PID (the bin is a node script): azurite-down.sh stops it.
 "$bin" --blobHost 127.0.0.1 --blobPort "$port" --location "$location" --silent --disableTelemetry \
-  --skipApiVersionCheck >"$logfile" 2>&1 </dev/null &
+  --skipApiVersionCheck "${tls[@]}" >"$logfile" 2>&1 </dev/null &
 pid=$!
 echo "$pid" >"$pidfile"
 for _ in $(seq 1 300); do
-  if answers; then log "Azurite $AZURITE_VERSION blob service on http://127.0.0.1:$port (pid $pid, data $location)"; exit 0; fi
+  if answers; then log "Azurite $AZURITE_VERSION blob service on $scheme://127.0.0.1:$port (pid $pid, data $location)"; exit 0; fi
   if ! kill -0 "$pid" 2>/dev/null; then
     log "Azurite exited before it answered; its log:"; cat "$logfile" >&2; rm -f "$pidfile"; exit 1
   fi

@@ -1,57 +1,35 @@
-"""Azure Blob storage for bundles: clients with an explicit retry policy, listing, reading, uploading with sha256
-computed from the bytes sent, and downloading with sha256 computed while the bytes arrive.
+"""Azure Blob storage for bundles: clients with an explicit retry policy, listing, reading, what the other
+generations' manifests at a prefix claim, and downloading with sha256 computed while the bytes arrive (uploading is
+`taulib.bundle.upload`).
 
 Imported only inside the Blob code paths of the bundle commands (azure.storage.blob costs ~300 ms to import).
-Credentials come from the environment only: `AZURE_STORAGE_CONNECTION_STRING` (its account key, for the account the
-checked URL names; its endpoints are ignored: the endpoint is the URL tau checked), else Azure identity
-(`DefaultAzureCredential`) when the azure-identity package is installed, else anonymous access. A dead endpoint
-fails in seconds: at most TAU_BLOB_RETRIES retries (default 2) with short backoff, 5 s to connect,
-TAU_BLOB_READ_TIMEOUT (default 60 s) per read. Errors become tau's exit codes: 403 refused (77), 404 not found (66),
-a blob changed since it was listed check failed (1), connection failures and other answers unavailable (69).
-Nothing the SDK logs reaches stderr: stderr carries tau's one JSON error and its progress bar only.
+Credentials (an account key, an Azure identity's token, or none) come from taulib.bundle.credentials, which also
+words the access-denied errors. A dead endpoint fails in seconds: at most TAU_BLOB_RETRIES retries (default 2) with
+short backoff, 5 s to connect, TAU_BLOB_READ_TIMEOUT (default 60 s) per read. Errors become tau's exit codes: 401 or
+403, or no token from the identity, refused (77), 404 not found (66), a blob changed since it was listed check
+failed (1), connection failures and other answers unavailable (69). Nothing the SDK logs reaches stderr: stderr
+carries tau's one JSON error and its progress bar only.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import logging
 import os
 import sys
 import threading
-from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
 from taulib import env
+from taulib.bundle.credentials import credential, denied, what_to_set
 from taulib.bundle.endpoint import Location
-from taulib.errors import CheckFailed, Conflict, NotFound, Refused, Unavailable
+from taulib.errors import CheckFailed, NotFound, Refused, Unavailable
 
 RANGE = 8 << 20  # bytes per ranged GET or staged block: 8-16 MiB reach the best throughput measured against Azurite
 WINDOW = 8  # ranges (or blocks) in flight per large blob: memory is bounded by about 2 * WINDOW * RANGE
 WORKERS = 8  # small blobs transferred at once
 POOL = 32  # HTTP connections kept per host: more than WINDOW and WORKERS, so none is discarded
-
-
-def _connection_string_key(text: str, account: str) -> dict:
-    fields = dict(part.split("=", 1) for part in text.split(";") if "=" in part)
-    name, key = fields.get("AccountName"), fields.get("AccountKey")
-    if not name or not key:
-        raise Refused("AZURE_STORAGE_CONNECTION_STRING holds no AccountName/AccountKey")
-    if name != account:
-        raise Refused(f"AZURE_STORAGE_CONNECTION_STRING is for account {name!r}, not {account!r}; tau never sends a "
-                      "key to another account")
-    return {"account_name": name, "account_key": key}
-
-
-def credential(location: Location, environ: dict | None = None):
-    text = env.get("AZURE_STORAGE_CONNECTION_STRING", environ)
-    if text:
-        return _connection_string_key(text, location.account)
-    try:
-        from azure.identity import DefaultAzureCredential
-    except ImportError:
-        return None
-    return DefaultAzureCredential()
 
 
 def _session():
@@ -70,7 +48,7 @@ def _session():
 def container(location: Location, environ: dict | None = None):
     from azure.storage.blob import ContainerClient, ExponentialRetry
 
-    for name in ("azure", "urllib3"):  # a handler of our own: the SDK's warnings never fall through to stderr
+    for name in ("azure", "msal", "urllib3"):  # a handler of our own: the SDK's warnings never reach stderr
         logging.getLogger(name).addHandler(logging.NullHandler())
     retries = env.get("TAU_BLOB_RETRIES", environ)
     read_timeout = env.get("TAU_BLOB_READ_TIMEOUT", environ)
@@ -87,7 +65,8 @@ def container(location: Location, environ: dict | None = None):
 def translated(what: str):
     """Turn Azure SDK errors into tau's exit codes, naming what was being done."""
     from azure.core.exceptions import (
-        HttpResponseError, ResourceModifiedError, ResourceNotFoundError, ServiceRequestError, ServiceResponseError,
+        ClientAuthenticationError, HttpResponseError, ResourceModifiedError, ResourceNotFoundError,
+        ServiceRequestError, ServiceResponseError,
     )
 
     try:
@@ -96,10 +75,13 @@ def translated(what: str):
         raise NotFound(f"{what}: not found ({exc.reason or 'ResourceNotFound'})") from None
     except ResourceModifiedError:
         raise CheckFailed(f"{what}: the blob changed after it was listed") from None
+    except ClientAuthenticationError as exc:
+        if exc.response is None:  # raised by the identity, not by the storage: it could not renew the token
+            raise Refused(f"{what}: the Azure identity gave no new token; {what_to_set('https://')}") from None
+        raise Refused(denied(what, exc)) from None
     except HttpResponseError as exc:
         if exc.status_code in (401, 403):
-            raise Refused(f"{what}: access denied ({exc.status_code}); check the credentials in the environment") \
-                from None
+            raise Refused(denied(what, exc)) from None
         if exc.status_code == 412:
             raise CheckFailed(f"{what}: the blob changed after it was listed") from None
         raise Unavailable(f"{what}: Blob storage answered {exc.status_code} {exc.reason or ''}".strip()) from None
@@ -248,103 +230,30 @@ def download_many(client, prefix: str, entries: list[dict], etags: dict[str, str
     run_all([e for e in entries if e["size"] <= RANGE], one)
 
 
-def _block_id(n: int) -> str:
-    return base64.b64encode(f"tau-{n:08d}".encode()).decode()
-
-
-def upload_file(client, name: str, fd: int, size: int) -> str:
-    """Upload size bytes of fd (read once, in order) as blob `name`; returns the sha256 of the bytes sent."""
-    from azure.storage.blob import BlobBlock
-
-    sha = hashlib.sha256()
-    sent = 0
-    with translated(f"uploading {name}"):
-        if size <= RANGE:
-            data = os.pread(fd, size + 1, 0)
-            sha.update(data)
-            client.upload_blob(name, data, overwrite=True)
-            return sha.hexdigest() if len(data) == size else f"size {len(data)}"
-        blob = client.get_blob_client(name)
-        ids = []
-        with ThreadPoolExecutor(max_workers=WINDOW) as pool:
-            futures = []
-            try:
-                while True:
-                    data = os.pread(fd, RANGE, sent)
-                    if not data:
-                        break
-                    sha.update(data)
-                    block_id = _block_id(len(ids))
-                    ids.append(block_id)
-                    futures.append(pool.submit(blob.stage_block, block_id, data, length=len(data)))
-                    sent += len(data)
-                    while sum(not f.done() for f in futures) >= WINDOW:
-                        wait(futures, return_when=FIRST_COMPLETED)
-                        _raise_first(futures)
-                        futures = [f for f in futures if not f.done()]
-                wait(futures)
-                _raise_first(futures)
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                raise
-        if sent != size:
-            return f"size {sent}"
-        blob.commit_block_list([BlobBlock(block_id=i) for i in ids])
-    return sha.hexdigest()
-
-
 def _raise_first(futures) -> None:
     for future in futures:
         if future.done() and not future.cancelled() and future.exception() is not None:
             raise future.exception()
 
 
-def upload_bundle(root: str, record: dict, manifest_bytes: bytes, url: str) -> dict:
-    """Upload a sealed generation: every payload file (its bytes hashed as they are sent and compared with the
-    manifest), then the manifest, then the marker, then the current pointer. Refused before anything is sent: a
-    different manifest of the generation already there (73), blobs under the prefix that are not in the
-    manifest (73)."""
-    from taulib import jsonio
-    from taulib.bundle import endpoint
+def claims(client, prefix: str, listing: dict | None, generation: str, strict: bool = False) -> dict:
+    """What the manifests of the generations other than `generation` under PREFIX/.tau/bundles/ name, acknowledged
+    or not: {payload path: [(generation, sha256, size)]} (`manifest.claims`). They are found in `listing` (the
+    prefix's, paths below it), or, when it is None, in a fresh listing of PREFIX/.tau/bundles/."""
     from taulib.bundle import manifest as mf
 
-    location = endpoint.parse(url)
-    client = container(location)
-    generation = record["generation"]
-    where = location.url()
-    existing = read_small(client, f"{location.prefix}/{mf.manifest_name(generation)}")
-    if existing is not None and existing != manifest_bytes:
-        raise Conflict(f"{where} already holds another manifest of generation {generation!r}; a generation is "
-                       "immutable: choose a new one", generation=generation)
-    listing = list_prefix(client, location.prefix)
-    expected = {f["path"] for f in record["files"]}
-    strangers = sorted(p for p in listing if p not in expected and not p.startswith(mf.TAU_DIR + "/"))
-    if strangers:
-        raise Conflict(f"{where} holds blobs that are not in generation {generation!r} ({', '.join(strangers[:5])}"
-                       f"{', ...' if len(strangers) > 5 else ''}); a reader would see them as extra: upload to a "
-                       "fresh prefix", extra=strangers[:100])
-    with mf.open_tree(root) as tree:
-        def one(entry: dict) -> None:
-            fd = mf.open_payload(tree, entry["path"])
-            try:
-                sent = upload_file(client, f"{location.prefix}/{entry['path']}", fd, entry["size"])
-            finally:
-                os.close(fd)
-            if sent != entry["sha256"]:
-                raise Conflict(f"{entry['path']} changed after it was sealed (the bytes sent do not match the "
-                               "manifest); nothing acknowledged at the destination", path=entry["path"])
+    if listing is None:
+        listing = {f"{mf.BUNDLES}/{p}": v for p, v in list_prefix(client, f"{prefix}/{mf.BUNDLES}").items()}
+    top = mf.BUNDLES + "/"
+    others = mf.other_manifests([p[len(top):] for p in listing if p.startswith(top) and "/" not in p[len(top):]],
+                                generation)
+    manifests: dict[str, bytes | None] = {}
 
-        for entry in [e for e in record["files"] if e["size"] > RANGE]:
-            one(entry)
-        run_all([e for e in record["files"] if e["size"] <= RANGE], one)
-    uploaded = list_prefix(client, location.prefix)
-    for entry in record["files"]:
-        if uploaded.get(entry["path"], (None,))[0] != entry["size"]:
-            raise CheckFailed(f"{entry['path']} did not arrive whole at {where}", path=entry["path"])
-    with translated(f"uploading the acknowledgement to {where}"):
-        client.upload_blob(f"{location.prefix}/{mf.manifest_name(generation)}", manifest_bytes, overwrite=True)
-        client.upload_blob(f"{location.prefix}/{mf.marker_name(generation)}",
-                           mf.marker_text(generation, jsonio.sha256_hex(manifest_bytes)), overwrite=True)
-        client.upload_blob(f"{location.prefix}/{mf.CURRENT}", mf.current_text(generation), overwrite=True)
-    return {"url": where, "files": len(record["files"])}
+    def read(other: str) -> None:
+        try:
+            manifests[other] = read_small(client, f"{prefix}/{mf.manifest_name(other)}")
+        except CheckFailed:  # too large to be a manifest tau wrote: unreadable, like a malformed one
+            manifests[other] = b""
+
+    run_all(others, read)
+    return mf.claims(manifests, strict)

@@ -7,15 +7,18 @@ Order, failing closed before any byte lands at the destination:
      by others (unless sticky);
   4. marker, then manifest, checked as `manifest.load_ack` does (missing 1, malformed 65, another generation 73,
      a path that would escape the destination 77); the listing must equal the manifest (missing, extra, resized
-     named: 1);
+     named: 1). The listing is the payload (every blob below PREFIX/ outside PREFIX/.tau/) and the generation's own
+     folder PREFIX/.tau/bundles/G.d/ (its checkpoint index and metrics copies); a blob that G's manifest does not
+     name but another generation's manifest at the prefix does (acknowledged or not) is that generation's: left
+     alone, never extra, never fetched;
   5. download concurrently into a private stage folder beside the destination (`.NAME.tau-fetch-RANDOM`, 0700),
      each blob pinned to its listed etag, sha256 computed while the bytes arrive, every size and digest compared
      with the manifest (1); a progress bar on stderr when it is a terminal;
-  6. publish: the stage (with the acknowledgement under `.tau/bundles/`) is renamed to the destination with
-     renameat2(RENAME_NOREPLACE), or onto the empty destination folder; on any failure the stage is removed and
-     the destination is as it was before (absent, or the empty folder it was; after a crash between the removal
-     of that empty folder and the rename, absent). The next fetch to the same destination removes what a killed
-     one left: its stage, and a reservation of the no-renameat2 publication.
+  6. publish: the stage (with the acknowledgement and the generation's parts under `.tau/bundles/`) is renamed
+     to the destination with renameat2(RENAME_NOREPLACE), or onto the empty destination folder; on any failure
+     the stage is removed and the destination is as it was before (absent, or the empty folder it was; after a
+     crash between the removal of that empty folder and the rename, absent). The next fetch to the same
+     destination removes what a killed one left: its stage, and a reservation of the no-renameat2 publication.
 Failpoints: fetch.staged (the stage is complete), fetch.published (renamed to the destination).
 """
 
@@ -103,9 +106,10 @@ def fetch(source: str, destination: str, generation: str | None, current: bool =
         manifest_bytes = blob.read_small(client, f"{location.prefix}/{mf.manifest_name(generation)}")
         marker_bytes = blob.read_small(client, f"{location.prefix}/{mf.marker_name(generation)}")
         record = mf.load_ack(generation, manifest_bytes, marker_bytes, where)
-        listing = {path: value for path, value in blob.list_prefix(client, location.prefix).items()
-                   if not path.startswith(mf.TAU_DIR + "/")}
-        differences = mf.compare(record, {p: v[0] for p, v in listing.items()})
+        everything = blob.list_prefix(client, location.prefix)
+        listing = mf.reader_view(everything, generation)
+        differences = mf.compare(record, {p: v[0] for p, v in listing.items()},
+                                 blob.claims(client, location.prefix, everything, generation))
         if any(differences.values()):
             raise CheckFailed(f"the blobs under {where} do not match generation {generation!r}: "
                               + _describe(differences), **differences)
@@ -130,7 +134,8 @@ def fetch(source: str, destination: str, generation: str | None, current: bool =
             raise
     return {"kind": "tau.bundle-fetch", "schema_version": 1, "source": where, "generation": generation,
             "destination": os.path.abspath(destination), "manifest_sha256": jsonio.sha256_hex(manifest_bytes),
-            "files": record["totals"]["files"], "bytes": record["totals"]["bytes"]}
+            "files": record["totals"]["files"], "bytes": record["totals"]["bytes"],
+            "checkpoints": record.get("checkpoints"), "metrics": record.get("metrics", [])}
 
 
 def _describe(differences: dict) -> str:
@@ -148,7 +153,9 @@ def _describe(differences: dict) -> str:
 def _download_all(client, location, record: dict, listing: dict, stage: Tree) -> None:
     from taulib.bundle import blob
 
-    progress = blob.Progress(record["totals"]["bytes"])
+    entries = mf.entries(record)
+    generation = record["generation"]
+    progress = blob.Progress(sum(e["size"] for e in entries))
 
     def finish(entry: dict, sha: str, fd: int) -> None:
         try:
@@ -164,7 +171,7 @@ def _download_all(client, location, record: dict, listing: dict, stage: Tree) ->
             os.close(fd)
 
     try:
-        blob.download_many(client, location.prefix, record["files"], {p: v[1] for p, v in listing.items()},
-                           lambda entry: stage.create(mf.safe_relpath(entry["path"])), finish, progress)
+        blob.download_many(client, location.prefix, entries, {p: v[1] for p, v in listing.items()},
+                           lambda entry: stage.create(mf.safe_path(entry["path"], generation)), finish, progress)
     finally:
         progress.finish()

@@ -1,13 +1,17 @@
 """Verifying a bundle generation (tau-bundle-verify), in a local tree or under a Blob prefix.
 
 Checks, failing closed: the generation (given, or the only one acknowledged: several need --generation), its
-completion marker (present, naming the generation and the manifest's digest), the manifest (valid, naming the
-generation, digest equal to the marker's), and that the listing equals the manifest: missing, extra and resized
-files are named. Local trees are hashed in full; Blob prefixes are hashed with `deep` (every byte downloaded and
-hashed in memory, nothing written to disk), else compared by listing (names and sizes). Payload blobs are every
-blob below PREFIX/ except those under PREFIX/.tau/. The report (`tau.bundle-verify`) is a JSON document;
-`complete` is true only when every check passed. Errors that prevent checking at all (an untrusted URL, storage
-that cannot be reached, a missing folder) are typed errors instead of a report. Reads only: verify never writes.
+completion marker (present, naming the generation and the manifest's digest; without one the generation is "not
+acknowledged"), the manifest (valid, naming the generation, digest equal to the marker's), and that the listing
+equals the manifest: missing, extra and resized files are named. The listing is the payload (every file or blob
+below DIR or PREFIX/ except under .tau/) and the generation's own folder `.tau/bundles/G.d/` (its checkpoint index
+and metrics copies, checked like payload files). A payload file that G's manifest does not name but another
+generation's manifest there does (acknowledged or not: an upload in progress writes its manifest first) is that
+generation's: not extra, counted as `ignored`. Local trees are hashed in full; Blob prefixes are hashed with
+`deep` (every byte downloaded and hashed in memory, nothing written to disk), else compared by listing (names and
+sizes). The report (`tau.bundle-verify`) is a JSON document; `complete` is true only when every check passed.
+Errors that prevent checking at all (an untrusted URL, storage that cannot be reached, a missing folder) are typed
+errors instead of a report. Reads only: verify never writes.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from taulib.errors import CheckFailed, NotFound, TauError, UsageError
 def _report(source: str, generation: str | None) -> dict:
     return {"kind": "tau.bundle-verify", "schema_version": 1, "source": source, "generation": generation,
             "complete": False, "manifest_sha256": None, "files": None, "bytes": None, "missing": [], "extra": [],
-            "resized": [], "digest_mismatch": [], "hashed": False, "problems": []}
+            "resized": [], "digest_mismatch": [], "ignored": 0, "hashed": False, "problems": []}
 
 
 def choose_generation(available: list[str], generation: str | None, where: str) -> str | None:
@@ -49,6 +53,12 @@ def check_ack(report: dict, generation: str, manifest_bytes: bytes | None, marke
     return record
 
 
+def _compare(report: dict, record: dict, listing: dict[str, int], claims: dict) -> None:
+    report.update(mf.compare(record, listing, claims))
+    named = {e["path"] for e in mf.entries(record)}
+    report["ignored"] = sum(1 for p in listing if p not in named and p in claims)
+
+
 def _finish(report: dict) -> dict:
     report["complete"] = not (report["problems"] or report["missing"] or report["extra"] or report["resized"]
                               or report["digest_mismatch"])
@@ -56,8 +66,9 @@ def _finish(report: dict) -> dict:
 
 
 def _no_generation(report: dict, where: str) -> dict:
-    report["problems"].append(f"{where} holds no acknowledged bundle generation (no completion marker under "
-                              f"{mf.BUNDLES}/)")
+    report["problems"].append(f"{where} holds no acknowledged bundle generation: not acknowledged without a "
+                              f"completion marker under {mf.BUNDLES}/ (none was sealed, or a part its seal declared "
+                              "was absent)")
     return _finish(report)
 
 
@@ -82,16 +93,16 @@ def verify_local(root: str, generation: str | None) -> dict:
         if record is None:
             return _finish(report)
         try:
-            listing = dict(mf.walk(tree))
+            listing = dict(mf.walk(tree) + mf.walk_parts(tree, generation))
         except TauError as exc:  # a symlink or a special file in the tree: named, never followed
             report["problems"].append(exc.message)
             return _finish(report)
-        report.update(mf.compare(record, listing))
+        _compare(report, record, listing, mf.local_claims(tree, generation))
         report["hashed"] = True
-        for entry in record["files"]:
+        for entry in mf.entries(record):
             if entry["path"] not in listing or listing[entry["path"]] != entry["size"]:
                 continue
-            fd = mf.open_payload(tree, entry["path"])
+            fd = tree.open_read(mf.safe_path(entry["path"], generation))
             try:
                 _, sha = mf.hash_fd(fd)
             finally:
@@ -122,11 +133,12 @@ def verify_blob(source: str, generation: str | None, deep: bool, env: dict | Non
     record = check_ack(report, generation, manifest_bytes, marker_bytes)
     if record is None:
         return _finish(report)
-    payload = {p: v for p, v in listing.items() if not p.startswith(mf.TAU_DIR + "/")}
-    report.update(mf.compare(record, {p: v[0] for p, v in payload.items()}))
+    payload = mf.reader_view(listing, generation)
+    _compare(report, record, {p: v[0] for p, v in payload.items()}, blob.claims(client, location.prefix, listing,
+                                                                                 generation))
     if deep:
         report["hashed"] = True
-        entries = [e for e in record["files"] if e["path"] in payload and payload[e["path"]][0] == e["size"]]
+        entries = [e for e in mf.entries(record) if e["path"] in payload and payload[e["path"]][0] == e["size"]]
         progress = blob.Progress(sum(e["size"] for e in entries), "hashed")
 
         def finish(entry: dict, sha: str, fd: None) -> None:

@@ -12,6 +12,9 @@ tau-bundle-fetch https://acct.blob.core.windows.net/bundles/run-1/out --current 
 tau-bundle-fetch --run runs/demo --shard shard-00003 --destination shard3-out
 tau-bundle-fetch --kubernetes train-7 -n team-a --destination train-7-out
 """
+# the "workload" object of the output with --kubernetes: every key always present (pvc, pv, resource_group null
+# unless the store was discovered from the result PVC and its PV)
+WORKLOAD_KEYS = ("kind", "name", "namespace", "discovered", "pvc", "pv", "resource_group", "generation_from")
 
 
 @common.command("tau-bundle-fetch", "Download generation G of the bundle under a Blob URL into DESTINATION, all or "
@@ -25,38 +28,37 @@ tau-bundle-fetch --kubernetes train-7 -n team-a --destination train-7-out
 @click.option("--generation", metavar="G",
               help="The generation to fetch, from trusted metadata (the run's records, a workload's annotation).")
 @click.option("--current", is_flag=True,
-              help="Follow the mutable pointer .tau/current instead of naming the generation.")
+              help="Follow the mutable pointer .tau/current instead of naming the generation (with --kubernetes: "
+              "only for a workload that names none).")
 @click.option("--run", "run_dir", metavar="RUN_DIR",
               help="Instead of SOURCE: the tau run whose records say where its bundle went (and its generation).")
 @click.option("--shard", metavar="SHARD_ID", help="With --run: the bundle of this shard.")
 @click.option("--kubernetes", "workload", metavar="NAME",
               help="Instead of SOURCE: the Job or RayJob whose tau.azure.com annotations say where its bundle is "
-              "(and its generation).")
+              "(and its generation); without the artifact-store annotation, found read-only from its result PVC "
+              "and that claim's Azure Blob PV.")
 @click.option("-n", "--namespace", metavar="NS",
               help="With --kubernetes: the namespace (default: the kubeconfig context's).")
 @common.output_option
 def cli(source: str | None, destination: str, generation: str | None, current: bool, run_dir: str | None,
         shard: str | None, workload: str | None, namespace: str | None, output: str) -> None:
     from taulib.bundle import fetch
-    from taulib.errors import Conflict, UsageError
+    from taulib.errors import UsageError
 
     if workload is not None and run_dir is not None:
         raise UsageError("--kubernetes and --run exclude each other")
     if namespace is not None and workload is None:
         raise UsageError("--namespace goes with --kubernetes")
     if workload is not None:
-        if source is not None or current:
-            raise UsageError("--kubernetes names the source and the generation: give neither SOURCE nor --current")
+        if source is not None:
+            raise UsageError("--kubernetes names the source: give no SOURCE")
         if shard is not None:
             raise UsageError("--shard goes with --run")
         from taulib.bundle import kube
 
-        found = kube.resolve(workload, namespace)
-        if generation is not None and generation != found["generation"]:
-            raise Conflict(f"--generation {generation!r} is not the generation {found['generation']!r} the "
-                           f"{found['kind']} {workload!r} carries", generation=found["generation"])
+        found = kube.resolve(workload, namespace, generation=generation, current=current)
         source, generation = found["url"], found["generation"]
-        resolved = {"kind": found["kind"], "name": found["name"], "namespace": found["namespace"]}
+        resolved = {key: found[key] for key in WORKLOAD_KEYS}
     elif run_dir is not None:
         if source is not None or current:
             raise UsageError("--run names the source and the generation: give neither SOURCE nor --current")
@@ -74,11 +76,20 @@ def cli(source: str | None, destination: str, generation: str | None, current: b
     if output == "table":
         common.emit_text(f"fetched bundle generation {result['generation']}: {result['files']} files, "
                          f"{result['bytes']} bytes, every sha256 checked\nsource       {result['source']}\n"
-                         f"destination  {result['destination']}" + (
-                             f"\nworkload     {resolved['kind']} {resolved['name']} in namespace "
-                             f"{resolved['namespace']}" if workload is not None else ""))
+                         f"destination  {result['destination']}"
+                         + (_workload_lines(resolved) if workload is not None else ""))
     else:
         common.emit(result)
+
+
+def _workload_lines(resolved: dict) -> str:
+    store = ("its tau.azure.com/artifact-store annotation" if resolved["discovered"] == "annotation" else
+             f"PersistentVolumeClaim {resolved['pvc']}, PersistentVolume {resolved['pv']}"
+             + (f" (resource group {resolved['resource_group']})" if resolved["resource_group"] else ""))
+    generation = {"annotation": "its tau.azure.com/artifact-bundle-id annotation", "option": "--generation",
+                  "current": "the pointer .tau/current"}[resolved["generation_from"]]
+    return (f"\nworkload     {resolved['kind']} {resolved['name']} in namespace {resolved['namespace']}"
+            f"\nstore        from {store}\ngeneration   from {generation}")
 
 
 main = common.main_for("tau-bundle-fetch", cli)

@@ -103,6 +103,25 @@ def open_root(path: str, *, label: str, create: bool = False, private: bool = Fa
         os.close(parent_fd)
 
 
+def open_named_file(path: str, label: str) -> int | None:
+    """A descriptor (O_NONBLOCK: a FIFO never blocks) of the regular file the user names by PATH, or None when it
+    does not exist. The folders leading to it are the user's path and are followed; the file itself never is: a
+    symlink, a FIFO, a folder or a device is Refused, named `label` ("metrics file")."""
+    try:
+        fd = os.open(path, READ)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Refused(f"{label} {path!r} is a symlink; tau never follows one: name the file itself",
+                          path=path) from None
+        raise Refused(f"{label} {path!r} cannot be read ({exc.strerror})", path=path) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Refused(f"{label} {path!r} is not a regular file", path=path)
+    return fd
+
+
 def _open_followed(path: str, missing: str, not_folder: str, shown: str | None = None) -> int:
     """A folder the caller names by path (symlinks in it followed), or NotFound with the message given."""
     try:

@@ -148,11 +148,12 @@ def tree_listing(root: Path) -> list[tuple[str, str, int]]:
 class Dedicated:
     """An Azurite of one test's own, on `port` with its data in `location` (same scripts as the session's), for a
     test that kills it: nothing else uses it. `pid` is the node process azurite-up.sh started (from its PID file);
-    `stop()` (azurite-down.sh, by that PID file) is safe after a kill and waits until the port is free again."""
+    `stop()` (azurite-down.sh, by that PID file) is safe after a kill and waits until the port is free again.
+    `knobs` are more of azurite-up.sh's variables (AZURITE_CERT, AZURITE_KEY, AZURITE_OAUTH: https and tokens)."""
 
-    def __init__(self, port: int, location: Path) -> None:
+    def __init__(self, port: int, location: Path, **knobs: str) -> None:
         self.port, self.location = port, location
-        self.script_env = {**os.environ, "AZURITE_PORT": str(port), "AZURITE_LOCATION": str(location)}
+        self.script_env = {**os.environ, "AZURITE_PORT": str(port), "AZURITE_LOCATION": str(location), **knobs}
         assert not answers(port), f"port {port} for a dedicated Azurite is already taken"
         proc = subprocess.run([UP], env=self.script_env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0 and answers(port), f"Azurite did not start on port {port}: {proc.stderr}"

@@ -3,7 +3,10 @@
 A bundle of 200 small files and one large file (24 MiB here, so ranged concurrent download and block upload are
 exercised; `azurite.make_tree(big_mib=1024)` gives the 1 GiB case) round-trips byte for byte. Every refusal is a
 test that also shows that nothing was written at the destination: the destination's parent is a fresh folder that
-is still empty afterwards (no destination, no stage left behind).
+is still empty afterwards (no destination, no stage left behind). Generations share a prefix: the checkpoint index
+and the metrics copies travel with theirs, an upload never replaces a blob another generation's manifest names
+(refused before anything is sent, or, racing a concurrent uploader, by its conditional write), identical files are
+shared, and a reader of one generation leaves the others' files alone.
 """
 
 from __future__ import annotations
@@ -71,9 +74,10 @@ def assert_nothing_written(parent: Path) -> None:
 
 # -- the round trip -------------------------------------------------------------------------------------------------
 
-def test_seal_uploads_every_file_then_the_manifest_the_marker_and_the_current_pointer(big_bundle, box):
+def test_seal_uploads_the_manifest_every_file_the_marker_and_the_current_pointer(big_bundle, box):
     seal = big_bundle["seal"]
-    assert seal["files"] == 201 and seal["uploaded"] == {"url": big_bundle["url"], "files": 201}
+    assert seal["files"] == 201
+    assert seal["uploaded"] == {"url": big_bundle["url"], "files": 201, "sent": 201, "skipped": 0}
     names = az.blob_names(box, big_bundle["prefix"])
     assert sorted(n for n in names if not n.startswith(".tau/")) == sorted(big_bundle["digests"])
     assert [n for n in names if n.startswith(".tau/")] == [".tau/bundles/g1.complete", ".tau/bundles/g1.json",
@@ -188,8 +192,9 @@ def test_a_missing_marker_is_refused_and_nothing_is_written(box, tmp_path):
     parent = fresh_parent(tmp_path)
     proc = fetch(bundle["url"], parent / "d", "--generation", "g1")
     assert proc.returncode == 1
-    assert error_of(proc)["message"] == (f"tau-bundle-fetch: {bundle['url']}: generation 'g1' has no completion "
-                                         "marker: the producer never acknowledged it")
+    assert error_of(proc)["message"] == (f"tau-bundle-fetch: {bundle['url']}: generation 'g1' is not acknowledged: "
+                                         "it has no completion marker (its producer never sealed it, or a part the "
+                                         "seal declared was absent)")
     assert_nothing_written(parent)
 
 
@@ -209,7 +214,7 @@ def test_a_generation_that_was_never_sealed_is_refused_and_nothing_is_written(bi
     parent = fresh_parent(tmp_path)
     proc = fetch(big_bundle["url"], parent / "d", "--generation", "g2")
     assert proc.returncode == 1
-    assert "generation 'g2' has no completion marker" in error_of(proc)["message"]
+    assert "generation 'g2' is not acknowledged: it has no completion marker" in error_of(proc)["message"]
     assert_nothing_written(parent)
 
 
@@ -325,9 +330,9 @@ def test_uploading_to_a_prefix_with_blobs_not_in_the_manifest_is_refused_before_
     az.make_tree(root, small=3)
     proc = tau("tau-bundle-seal", str(root), "--generation", "g1", "--upload", az.url(box, prefix), env=az.env())
     assert proc.returncode == 73
-    assert error_of(proc)["message"] == (f"tau-bundle-seal: {az.url(box, prefix)} holds blobs that are not in "
-                                         "generation 'g1' (old.txt); a reader would see them as extra: upload to a "
-                                         "fresh prefix")
+    assert error_of(proc)["message"] == (f"tau-bundle-seal: {az.url(box, prefix)} holds blobs that no "
+                                         "generation's manifest names (old.txt); a reader would see them as extra: "
+                                         "remove them or upload to a fresh prefix")
     assert az.blob_names(box, prefix) == ["old.txt"]
 
 
@@ -335,8 +340,259 @@ def test_sealing_and_uploading_again_is_idempotent(box, tmp_path):
     bundle = small_bundle(tmp_path, box, "upload/again")
     proc = tau("tau-bundle-seal", str(bundle["root"]), "--generation", "g1", "--upload", bundle["url"], env=az.env())
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["created"] is False
+    result = json.loads(proc.stdout)
+    assert result["created"] is False
+    assert (result["uploaded"]["sent"], result["uploaded"]["skipped"]) == (0, 5)  # every blob is already there
     assert tau("tau-bundle-verify", bundle["url"], "--deep", env=az.env()).returncode == 0
+
+
+def test_a_blob_no_manifest_names_at_a_path_of_the_generation_is_replaced(box, tmp_path):
+    prefix = "upload/killed-before"
+    root = tmp_path / "src"
+    digests = az.make_tree(root, small=3)
+    first = sorted(digests)[0]
+    az.put(box, f"{prefix}/{first}", b"what a killed upload of this generation left")
+    proc = tau("tau-bundle-seal", str(root), "--generation", "g1", "--upload", az.url(box, prefix), env=az.env())
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["uploaded"]["sent"] == 3
+    assert hashlib.sha256(az.get(box, f"{prefix}/{first}")).hexdigest() == digests[first]
+    assert tau("tau-bundle-verify", az.url(box, prefix), "--deep", env=az.env()).returncode == 0
+
+
+def test_a_declared_index_that_is_absent_uploads_nothing_and_keeps_exit_0(box, tmp_path):
+    prefix = "upload/unacknowledged"
+    root = tmp_path / "src"
+    az.make_tree(root, small=3)
+    proc = tau("tau-bundle-seal", str(root), "--generation", "g1", "--index", "ckpt/artifacts.json", "--upload",
+               az.url(box, prefix), "--", "true", env=az.env())
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["acknowledged"], result["uploaded"]) == (False, None)
+    assert result["absent"] == [{"option": "--index", "path": "ckpt/artifacts.json"}]
+    assert az.blob_names(box, prefix) == []
+    assert not (root / ".tau").exists()
+    proc = tau("tau-bundle-verify", str(root), "--generation", "g1")
+    assert proc.returncode == 1
+    assert "generation 'g1' is not acknowledged" in error_of(proc)["message"]
+
+
+# -- checkpoints and metrics travel with their generation -----------------------------------------------------------
+
+def parts_bundle(tmp: Path, box: str, prefix: str) -> dict:
+    """A bundle with checkpoints (one folder holding a 9 MiB file: block upload, ranged download) and metrics from
+    outside the tree, sealed as g1 and uploaded."""
+    root = tmp / "parts-src"
+    digests = az.make_tree(root, small=4)
+    for step in (100, 200):
+        folder = root / "ckpt" / f"step-{step}"
+        folder.mkdir(parents=True)
+        (folder / "weights.bin").write_bytes(bytes([step % 256]) * ((9 << 20) if step == 200 else 1000))
+        (folder / "config.json").write_text(f'{{"step": {step}}}\n')
+    (tmp / "loss.csv").write_text("step,loss\n100,0.9\n200,0.4\n")
+    proc = tau("tau-bundle-seal", str(root), "--generation", "g1", "--checkpoints", "ckpt/step-*", "--metrics",
+               str(tmp / "loss.csv"), "--upload", az.url(box, prefix), env=az.env())
+    assert proc.returncode == 0, proc.stderr
+    return {"root": root, "digests": digests, "prefix": prefix, "url": az.url(box, prefix),
+            "seal": json.loads(proc.stdout)}
+
+
+PARTS = [".tau/bundles/g1.d/checkpoints.json", ".tau/bundles/g1.d/metrics/loss.csv"]
+
+
+def test_the_checkpoint_index_and_the_metrics_round_trip_through_blob_byte_for_byte(box, tmp_path):
+    bundle = parts_bundle(tmp_path, box, "parts/round-trip")
+    assert bundle["seal"]["uploaded"]["sent"] == 4 + 4 + 2  # payload files, then the parts
+    names = az.blob_names(box, bundle["prefix"])
+    assert [n for n in names if n.startswith(".tau/")] == [".tau/bundles/g1.complete", *PARTS[:1],
+                                                           PARTS[1], ".tau/bundles/g1.json", ".tau/current"]
+    dest = fresh_parent(tmp_path) / "got"
+    proc = fetch(bundle["url"], dest, "--generation", "g1")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["checkpoints"] == bundle["seal"]["checkpoints"] and result["metrics"] == bundle["seal"]["metrics"]
+    assert az.tree_digests(dest) == az.tree_digests(bundle["root"])
+    for rel in PARTS + [".tau/bundles/g1.json", ".tau/bundles/g1.complete"]:
+        assert (dest / rel).read_bytes() == (bundle["root"] / rel).read_bytes(), rel
+    assert (dest / PARTS[1]).read_bytes() == (tmp_path / "loss.csv").read_bytes()
+    index = json.loads((dest / PARTS[0]).read_bytes())
+    assert (index["generation"], index["latest"]) == ("g1", "ckpt/step-200")
+    assert [(c["path"], c["step"], c["files"]) for c in index["checkpoints"]] == [("ckpt/step-100", 100, 2),
+                                                                                  ("ckpt/step-200", 200, 2)]
+    verify = tau("tau-bundle-verify", str(dest), "--generation", "g1")
+    assert verify.returncode == 0, verify.stdout
+    deep = tau("tau-bundle-verify", bundle["url"], "--deep", env=az.env())
+    assert deep.returncode == 0, deep.stdout
+
+
+@pytest.mark.parametrize("part", PARTS, ids=["checkpoint-index", "metrics"])
+def test_a_tampered_part_on_blob_is_caught_by_deep_verify_and_fetch(box, tmp_path, part):
+    bundle = parts_bundle(tmp_path, box, f"parts/tampered-{part.rsplit('/', 1)[-1]}")
+    name = f"{bundle['prefix']}/{part}"
+    data = bytearray(az.get(box, name))
+    data[len(data) // 2] ^= 0x01
+    az.put(box, name, bytes(data))
+    proc = tau("tau-bundle-verify", bundle["url"], "--deep", env=az.env())
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["digest_mismatch"] == [part]
+    assert error_of(proc)["message"].endswith("(1 finding(s)): 0 missing, 0 extra, 0 resized, 1 digest mismatch")
+    parent = fresh_parent(tmp_path)
+    proc = fetch(bundle["url"], parent / "d", "--generation", "g1")
+    assert proc.returncode == 1
+    assert error_of(proc)["message"].startswith(f"tau-bundle-fetch: {part} does not match its sha256 in the manifest")
+    assert_nothing_written(parent)
+
+
+# -- generations sharing a prefix ----------------------------------------------------------------------------------
+
+def listing_with_etags(box: str, prefix: str) -> dict:
+    return {b.name: (b.size, b.etag) for b in az.container_client(box).list_blobs(name_starts_with=prefix + "/")}
+
+
+def test_an_upload_that_would_replace_another_generations_blob_is_refused_before_anything_is_sent(box, tmp_path):
+    bundle = small_bundle(tmp_path, box, "shared/clash", big_mib=9)
+    before = listing_with_etags(box, bundle["prefix"])
+    second = tmp_path / "second"
+    az.make_tree(second, small=5)
+    (second / "model").mkdir()
+    (second / "model" / "weights.bin").write_bytes(b"other weights")
+    (second / "new.txt").write_text("only in g2\n")
+    proc = tau("tau-bundle-seal", str(second), "--generation", "g2", "--upload", bundle["url"], env=az.env())
+    assert proc.returncode == 73
+    error = error_of(proc)
+    g1_sha, g2_sha = bundle["digests"]["model/weights.bin"], hashlib.sha256(b"other weights").hexdigest()
+    assert error["message"] == (f"tau-bundle-seal: blob {bundle['url']}/model/weights.bin belongs to generation 'g1' "
+                                f"with other bytes (sha256 {g1_sha[:12]}..., generation 'g2' has {g2_sha[:12]}...); "
+                                "tau never replaces a blob another generation's manifest names: upload 'g2' to "
+                                "another prefix")
+    assert error["details"] == {"path": "model/weights.bin", "generation": "g1"}
+    assert listing_with_etags(box, bundle["prefix"]) == before  # nothing sent: not a manifest, not a byte
+    parent = fresh_parent(tmp_path)
+    proc = fetch(bundle["url"], parent / "g1", "--generation", "g1")
+    assert proc.returncode == 0, proc.stderr
+    assert az.tree_digests(parent / "g1") == bundle["digests"]
+    assert tau("tau-bundle-verify", bundle["url"], "--generation", "g1", "--deep", env=az.env()).returncode == 0
+
+
+def test_two_generations_with_identical_shared_files_both_upload_and_both_fetch(box, tmp_path):
+    bundle = small_bundle(tmp_path, box, "shared/identical")
+    second = tmp_path / "second"
+    g2 = az.make_tree(second, small=5)
+    dropped = sorted(g2)[0]
+    (second / dropped).unlink()
+    del g2[dropped]
+    (second / "new.txt").write_text("only in g2\n")
+    g2["new.txt"] = hashlib.sha256(b"only in g2\n").hexdigest()
+    proc = tau("tau-bundle-seal", str(second), "--generation", "g2", "--upload", bundle["url"], env=az.env())
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["uploaded"] == {"url": bundle["url"], "files": 5, "sent": 1, "skipped": 4}
+    assert az.get(box, f"{bundle['prefix']}/.tau/current") == b"g2\n"
+    parent = fresh_parent(tmp_path)
+    for generation, digests in (("g1", bundle["digests"]), ("g2", g2)):
+        proc = fetch(bundle["url"], parent / generation, "--generation", generation)
+        assert proc.returncode == 0, proc.stderr
+        assert az.tree_digests(parent / generation) == digests  # the other generation's files were left alone
+        assert tau("tau-bundle-verify", str(parent / generation)).returncode == 0
+        proc = tau("tau-bundle-verify", bundle["url"], "--generation", generation, "--deep", env=az.env())
+        assert proc.returncode == 0, proc.stdout
+        assert json.loads(proc.stdout)["ignored"] == 1  # the file only the other generation names
+    az.put(box, f"{bundle['prefix']}/stranger.txt", b"named by no generation")
+    proc = tau("tau-bundle-verify", bundle["url"], "--generation", "g1", env=az.env())
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["extra"] == ["stranger.txt"]
+
+
+def test_a_manifest_at_the_prefix_that_cannot_be_read_refuses_the_upload_before_anything_is_sent(box, tmp_path):
+    prefix = "shared/unreadable"
+    az.put(box, f"{prefix}/.tau/bundles/g0.json", b"{not json")
+    root = tmp_path / "src"
+    az.make_tree(root, small=3)
+    proc = tau("tau-bundle-seal", str(root), "--generation", "g1", "--upload", az.url(box, prefix), env=az.env())
+    assert proc.returncode == 65
+    assert error_of(proc)["message"].startswith("tau-bundle-seal: the manifest of generation 'g0' there cannot be "
+                                                "read (manifest of generation 'g0' is not valid JSON")
+    assert error_of(proc)["message"].endswith("tau cannot tell which blobs it names: remove it or upload to a fresh "
+                                              "prefix")
+    assert az.blob_names(box, prefix) == [".tau/bundles/g0.json"]
+
+
+def _upload_in_process(monkeypatch, root: Path, generation: str, url: str, stale: set[str]) -> dict:
+    """upload.upload_bundle of a sealed tree, in this process, whose first look at the prefix (its listing and the
+    other generations' manifests) misses `stale` and every manifest: as if another uploader wrote them just after."""
+    from taulib.bundle import blob, upload
+
+    for key, value in az.env().items():
+        monkeypatch.setenv(key, value)
+    real_listing, real_claims = upload._listing, blob.claims
+    first = {"listing": True, "claims": True}
+
+    def listing(client, prefix):
+        found = real_listing(client, prefix)
+        if first.pop("listing", False):
+            return {p: v for p, v in found.items() if p not in stale and not p.startswith(".tau/")}
+        return found
+
+    def claims(client, prefix, listing, generation, strict=False):
+        if first.pop("claims", False):
+            return {}
+        return real_claims(client, prefix, listing, generation, strict)
+
+    monkeypatch.setattr(upload, "_listing", listing)
+    monkeypatch.setattr(blob, "claims", claims)
+    data = (root / ".tau" / "bundles" / f"{generation}.json").read_bytes()
+    return upload.upload_bundle(str(root), json.loads(data), data, url)
+
+
+@pytest.mark.parametrize("size", [1000, 9 << 20], ids=["put", "staged-blocks"])
+def test_a_concurrent_uploader_of_another_generation_is_caught_by_the_conditional_write(box, tmp_path, monkeypatch,
+                                                                                        size):
+    from taulib.errors import Conflict
+
+    prefix = f"shared/race-{size}"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "w.bin").write_bytes(b"o" * size)
+    proc = tau("tau-bundle-seal", str(other), "--generation", "g0", "--upload", az.url(box, prefix), env=az.env())
+    assert proc.returncode == 0, proc.stderr
+    before = az.get(box, f"{prefix}/w.bin")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "w.bin").write_bytes(b"m" * size)
+    assert tau("tau-bundle-seal", str(mine), "--generation", "g1").returncode == 0
+    with pytest.raises(Conflict) as caught:
+        _upload_in_process(monkeypatch, mine, "g1", az.url(box, prefix), stale={"w.bin"})
+    assert caught.value.code == 73
+    assert caught.value.message == (
+        f"blob {az.url(box, prefix)}/w.bin belongs to generation 'g0' with other bytes (sha256 "
+        f"{hashlib.sha256(b'o' * size).hexdigest()[:12]}..., generation 'g1' has "
+        f"{hashlib.sha256(b'm' * size).hexdigest()[:12]}...); it was written while this upload ran; tau never "
+        "replaces a blob another generation's manifest names: upload 'g1' to another prefix")
+    assert az.get(box, f"{prefix}/w.bin") == before
+    assert ".tau/bundles/g1.complete" not in az.blob_names(box, prefix)  # g1 is not acknowledged there
+    parent = fresh_parent(tmp_path)
+    proc = fetch(az.url(box, prefix), parent / "g0", "--generation", "g0")
+    assert proc.returncode == 0, proc.stderr
+    assert (parent / "g0" / "w.bin").read_bytes() == b"o" * size
+
+
+def test_a_concurrent_uploader_of_identical_bytes_is_kept_not_replaced(box, tmp_path, monkeypatch):
+    prefix = "shared/race-identical"
+    first = tmp_path / "first"
+    az.make_tree(first, small=3)
+    proc = tau("tau-bundle-seal", str(first), "--generation", "g0", "--upload", az.url(box, prefix), env=az.env())
+    assert proc.returncode == 0, proc.stderr
+    before = listing_with_etags(box, prefix)
+    again = tmp_path / "again"
+    az.make_tree(again, small=3)
+    assert tau("tau-bundle-seal", str(again), "--generation", "g1").returncode == 0
+    stale = {p for p in az.blob_names(box, prefix) if not p.startswith(".tau/")}
+    result = _upload_in_process(monkeypatch, again, "g1", az.url(box, prefix), stale=stale)
+    assert (result["sent"], result["skipped"]) == (0, 3)
+    after = listing_with_etags(box, prefix)
+    assert {k: v for k, v in after.items() if k in before and "/.tau/" not in k} == \
+        {k: v for k, v in before.items() if "/.tau/" not in k}  # the same blobs, never rewritten
+    for generation in ("g0", "g1"):
+        assert tau("tau-bundle-verify", az.url(box, prefix), "--generation", generation, "--deep",
+                   env=az.env()).returncode == 0
 
 
 # -- a blob replaced after it was listed ----------------------------------------------------------------------------
@@ -415,8 +671,9 @@ def test_a_fetch_killed_part_way_leaves_no_partial_destination_and_the_next_fetc
 # -- without a connection string: the identity branch of the credential ----------------------------------------------
 
 def _without_key() -> dict:
-    """The tests' environment for Azurite, but no connection string: tau asks for no key, and azure-identity is
-    not installed here, so requests go without credentials (what a public container or a SAS-free mirror gets)."""
+    """The tests' environment for Azurite, but no connection string: tau has no key, and this Azurite is plain http,
+    where tau never sends an Azure identity's token, so requests go without credentials (what a public container or
+    a SAS-free mirror gets). Tokens over https: test_azurite_identity.py."""
     environ = az.env()
     environ["AZURE_STORAGE_CONNECTION_STRING"] = ""
     return environ
@@ -428,7 +685,9 @@ def test_without_a_key_a_private_container_is_refused_with_one_clear_error_and_n
     proc = fetch(bundle["url"], parent / "model", "--generation", "g1", env=_without_key())
     assert proc.returncode == 77, proc.stderr
     assert error_of(proc)["message"] == ("tau-bundle-fetch: reading identity/private/.tau/bundles/g1.json: access "
-                                         "denied (403); check the credentials in the environment")
+                                         "denied (403) to a request without credentials; set "
+                                         "AZURE_STORAGE_CONNECTION_STRING (an Azure identity's token is never sent "
+                                         "over plain http)")
     assert_nothing_written(parent)
 
 
