@@ -22,7 +22,6 @@ Promises:
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import re
@@ -42,6 +41,8 @@ _renameat2 = None
 def _libc_renameat2():
     global _renameat2
     if _renameat2 is None:
+        import ctypes  # on first use: a command that never renames without replacing does not pay for it
+
         libc = ctypes.CDLL(None, use_errno=True)
         fn = getattr(libc, "renameat2", None)
         if fn is not None:
@@ -59,6 +60,8 @@ def rename_noreplace(dfd: int, src: str, dst: str) -> bool | None:
         return None
     if fn(dfd, os.fsencode(src), dfd, os.fsencode(dst), RENAME_NOREPLACE) == 0:
         return True
+    import ctypes
+
     err = ctypes.get_errno()
     if err in (errno.EEXIST, errno.ENOTEMPTY):
         return False

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -32,6 +31,8 @@ def spawn(run, submission_id: str) -> None:
     """Start the detached supervisor of a submission (it exits at once if one already runs)."""
     log = run.dir.open_append(f"submissions/{submission_id}/local/supervisor.log")
     try:
+        import subprocess  # only where a process is started: tau-reconcile's sweep needs none (~2 ms)
+
         proc = subprocess.Popen([sys.executable, "-m", "taulib.local", run.path, submission_id],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 close_fds=True)
@@ -197,6 +198,8 @@ def _start_task(run, sub: dict, index: int) -> int:
     child.update({"TAU_LOCAL_JOB_ID": sid, "TAU_LOCAL_TASK_ID": str(index)})
     log = run.dir.open_append(f"submissions/{sid}/local/task-{index:05d}.log")
     try:
+        import subprocess
+
         proc = subprocess.Popen([sys.executable, "-m", "taulib.cli.attempt", "run", run.path, "--submission", sid],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 close_fds=True, env=child)
