@@ -90,7 +90,7 @@ def main() -> int:
             "kubernetes": [observe, "--kubernetes", "train-7", "-n", kubeapi.NAMESPACE],
         }
         doc = json.loads(subprocess.run(cases["kubernetes"], capture_output=True, check=True, env=env).stdout)
-        assert doc["state"] == "running" and doc["degraded"], doc
+        assert (doc["lifecycle"], doc["state"], doc["degraded"]) == ("running", "Running", True), doc
         for argv in cases.values():  # warm the page cache
             timed(argv, env)
         samples: dict[str, list[float]] = {name: [] for name in cases}
