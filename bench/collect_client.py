@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""The client of bench/collect.py's run: deterministic rows of id, a 200-character text, score and shard for one
+shard's record range, written as one Parquet file. The text is base64 of 150 pseudo-random bytes (SHAKE-256 of the
+id), so it barely compresses: the winners' size is what the benchmark says it is.
+
+Record i is a function of i only: the same winners on every run and machine.
+"""
+
+import base64
+import hashlib
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA = pa.schema([("id", pa.int64()), ("text", pa.string()), ("score", pa.float64()), ("shard", pa.string())])
+
+
+def main() -> int:
+    start, end = int(os.environ["TAU_RECORD_START"]), int(os.environ["TAU_RECORD_END"])
+    ids = range(start, end)
+    mixed = [(i * 2654435761) % (1 << 32) for i in ids]  # a multiplicative hash: deterministic, well spread
+    text = [base64.b64encode(hashlib.shake_256(b"tau-bench:%d" % i).digest(150)).decode() for i in ids]
+    table = pa.table({"id": pa.array(ids, pa.int64()), "text": pa.array(text, pa.string()),
+                      "score": pa.array([(m % 1_000_000) / 1000.0 for m in mixed], pa.float64()),
+                      "shard": pa.array([os.environ["TAU_SHARD_ID"]] * len(ids), pa.string())}, schema=SCHEMA)
+    pq.write_table(table, os.path.join(os.environ["TAU_OUTPUT_DIR"], "part-00000.parquet"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
