@@ -108,6 +108,10 @@ def build(workspace: Path) -> tuple[Path, list[str]]:
     return run_dir, files
 
 
+class Failed(Exception):
+    """A baseline that could not finish (DuckDB out of its memory limit, say): reported, not measured."""
+
+
 def measure(argv: list[str]) -> tuple[float, int]:
     """(seconds, peak RSS in bytes) of a child process."""
     start = time.perf_counter()
@@ -118,7 +122,8 @@ def measure(argv: list[str]) -> tuple[float, int]:
     err = proc.stderr.read().decode(errors="replace")
     proc.stderr.close()
     if proc.returncode != 0:
-        raise SystemExit(f"{argv[0]} failed ({proc.returncode}): {err.strip()[:500]}")
+        last = [line for line in err.strip().splitlines() if line.strip()]
+        raise Failed(last[-1][:200] if last else f"exit {proc.returncode}")
     return elapsed, usage.ru_maxrss * 1024
 
 
@@ -145,22 +150,32 @@ def main() -> int:
             while fh.read(8 << 20):
                 pass
     samples: dict[tuple[str, str], list[tuple[float, int]]] = {}
+    failed: dict[tuple[str, str], str] = {}
     for _ in range(ROUNDS):
         for fmt in FORMATS:
             out = base / "out"
             for name, argv in cases(run_dir, files, fmt, out).items():
                 shutil.rmtree(out, ignore_errors=True)
                 out.mkdir(mode=0o700)
-                samples.setdefault((fmt, name), []).append(measure(argv))
+                try:
+                    samples.setdefault((fmt, name), []).append(measure(argv))
+                except Failed as exc:
+                    if name == "tau":
+                        raise SystemExit(f"tau-collect failed: {exc}") from None
+                    failed[(fmt, name)] = str(exc)
             shutil.rmtree(out, ignore_errors=True)
     results: dict = {}
     print(f"collection benchmark: {len(files)} winner files, {size / 1e9:.2f} GB, {ROUNDS} interleaved rounds")
     print(f"{'format':8} {'case':14} {'MB/s':>8} {'peak RSS MiB':>13} {'tau / case':>11}")
     for fmt in FORMATS:
         rates = {name: size / 1e6 / statistics.median(t for t, _ in runs)
-                 for (f, name), runs in samples.items() if f == fmt}
+                 for (f, name), runs in samples.items() if f == fmt and (f, name) not in failed}
         for (f, name), runs in samples.items():
             if f != fmt:
+                continue
+            if (f, name) in failed:
+                print(f"{fmt:8} {name:14} failed: {failed[(f, name)]}")
+                results.setdefault(fmt, {})[name] = {"failed": failed[(f, name)]}
                 continue
             rss = max(r for _, r in runs) / 2**20
             ratio = rates["tau"] / rates[name]
