@@ -42,22 +42,25 @@ NAMES = (
     "publish.reserved",
     "publish.claimed",
     "publish.renamed",
-    # taulib.lifecycle.init: plan, shards, run.json last
+    # taulib.lifecycle.init: plan, the shards folder (and a declared schema), run.json last
     "init.plan_written",
     "init.shards_written",
-    # taulib.lifecycle.submission: the journal and the attempts (tau-submit, tau-retry)
+    # taulib.lifecycle.submission: the journal and the attempts (tau-submit, tau-retry; submit.attempts_published
+    # in format-1 runs only: a format-2 run's attempts are given by the status SUBMITTED itself)
     "submit.prepared",
     "submit.sbatch_returned",
     "submit.attempts_published",
     "submit.submitted",
     # taulib.lifecycle.attempt: in-allocation side
+    "attempt.recorded",  # taulib.rundir.state.record_attempt: a derived attempt's attempt.json, before it changes
     "attempt.running",
     "attempt.manifest_written",
     "attempt.result_written",
     # taulib.lifecycle.reconcile: evidence, then the sealed-shard index
     "reconcile.applied",
-    # taulib.lifecycle.winner
+    # taulib.lifecycle.winner: validated, published, then added to the sealed-shard index
     "winner.validated",
+    "winner.published",
     # taulib.lifecycle.cancel: the records, then the stopping
     "cancel.recorded",
     # taulib.collect: the journal, the CPU job, the stage, the publication

@@ -39,6 +39,64 @@ def tau(command: str, *args: str, input: str | bytes | None = None, env: dict | 
                           env=env_for_tests(env), timeout=timeout)
 
 
+def tau_on_terminal(command: str, *args: str, env: dict | None = None,
+                    timeout: float = 120) -> tuple[int, str, str]:
+    """Run a tau command with its standard error on a real pseudo-terminal (the `pty` module's slave; standard
+    output a pipe): (exit code, standard output, everything the terminal received, as text)."""
+    import pty
+    import select
+    import threading
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([str(BIN / command), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=slave, env=env_for_tests(env))
+    finally:
+        os.close(slave)
+    out: list[bytes] = []
+    reader = threading.Thread(target=lambda: out.append(proc.stdout.read()))
+    reader.start()
+    seen = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: every writer of the terminal has closed it
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            elif proc.poll() is not None:
+                break
+        proc.wait(timeout=max(deadline - time.monotonic(), 1))
+    finally:
+        os.close(master)
+        reader.join(timeout=10)
+        proc.stdout.close()
+    return proc.returncode, b"".join(out).decode(), seen.decode()
+
+
+def start_paused(command: str, *args: str, failpoint: str, trace: Path, env: dict | None = None,
+                 timeout: float = 60) -> subprocess.Popen:
+    """Start a tau command armed to pause (60 s) at `failpoint`, and return once it is there (its failpoint trace
+    in `trace` says so): the moment to send it a signal. Standard output and error are text pipes."""
+    environ = dict(env or {}, TAU_FAILPOINTS=f"{command}:{failpoint}=delay:60", TAU_FAILPOINT_TRACE=str(trace))
+    proc = subprocess.Popen([str(BIN / command), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env_for_tests(environ))
+    reached = f"{command} {failpoint}\n"
+    deadline = time.monotonic() + timeout
+    while not (trace.exists() and reached in trace.read_text()):
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"{command} ended ({proc.returncode}) before {failpoint}: {err}")
+        assert time.monotonic() < deadline, f"{command} did not reach {failpoint}"
+        time.sleep(0.02)
+    return proc
+
+
 GOLDEN = ROOT / "tests" / "golden"
 
 
@@ -77,6 +135,29 @@ def init_run(workspace: Path, name: str = "run", plan_doc: dict | None = None, *
     run_dir = workspace / name
     proc = tau("tau-init", str(run_dir), input=json.dumps(plan_doc if plan_doc is not None else plan(**plan_args)))
     assert proc.returncode == 0, proc.stderr
+    return run_dir
+
+
+def as_format_1(run_dir: Path) -> Path:
+    """Turn a run fresh from tau-init into one made by an earlier version of tau (format 1), as that tau-init wrote
+    it: run.json without `run_format`, and one shards/shard-NNNNN/shard.json per shard (canonical, 0600, in 0700
+    folders). Nothing else differs until the run is submitted."""
+    from taulib import jsonio
+    from taulib.rules.plan import shard_range
+
+    record = json.loads((run_dir / "run.json").read_bytes())
+    assert record.pop("run_format") == 2 and not (run_dir / "submissions").exists()
+    resolved = json.loads((run_dir / "plan.json").read_bytes())
+    for index in range(record["shard_count"]):
+        sid = f"shard-{index:05d}"
+        folder = run_dir / "shards" / sid
+        folder.mkdir(mode=0o700)
+        start, end = shard_range(resolved, index)
+        (folder / "shard.json").write_bytes(jsonio.canonical({
+            "kind": "tau.shard", "schema_version": 1, "run_id": record["run_id"], "shard_id": sid, "index": index,
+            "record_start": start, "record_end": end}))
+        os.chmod(folder / "shard.json", 0o600)
+    (run_dir / "run.json").write_bytes(jsonio.canonical(record))
     return run_dir
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import error_of, init_run, plan, snapshot, tau
+from taulib.rundir.run import Run
 
 
 def test_init_creates_a_private_run_and_prints_its_summary(workspace):
@@ -22,11 +23,14 @@ def test_init_creates_a_private_run_and_prints_its_summary(workspace):
         "run_id": "run", "run_dir": str(run_dir), "created": True, "records": 80, "shard_count": 4,
         "scheduler": "local"}
     assert proc.stderr == ""
-    assert sorted(os.listdir(run_dir / "shards")) == [f"shard-0000{i}" for i in range(4)]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["locks", "plan.json", "run.json", "shards"]
+    assert os.listdir(run_dir / "shards") == []  # nothing per shard: a shard's range is the plan's (run format 2)
+    assert json.loads((run_dir / "run.json").read_text())["run_format"] == 2
     for path in [run_dir, *run_dir.rglob("*")]:
         mode = stat.S_IMODE(path.lstat().st_mode)
         assert mode == (0o700 if path.is_dir() else 0o600), path
-    ranges = [json.loads((run_dir / "shards" / f"shard-0000{i}" / "shard.json").read_text()) for i in range(4)]
+    with Run(str(run_dir)) as run:
+        ranges = [run.shard(f"shard-0000{i}") for i in range(4)]
     assert [(r["record_start"], r["record_end"]) for r in ranges] == [(0, 20), (20, 40), (40, 60), (60, 80)]
 
 

@@ -27,9 +27,9 @@ def test_retry_creates_attempt_0002_for_exactly_the_failed_shard(settled, tmp_pa
         "submission-0002", "retry", True, "submission-0002", [])
     assert doc["tasks"] == [{"shard_id": "shard-00001", "attempt_id": "attempt-0002", "ordinal": 2,
                              "task_index": 1}]
+    final = settle(run_dir)  # attempt-0002's folder is made by its allocation, which may not have started yet
     assert attempts_of(run_dir) == {"shard-00000": ["attempt-0001"], "shard-00001": ["attempt-0001", "attempt-0002"],
                                     "shard-00002": ["attempt-0001"], "shard-00003": ["attempt-0001"]}
-    final = settle(run_dir)
     assert final["state"] == "succeeded"
     assert [(s["id"], s["winner"]) for s in final["shards"]] == [
         ("shard-00000", "attempt-0001"), ("shard-00001", "attempt-0002"), ("shard-00002", "attempt-0001"),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import complete_run, copy_run, error_of, init_run, plan, settle, snapshot, tau
+from helpers import as_format_1, complete_run, copy_run, error_of, init_run, plan, settle, snapshot, tau
 
 
 def crash(command: str, failpoint: str, *args: str):
@@ -76,16 +76,23 @@ def uninterrupted(tmp_path_factory) -> list[tuple]:
     return outcome(settle(run_dir))
 
 
-@pytest.mark.parametrize("failpoint", ["submit.prepared", "submit.attempts_published", "submit.submitted"])
-def test_tau_submit_killed_mid_protocol_submits_exactly_once_when_run_again(workspace, failpoint, uninterrupted):
+@pytest.mark.parametrize("run_format, failpoint", [
+    (2, "submit.prepared"), (2, "submit.submitted"),
+    (1, "submit.prepared"), (1, "submit.attempts_published"), (1, "submit.submitted"),  # an earlier version's run
+])
+def test_tau_submit_killed_mid_protocol_submits_exactly_once_when_run_again(workspace, run_format, failpoint,
+                                                                           uninterrupted):
     run_dir = init_run(workspace, records=20, shards=2, fail_first=("shard-00001",))
+    if run_format == 1:
+        as_format_1(run_dir)
     crash("tau-submit", failpoint, str(run_dir))
     journal = run_dir / "submissions" / "submission-0001"
     expected_state = "submitted" if failpoint == "submit.submitted" else "prepared"
     assert json_of(journal / "status.json")["state"] == expected_state
     published = [sid for sid, aids in attempts_of(run_dir).items()
                  if aids and (run_dir / "shards" / sid / "attempts" / aids[0] / "attempt.json").exists()]
-    assert published == ([] if failpoint == "submit.prepared" else ["shard-00000", "shard-00001"])
+    # format 2 writes nothing per shard (the status alone gives every task its attempt); format 1 publishes them
+    assert published == ([] if failpoint == "submit.prepared" or run_format == 2 else ["shard-00000", "shard-00001"])
     assert not (journal / "local").exists()  # the executor never started
 
     again = tau("tau-submit", str(run_dir))
@@ -100,11 +107,13 @@ def test_tau_submit_killed_mid_protocol_submits_exactly_once_when_run_again(work
     assert third.returncode == 0 and json.loads(third.stdout)["created"] is False
     assert sorted(os.listdir(run_dir / "submissions")) == ["submission-0001"]
     assert attempts_of(run_dir) == {"shard-00000": ["attempt-0001"], "shard-00001": ["attempt-0001"]}
+    assert all((run_dir / f"shards/{sid}/shard.json").exists() == (run_format == 1) for sid in attempts_of(run_dir))
 
 
 # -- tau-attempt (in the allocation) ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("failpoint", ["attempt.running", "attempt.manifest_written", "attempt.result_written"])
+@pytest.mark.parametrize("failpoint", ["attempt.recorded", "attempt.running", "attempt.manifest_written",
+                                       "attempt.result_written"])
 def test_an_attempt_killed_in_its_allocation_ends_failed_and_a_retry_wins(workspace, failpoint):
     run_dir = init_run(workspace, records=20, shards=2)
     # the supervisor passes TAU_FAILPOINTS to its tasks; tau-submit itself never reaches an attempt.* failpoint
@@ -118,7 +127,7 @@ def test_an_attempt_killed_in_its_allocation_ends_failed_and_a_retry_wins(worksp
     for sid in ("shard-00000", "shard-00001"):
         folder = run_dir / "shards" / sid / "attempts" / "attempt-0001"
         assert json_of(folder / "attempt.json")["state"] in ("running", "failed")
-        assert (folder / "manifest.json").exists() == (failpoint != "attempt.running")
+        assert (folder / "manifest.json").exists() == (failpoint not in ("attempt.recorded", "attempt.running"))
         assert (folder / "result.json").exists() == (failpoint == "attempt.result_written")
         assert not (run_dir / "shards" / sid / "winner.json").exists()
 

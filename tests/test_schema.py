@@ -14,7 +14,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from helpers import complete_run, init_run, plan, tau, wait_settled
+from helpers import as_format_1, complete_run, init_run, plan, tau, wait_settled
 from taulib import jsonio, schema
 from taulib.rundir.records import RunDir, schema_of
 
@@ -120,8 +120,19 @@ def corpus(tmp_path_factory) -> dict:
     assert tau("tau-cancel", str(cancelled), "--shard", "shard-00000").returncode == 0
     assert tau("tau-cancel", str(cancelled)).returncode == 0
 
+    # a run made by an earlier version of tau (format 1): a shard.json per shard, task lists, the attempts tau-submit
+    # published, and the whole-run sealed-shard index that version's tau-reconcile kept
+    old = as_format_1(init_run(ws, "old", records=20, shards=2))
+    assert tau("tau-submit", str(old)).returncode == 0
+    wait_settled(old)
+    legacy = old / "index" / "sealed.json"
+    legacy.write_bytes(jsonio.canonical({"kind": "tau.sealed-index", "schema_version": 1, "run_id": "old",
+                                         "shard_count": 2, "revision": 1, "updated_at": jsonio.now_rfc3339(),
+                                         "ordinals": "1,1", "durations": "0,0"}))
+    legacy.chmod(0o600)
+
     files = []
-    for root in (run_dir, live, cancelled):
+    for root in (run_dir, live, cancelled, old):
         for dirpath, _, names in os.walk(root):
             files += [(str(root), os.path.join(dirpath, n)) for n in names if n.endswith(".json")]
     for _, path in files:
@@ -160,7 +171,8 @@ def test_every_record_file_of_a_completed_run_validates_with_both_validators(cor
         name = schema_of(record["kind"])
         kinds.add(name)
         assert reference_valid(record, name), (rel, [e.message for e in VALIDATORS[name].iter_errors(record)])
-    assert kinds >= {"run", "plan", "shard", "attempt", "readiness", "observation", "result", "manifest",
+    assert kinds >= {"run", "plan", "shard", "sealed-index", "sealed-segment", "attempt", "readiness", "observation",
+                     "result", "manifest",
                      "winner", "submission-plan", "submission-status", "local-supervisor", "local-task",
                      "collection-plan", "collection-status"}
 

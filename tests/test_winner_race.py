@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def unseal(run_dir: Path, sid: str) -> dict:
     path = run_dir / "shards" / sid / "winner.json"
     record = json.loads(path.read_bytes())
     path.unlink()
-    (run_dir / "index" / "sealed.json").unlink(missing_ok=True)  # the index caches winners: drop it too
+    shutil.rmtree(run_dir / "index", ignore_errors=True)  # the index caches winners: drop it too
     shard = next(s for s in status(run_dir)["shards"] if s["id"] == sid)
     assert (shard["state"], shard["winner"]) == ("candidate", None)
     return record

@@ -8,7 +8,8 @@ words the access-denied errors. A dead endpoint fails in seconds: at most TAU_BL
 short backoff, 5 s to connect, TAU_BLOB_READ_TIMEOUT (default 60 s) per read. Errors become tau's exit codes: 401 or
 403, or no token from the identity, refused (77), 404 not found (66), a blob changed since it was listed check
 failed (1), connection failures and other answers unavailable (69). Nothing the SDK logs reaches stderr: stderr
-carries tau's one JSON error and its progress bar only.
+carries tau's one JSON error and its progress line (`taulib.progress`) only. Transfer threads are always joined
+before a transfer returns or raises, a stop signal or two notwithstanding.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import sys
 import threading
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-from taulib import env
+from taulib import env, signals
 from taulib.bundle.credentials import credential, denied, what_to_set
 from taulib.bundle.endpoint import Location
 from taulib.errors import CheckFailed, NotFound, Refused, Unavailable
@@ -111,42 +111,53 @@ def read_small(client, name: str, limit: int = 16 << 20) -> bytes | None:
         return downloader.readall()
 
 
-class Progress:
-    """A progress bar on stderr, only when stderr is a terminal; callable with the bytes just done."""
-
-    def __init__(self, total: int, verb: str = "fetched") -> None:
-        self.total, self.done, self.verb, self.lock = total, 0, verb, threading.Lock()
-        self.enabled = sys.stderr.isatty()
-
-    def __call__(self, n: int) -> None:
-        if not self.enabled:
-            return
-        with self.lock:
-            self.done += n
-            width = 30
-            filled = width * self.done // max(self.total, 1)
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done >> 20}/{self.total >> 20} MiB "
-                             f"{self.verb}")
-            sys.stderr.flush()
-
-    def finish(self) -> None:
-        if self.enabled and self.done:
-            sys.stderr.write("\n")
-
-
 def run_all(items: list, fn, workers: int = WORKERS) -> None:
     """fn(item) for every item on `workers` threads; the first failure cancels what has not started and is
-    raised once the running calls have returned (no call outlives this function)."""
+    raised once the running calls have returned (no call outlives this function, whatever signals come)."""
     if not items:
         return
-    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
-        futures = [pool.submit(fn, item) for item in items]
+    failed: list[BaseException] = []
+    left = [len(items), False]  # calls not ended yet; whether `finished` was released
+    count = threading.Lock()
+    finished = _held_lock()  # released once: every call ended, or one failed
+
+    def one(item) -> None:
         try:
-            wait(futures, return_when=FIRST_EXCEPTION)
-            _raise_first(futures)
+            if not failed:
+                fn(item)
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller's thread, below
+            failed.append(exc)
         finally:
-            for future in futures:
-                future.cancel()
+            with count:
+                left[0] -= 1
+                if (failed or not left[0]) and not left[1]:
+                    left[1] = True
+                    finished.release()
+
+    pool = ThreadPoolExecutor(max_workers=min(workers, len(items)))
+    try:
+        for item in items:
+            pool.submit(one, item)
+        finished.acquire()
+        if failed:
+            raise failed[0]
+    finally:
+        _join(pool)
+
+
+def _held_lock() -> threading.Lock:
+    """A lock held by nobody in particular, for another thread to release: waiting on it (`acquire`) is the one
+    wait that a stop signal can interrupt at any moment without leaving a lock half taken (a Condition's or a
+    Future's wait can be cut between its wake-up and its re-acquire, and then fails to release)."""
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
+def _join(pool: ThreadPoolExecutor) -> None:
+    """Cancel what has not started and wait for what runs: a thread never writes into a stage being removed."""
+    with signals.deferred():
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def download(client, name: str, fd: int | None, size: int, etag: str | None, progress=None) -> str:
@@ -170,41 +181,46 @@ def download(client, name: str, fd: int | None, size: int, etag: str | None, pro
         return sha.hexdigest()
     offsets = list(range(0, size, RANGE))
     done: dict[int, bytes] = {}
-    lock = threading.Condition()
+    failed: dict[int, BaseException] = {}
+    ended = {offset: _held_lock() for offset in offsets}  # released by the range's thread when it ends
     stop = threading.Event()
 
     def fetch(offset: int) -> None:
-        if stop.is_set():
-            return
-        length = min(RANGE, size - offset)
-        with translated(f"downloading {name}"):
-            data = client.download_blob(name, offset=offset, length=length, **condition).readall()
-        if len(data) != length:
-            raise CheckFailed(f"{name} ended early: {offset + len(data)} of {size} bytes")
-        if fd is not None:
-            os.pwrite(fd, data, offset)
-        with lock:
-            done[offset] = data
-            lock.notify_all()
-
-    with ThreadPoolExecutor(max_workers=min(WINDOW, len(offsets))) as pool:
-        futures = []
         try:
-            for next_hash, offset in enumerate(offsets):
-                while len(futures) < len(offsets) and len(futures) - next_hash < WINDOW:
-                    futures.append(pool.submit(fetch, offsets[len(futures)]))
-                with lock:
-                    while offset not in done:
-                        failed = [f for f in futures if f.done() and f.exception() is not None]
-                        if failed:
-                            raise failed[0].exception()
-                        lock.wait(0.2)
-                    data = done.pop(offset)
-                sha.update(data)
-                if progress:
-                    progress(len(data))
+            if stop.is_set():
+                return
+            length = min(RANGE, size - offset)
+            with translated(f"downloading {name}"):
+                data = client.download_blob(name, offset=offset, length=length, **condition).readall()
+            if len(data) != length:
+                raise CheckFailed(f"{name} ended early: {offset + len(data)} of {size} bytes")
+            if fd is not None:
+                os.pwrite(fd, data, offset)
+            done[offset] = data
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller's thread, below
+            failed[offset] = exc
         finally:
-            stop.set()
+            ended[offset].release()
+
+    pool = ThreadPoolExecutor(max_workers=min(WINDOW, len(offsets)))
+    submitted = 0
+    try:
+        for next_hash, offset in enumerate(offsets):
+            while submitted < len(offsets) and submitted - next_hash < WINDOW:
+                pool.submit(fetch, offsets[submitted])
+                submitted += 1
+            while not ended[offset].acquire(timeout=0.2):
+                if failed:  # a later range failed: no need to wait for this one
+                    raise failed[min(failed)]
+            if offset in failed:
+                raise failed[offset]
+            data = done.pop(offset)
+            sha.update(data)
+            if progress:
+                progress(len(data))
+    finally:
+        stop.set()
+        _join(pool)  # before the caller closes fd: no range is written into a descriptor closed or reused
     return sha.hexdigest()
 
 

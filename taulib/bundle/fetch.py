@@ -3,58 +3,48 @@
 Order, failing closed before any byte lands at the destination:
   1. the SOURCE URL passes `taulib.bundle.endpoint` (no request is made for an untrusted one);
   2. the generation comes from --generation, or from the mutable pointer `.tau/current` only with --current;
-  3. the destination must be absent or an empty folder (not a symlink); its parent must exist and not be writable
-     by others (unless sticky);
+  3. the destination's claim is taken (`bundle.claim`: what a killed fetch to it left is removed first); the
+     destination must be absent or an empty folder (not a symlink); its parent must exist and not be writable by
+     others (unless sticky);
   4. marker, then manifest, checked as `manifest.load_ack` does (missing 1, malformed 65, another generation 73,
      a path that would escape the destination 77); the listing must equal the manifest (missing, extra, resized
      named: 1). The listing is the payload (every blob below PREFIX/ outside PREFIX/.tau/) and the generation's own
      folder PREFIX/.tau/bundles/G.d/ (its checkpoint index and metrics copies); a blob that G's manifest does not
      name but another generation's manifest at the prefix does (acknowledged or not) is that generation's: left
      alone, never extra, never fetched;
-  5. download concurrently into a private stage folder beside the destination (`.NAME.tau-fetch-RANDOM`, 0700),
-     each blob pinned to its listed etag, sha256 computed while the bytes arrive, every size and digest compared
-     with the manifest (1); a progress bar on stderr when it is a terminal;
+  5. download concurrently into a private stage folder beside the destination (`.NAME.tau-fetch-RANDOM`, 0700,
+     its name recorded first in the destination's claim, `bundle.claim`, which this fetch holds from step 3 to its
+     end: a second fetch to the same destination meanwhile is busy, 75), each blob pinned to its listed etag,
+     sha256 computed while the bytes arrive, every size and digest compared with the manifest (1); progress on
+     stderr when it is a terminal (or as --progress / --no-progress say: `taulib.progress`);
   6. publish: the stage (with the acknowledgement and the generation's parts under `.tau/bundles/`) is renamed
      to the destination with renameat2(RENAME_NOREPLACE), or onto the empty destination folder; on any failure
      the stage is removed and the destination is as it was before (absent, or the empty folder it was; after a
-     crash between the removal of that empty folder and the rename, absent). The next fetch to the same
-     destination removes what a killed one left: its stage, and a reservation of the no-renameat2 publication.
+     crash between the removal of that empty folder and the rename, absent). A stop signal (SIGTERM, SIGINT,
+     SIGHUP) is such a failure: the stage, the reservation and the claim are removed before the command exits
+     128 + the signal, a second signal meanwhile notwithstanding (`taulib.signals`). The next fetch to the same
+     destination removes what a killed one (SIGKILL) left, by identity: the stage its claim names, and the
+     reservation of the no-renameat2 publication.
 Failpoints: fetch.staged (the stage is complete), fetch.published (renamed to the destination).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
 
-from taulib import failpoints, jsonio
+from taulib import failpoints, jsonio, signals
 from taulib.bundle import endpoint
 from taulib.bundle import manifest as mf
+from taulib.bundle.claim import Claim
 from taulib.errors import CheckFailed, Conflict, NotFound, Refused, UsageError
 from taulib.fs import publish
 from taulib.fs.tree import Tree
 
 
-def _stage_pattern(name: str) -> re.Pattern:
-    return re.compile(rf"^\.{re.escape(name)}\.tau-fetch-[0-9a-f]{{12}}\Z")
-
-
-def _clean_crashed(parent: Tree, name: str) -> None:
-    """What a fetch to `name` killed part way left: its stage folders (of ours, named exactly as a stage of that
-    destination) and a reservation of the no-renameat2 publication. A fetch to the same destination running at
-    this very moment loses its stage and fails; one of two such fetches could only ever succeed anyway."""
-    publish.recover_reservation(parent, name)
-    pattern = _stage_pattern(name)
-    for entry in parent.listdir():
-        if pattern.match(entry):
-            st = parent.lstat(entry)
-            if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
-                parent.remove_tree(entry)
-
-
-def _destination(destination: str) -> tuple[Tree, str, bool]:
-    """(the destination's parent folder, its final name, whether it exists as an empty folder)."""
+def _destination(destination: str) -> tuple[Tree, str, bool, Claim]:
+    """(the destination's parent folder, its final name, whether it exists as an empty folder, the claim on it,
+    which the caller releases)."""
     dest = os.path.abspath(destination)
     parent, name = os.path.split(dest)
     if not name:
@@ -63,26 +53,33 @@ def _destination(destination: str) -> tuple[Tree, str, bool]:
         tree = Tree.open(parent, label="destination parent", follow=True, what="destination folder")
     except NotFound:
         raise NotFound(f"the parent folder of {dest!r} does not exist") from None
+    claim = None
     try:
         st = os.fstat(tree.fd)
         if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
             raise Refused(f"the parent folder of {dest!r} is writable by anyone; refusing to publish there")
-        _clean_crashed(tree, name)
+        with signals.deferred():  # taken, and what a killed fetch left tidied, whole
+            claim = Claim.take(tree, name, dest)
         dst = tree.lstat(name)
         if dst is None:
-            return tree, name, False
+            return tree, name, False, claim
         if not stat.S_ISDIR(dst.st_mode):
             raise Conflict(f"destination {dest!r} exists and is not a folder; tau never overwrites", destination=dest)
         if tree.listdir(name):
             raise Conflict(f"destination {dest!r} exists and is not empty; tau never overwrites", destination=dest)
     except BaseException:
-        tree.close()
+        with signals.deferred():
+            if claim is not None:
+                claim.release()
+            tree.close()
         raise
-    return tree, name, True
+    return tree, name, True, claim
 
 
 def fetch(source: str, destination: str, generation: str | None, current: bool = False,
-          env: dict | None = None) -> dict:
+          env: dict | None = None, progress: bool | None = None) -> dict:
+    """Fetch the generation into `destination`; `progress` forces the progress line on (True) or off (False),
+    None shows it when stderr is a terminal."""
     location = endpoint.parse(source, env)
     if generation is not None and current:
         raise UsageError("--generation and --current exclude each other")
@@ -92,50 +89,65 @@ def fetch(source: str, destination: str, generation: str | None, current: bool =
     if generation is not None:
         mf.check_generation(generation)
     where = location.url()
-    parent, name, existed = _destination(destination)
+    parent, name, existed, claim = _destination(destination)
     with parent:
-        from taulib.bundle import blob
-
-        client = blob.container(location, env)
-        if generation is None:
-            pointer = blob.read_small(client, f"{location.prefix}/{mf.CURRENT}", limit=256)
-            if pointer is None:
-                raise CheckFailed(f"{where} has no current pointer ({mf.CURRENT}); name the generation with "
-                                  "--generation")
-            generation = mf.parse_current(pointer, where)
-        manifest_bytes = blob.read_small(client, f"{location.prefix}/{mf.manifest_name(generation)}")
-        marker_bytes = blob.read_small(client, f"{location.prefix}/{mf.marker_name(generation)}")
-        record = mf.load_ack(generation, manifest_bytes, marker_bytes, where)
-        everything = blob.list_prefix(client, location.prefix)
-        listing = mf.reader_view(everything, generation)
-        differences = mf.compare(record, {p: v[0] for p, v in listing.items()},
-                                 blob.claims(client, location.prefix, everything, generation))
-        if any(differences.values()):
-            raise CheckFailed(f"the blobs under {where} do not match generation {generation!r}: "
-                              + _describe(differences), **differences)
-        stage = f".{name}.tau-fetch-{os.urandom(6).hex()}"
-        removed_empty = False
         try:
-            with parent.subtree(stage, create=True, what="fetch stage") as staged:
-                _download_all(client, location, record, listing, staged)
-                staged.write_new(mf.manifest_name(generation), manifest_bytes)
-                staged.write_new(mf.marker_name(generation), marker_bytes)
-                os.fsync(staged.fd)
-            failpoints.hit("fetch.staged")
-            if existed:
-                parent.remove_empty(name)  # it was empty: the rename below takes its place, never overwrites
-                removed_empty = True
-            publish.publish_folder(parent, stage, name)
-            failpoints.hit("fetch.published")
-        except BaseException:
-            parent.remove_tree(stage)
-            if removed_empty:
-                parent.make_folders(name)
-            raise
+            generation, record, manifest_bytes = _fetch(parent, name, existed, claim, location, generation, env,
+                                                        progress)
+        finally:
+            with signals.deferred():
+                claim.release()
     return {"kind": "tau.bundle-fetch", "schema_version": 1, "source": where, "generation": generation,
             "destination": os.path.abspath(destination), "manifest_sha256": jsonio.sha256_hex(manifest_bytes),
             "files": record["totals"]["files"], "bytes": record["totals"]["bytes"],
             "checkpoints": record.get("checkpoints"), "metrics": record.get("metrics", [])}
+
+
+def _fetch(parent: Tree, name: str, existed: bool, claim: Claim, location, generation: str | None,
+           env: dict | None, progress: bool | None) -> tuple[str, dict, bytes]:
+    """Steps 2 and 4 to 6 (the caller holds the claim): (the generation, its manifest, the manifest's bytes)."""
+    from taulib.bundle import blob
+
+    where = location.url()
+    client = blob.container(location, env)
+    if generation is None:
+        pointer = blob.read_small(client, f"{location.prefix}/{mf.CURRENT}", limit=256)
+        if pointer is None:
+            raise CheckFailed(f"{where} has no current pointer ({mf.CURRENT}); name the generation with "
+                              "--generation")
+        generation = mf.parse_current(pointer, where)
+    manifest_bytes = blob.read_small(client, f"{location.prefix}/{mf.manifest_name(generation)}")
+    marker_bytes = blob.read_small(client, f"{location.prefix}/{mf.marker_name(generation)}")
+    record = mf.load_ack(generation, manifest_bytes, marker_bytes, where)
+    everything = blob.list_prefix(client, location.prefix)
+    listing = mf.reader_view(everything, generation)
+    differences = mf.compare(record, {p: v[0] for p, v in listing.items()},
+                             blob.claims(client, location.prefix, everything, generation))
+    if any(differences.values()):
+        raise CheckFailed(f"the blobs under {where} do not match generation {generation!r}: "
+                          + _describe(differences), **differences)
+    stage = claim.new_stage()
+    removed_empty = False
+    try:
+        with parent.subtree(stage, create=True, what="fetch stage") as staged:
+            _download_all(client, location, record, listing, staged, progress)
+            staged.write_new(mf.manifest_name(generation), manifest_bytes)
+            staged.write_new(mf.marker_name(generation), marker_bytes)
+            os.fsync(staged.fd)
+        failpoints.hit("fetch.staged")
+        if existed:
+            parent.remove_empty(name)  # it was empty: the rename below takes its place, never overwrites
+            removed_empty = True
+        publish.publish_folder(parent, stage, name)
+        failpoints.hit("fetch.published")
+    except BaseException:
+        with signals.deferred():  # a second signal must not leave half a stage
+            parent.remove_tree(stage)
+            publish.recover_reservation(parent, name)  # stopped between the claim and the rename
+            if removed_empty and not parent.exists(name):
+                parent.make_folders(name)
+        raise
+    return generation, record, manifest_bytes
 
 
 def _describe(differences: dict) -> str:
@@ -150,12 +162,14 @@ def _describe(differences: dict) -> str:
     return "; ".join(parts)
 
 
-def _download_all(client, location, record: dict, listing: dict, stage: Tree) -> None:
+def _download_all(client, location, record: dict, listing: dict, stage: Tree, show: bool | None) -> None:
     from taulib.bundle import blob
+    from taulib.progress import Meter
 
     entries = mf.entries(record)
     generation = record["generation"]
-    progress = blob.Progress(sum(e["size"] for e in entries))
+    progress = Meter(f"fetching {generation}", unit="files", total_count=len(entries),
+                     total_bytes=sum(e["size"] for e in entries), show=show)
 
     def finish(entry: dict, sha: str, fd: int) -> None:
         try:
@@ -169,9 +183,10 @@ def _download_all(client, location, record: dict, listing: dict, stage: Tree) ->
             os.fsync(fd)
         finally:
             os.close(fd)
+        progress.add(1)
 
     try:
         blob.download_many(client, location.prefix, entries, {p: v[1] for p, v in listing.items()},
                            lambda entry: stage.create(mf.safe_path(entry["path"], generation)), finish, progress)
     finally:
-        progress.finish()
+        progress.close()

@@ -117,6 +117,7 @@ def verify_blob(source: str, generation: str | None, deep: bool, env: dict | Non
 
     location = endpoint.parse(source, env)  # refused before any request
     from taulib.bundle import blob
+    from taulib.progress import Meter
 
     client = blob.container(location, env)
     where = location.url()
@@ -139,17 +140,20 @@ def verify_blob(source: str, generation: str | None, deep: bool, env: dict | Non
     if deep:
         report["hashed"] = True
         entries = [e for e in mf.entries(record) if e["path"] in payload and payload[e["path"]][0] == e["size"]]
-        progress = blob.Progress(sum(e["size"] for e in entries), "hashed")
+        progress = Meter(f"hashing {generation}", unit="files", total_count=len(entries),
+                         total_bytes=sum(e["size"] for e in entries), bytes_word="hashed")
 
         def finish(entry: dict, sha: str, fd: None) -> None:
             if sha != entry["sha256"]:
                 report["digest_mismatch"].append(entry["path"])
+            progress.add(1)
 
         try:
             blob.download_many(client, location.prefix, entries, {p: v[1] for p, v in payload.items()},
                                lambda entry: None, finish, progress)
         except (CheckFailed, NotFound) as exc:  # a blob changed or vanished while it was being read
             report["problems"].append(exc.message)
-        progress.finish()
+        finally:
+            progress.close()
         report["digest_mismatch"].sort()
     return _finish(report)

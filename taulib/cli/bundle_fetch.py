@@ -21,7 +21,7 @@ WORKLOAD_KEYS = ("kind", "name", "namespace", "discovered", "pvc", "pv", "resour
                 "nothing: the URL must be trusted (checked before any request), the generation acknowledged, the "
                 "listing equal to its manifest; every blob is hashed while it downloads into a private stage beside "
                 "DESTINATION, which is published only when every size and sha256 matched. DESTINATION must be "
-                "absent or an empty folder.", EXAMPLE)
+                "absent or an empty folder. Stopped by a signal, it removes its stage before it exits.", EXAMPLE)
 @click.argument("source", metavar="[SOURCE]", required=False)
 @click.option("--destination", metavar="DIR", required=True,
               help="Where the bundle goes: absent, or an empty folder; never overwritten.")
@@ -39,9 +39,10 @@ WORKLOAD_KEYS = ("kind", "name", "namespace", "discovered", "pvc", "pv", "resour
               "and that claim's Azure Blob PV.")
 @click.option("-n", "--namespace", metavar="NS",
               help="With --kubernetes: the namespace (default: the kubeconfig context's).")
+@common.progress_option
 @common.output_option
 def cli(source: str | None, destination: str, generation: str | None, current: bool, run_dir: str | None,
-        shard: str | None, workload: str | None, namespace: str | None, output: str) -> None:
+        shard: str | None, workload: str | None, namespace: str | None, progress: bool | None, output: str) -> None:
     from taulib.bundle import fetch
     from taulib.errors import UsageError
 
@@ -70,7 +71,7 @@ def cli(source: str | None, destination: str, generation: str | None, current: b
         raise UsageError("missing SOURCE (a Blob URL), or --run RUN_DIR, or --kubernetes NAME")
     elif shard is not None:
         raise UsageError("--shard goes with --run")
-    result = fetch.fetch(source, destination, generation, current=current)
+    result = fetch.fetch(source, destination, generation, current=current, progress=progress)
     if workload is not None:
         result["workload"] = resolved
     if output == "table":

@@ -8,37 +8,47 @@ from taulib.cli import common
 
 EXAMPLE = """
 tau-collect runs/demo --destination runs/demo-dataset
+tau-collect runs/demo --destination runs/demo-csv --format csv --rows-per-partition 100000   # another shape
 tau-collect runs/demo --destination runs/demo-dataset --wait -o table   # a Slurm run: wait for the CPU job
 """
 
 
 @common.command("tau-collect", "Validate every shard's winner, then stream the winners in planned order into a "
-                "deterministic dataset (the run's output format, a fixed row count per partition), staged beside "
-                "DESTINATION and published atomically. Never overwrites: an existing DESTINATION is refused "
-                "(exit 73). Under the local executor the work runs here; under Slurm it runs as a CPU job "
-                "without GPUs (reported as submitted; --wait follows it to its end).", EXAMPLE)
+                "deterministic dataset (the run's output format and partition size, or --format and "
+                "--rows-per-partition), staged beside DESTINATION and published atomically. Never overwrites: an "
+                "existing DESTINATION is refused (exit 73). Under the local executor the work runs here; under "
+                "Slurm it runs as a CPU job without GPUs (reported as submitted; --wait follows it to its end).",
+                EXAMPLE)
 @common.run_dir_argument
 @click.option("--destination", metavar="PATH",
               help="Where the dataset goes: below the run's workspace (the run directory's parent) or an allowed "
                    "root of the plan; must not exist.")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "jsonl"]),
+              help="The output format (default: the plan's output.format).")
+@click.option("--rows-per-partition", type=click.IntRange(min=1), metavar="N",
+              help="Rows in every output file but the last (default: the plan's output.rows_per_partition).")
 @click.option("--wait", is_flag=True, help="Under Slurm, wait until the collection job has finished.")
 @click.option("--worker", "worker", metavar="COLLECTION_ID",
               help="Run as the collection's CPU job (inside the Slurm job tau-collect submitted; never by hand).")
+@common.progress_option
 @common.output_option
-def cli(run_dir: str, destination: str | None, wait: bool, worker: str | None, output: str) -> None:
+def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partition: int | None, wait: bool,
+        worker: str | None, progress: bool | None, output: str) -> None:
     from taulib import collect
     from taulib.errors import UsageError
     from taulib.rundir.run import Run
 
     if worker:
-        if destination or wait:
-            raise UsageError("--worker takes neither --destination nor --wait")
+        if destination or wait or fmt or rows_per_partition:
+            raise UsageError("--worker takes none of --destination, --format, --rows-per-partition and --wait "
+                             "(its collection's plan holds them)")
         common.emit(collect.work(run_dir, worker))
         return
     if not destination:
         raise UsageError("missing option '--destination'")
     with Run(run_dir) as run:
-        result = collect.collect(run, destination, wait=wait)
+        result = collect.collect(run, destination, wait=wait, fmt=fmt, rows_per_partition=rows_per_partition,
+                                 progress=progress)
     if output == "table":
         from taulib import table
 

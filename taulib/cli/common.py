@@ -51,16 +51,41 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _stopped(signum: int, _frame: object) -> None:
+    _unwinding()
     raise Stopped(signum)
 
 
+def _keyboard(_signum: int, _frame: object) -> None:
+    _unwinding()
+    raise KeyboardInterrupt
+
+
+def _taken(_signum: int, _frame: object) -> None:
+    """A stop signal after the first: the command is already unwinding, and ends by the first one. (A handler of
+    Python's that does nothing, not SIG_IGN: Python raises an OSError for a signal that arrived just before it
+    became ignored.)"""
+
+
+def _unwinding() -> None:
+    """The first stop signal unwinds the command, which ends by it; the ones after it change nothing. A second
+    Ctrl-C or kill must neither cut short the clean-up the first one began (a stage being removed, transfer threads
+    being joined) nor land inside a wait on a lock, where Python would leave the lock half taken (and fail, 70, to
+    release it)."""
+    for signum in (*STOP_SIGNALS, signal.SIGINT):
+        if signal.getsignal(signum) in (_stopped, _keyboard):
+            signal.signal(signum, _taken)
+
+
 def _catch_stop_signals() -> None:
-    """Turn SIGTERM and SIGHUP into `Stopped` where their action is still the default (a command that supervises a
-    client, tau-attempt, installs its own for as long as it runs)."""
-    for signum in STOP_SIGNALS:
+    """Turn SIGTERM and SIGHUP into `Stopped`, and SIGINT into KeyboardInterrupt, the first time only, where their
+    action is still the default (a command that supervises a client, tau-attempt, installs its own for as long as
+    it runs)."""
+    defaults = {**{signum: (signal.SIG_DFL, _stopped) for signum in STOP_SIGNALS},
+                signal.SIGINT: (signal.default_int_handler, _keyboard)}
+    for signum, (default, handler) in defaults.items():
         try:
-            if signal.getsignal(signum) is signal.SIG_DFL:
-                signal.signal(signum, _stopped)
+            if signal.getsignal(signum) is default:
+                signal.signal(signum, handler)
         except ValueError:  # not the main thread (a test harness): the default action stays
             pass
 
@@ -165,6 +190,15 @@ def main_for(name: str, cmd: click.Command) -> Callable[[], None]:
                 os.dup2(devnull, sys.stdout.fileno())
             except OSError:
                 pass
+        if signal.getsignal(signal.SIGTERM) is _taken or signal.getsignal(signal.SIGINT) is _taken:
+            # stopped, cleaned up and reported: end now, before the interpreter's shutdown gives the stop signals
+            # their default action back (one more would kill it, and its exit status would be that signal's)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
         sys.exit(code)
 
     return main
@@ -213,6 +247,13 @@ def watch(read: Callable[[], dict], render: Callable[[dict], str], done: Callabl
 def output_option(func: Callable) -> Callable:
     return click.option("-o", "--output", "output", type=click.Choice(["json", "table"]), default="json",
                         show_default=True, help="json for programs, table for people.")(func)
+
+
+def progress_option(func: Callable) -> Callable:
+    """--progress/--no-progress: None when neither is given (then progress shows when stderr is a terminal)."""
+    return click.option("--progress/--no-progress", "progress", default=None,
+                        help="Show progress on standard error (rows or files and bytes done, rate, time left), or "
+                             "not; default: only when standard error is a terminal.")(func)
 
 
 def run_dir_argument(func: Callable) -> Callable:

@@ -10,67 +10,102 @@ the destination's parent folder (the stage, the published dataset). Order of wor
   6. status succeeded.
 Under the local executor steps 4 to 6 run inline; under Slurm they run in a CPU job without GPUs
 (`tau-collect RUN --worker ID`, fenced on its SLURM_JOB_ID: `collect.job`), which `--wait` follows to its end.
+Shape: a collection's output format and rows per partition are tau-collect's --format and --rows-per-partition,
+each defaulting to the run's plan (`output`); its plan record holds both, and `options` says which were given.
+A collection is its destination and its shape: asked again with both the same it is reported (or followed, or
+resumed); the same destination with another shape is refused (Conflict, 73) naming the shape that is there, since
+a dataset is never overwritten; any other destination is a new collection, whatever the earlier ones.
 Promises: a rerun after a crash removes the exact stage of an unfinished collection and starts it again, or adopts
 a destination that a crashed run had already published (its _tau_collection.json names this plan); a rerun after
 success reports the collection (created false). Nothing is ever overwritten, and a collection never leaves a
-partial dataset at its destination.
+partial dataset at its destination: stopped by a signal it removes its stage (a second signal notwithstanding)
+and its entry stays unfinished, for the next call to resume.
 """
 
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
-from taulib import env, failpoints, jsonio
+from taulib import env, failpoints, jsonio, signals
 from taulib.collect import job, stage, winners
 from taulib.collect.destination import authorise, open_parent, read_result, remove_stage, stage_name
 from taulib.collect.report import summary
-from taulib.errors import Busy, Conflict, Refused, TauError
+from taulib.errors import Busy, Conflict, Refused, TauError, UsageError
 from taulib.fs import publish
 from taulib.rundir import locks
 from taulib.rundir.journal import COLLECTIONS, Journal
 
 UNFINISHED = ("prepared", "submitted", "running")
+FORMATS = ("parquet", "csv", "jsonl")
+MAX_ROWS = (1 << 63) - 1  # what a JSON record's integer holds
 
 
-def collect(run, destination: str, wait: bool = False) -> dict:
+class Shape(NamedTuple):
+    """What a collection's output looks like; `options` the ones given (None where the run's plan decides)."""
+    format: str
+    rows_per_partition: int
+    options: dict
+
+
+def shape(run, fmt: str | None = None, rows_per_partition: int | None = None) -> Shape:
+    """The shape of a collection asked for with --format `fmt` and --rows-per-partition (None: the plan's);
+    UsageError (2) for a value tau cannot write, before anything is read or written."""
+    if fmt is not None and fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if rows_per_partition is not None and (isinstance(rows_per_partition, bool)
+                                           or not 1 <= rows_per_partition <= MAX_ROWS):
+        raise UsageError(f"--rows-per-partition {rows_per_partition!r} is not a whole number from 1 to {MAX_ROWS}",
+                         rows_per_partition=str(rows_per_partition))
+    output = run.plan["output"]
+    return Shape(fmt or output["format"], rows_per_partition or output["rows_per_partition"],
+                 {"format": fmt, "rows_per_partition": rows_per_partition})
+
+
+def shape_of(plan: dict) -> tuple[str, int]:
+    return plan["format"], plan["rows_per_partition"]
+
+
+def collect(run, destination: str, wait: bool = False, fmt: str | None = None,
+            rows_per_partition: int | None = None, progress: bool | None = None) -> dict:
     """Plan a collection and run it: inline under the local executor, as a CPU job under Slurm (returned as
-    `submitted`; with `wait`, followed to its end and then reported as a later call would)."""
-    result = _once(run, destination)
+    `submitted`; with `wait`, followed to its end and then reported as a later call would). `fmt` and
+    `rows_per_partition` choose its shape (None: the plan's); `progress` forces the progress line on or off (None:
+    on when stderr is a terminal)."""
+    asked = shape(run, fmt, rows_per_partition)
+    result = _once(run, destination, asked, progress)
     if wait and result["state"] in ("submitted", "running"):
         book = Journal(run, COLLECTIONS)
         job.wait(book, result["collection_id"], lambda: _settle_gone(run, result["collection_id"]))
-        result = _once(run, destination)
+        result = _once(run, destination, asked, progress)
     return result
 
 
-def _once(run, destination: str) -> dict:
+def _once(run, destination: str, asked: Shape, progress: bool | None) -> dict:
     found = winners.validate(run)
     where = authorise(run, destination)
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"), open_parent(where) as parent:
-        return _coordinate(run, Journal(run, COLLECTIONS), found, where, parent)
+        return _coordinate(run, Journal(run, COLLECTIONS), found, where, parent, asked, progress)
 
 
-def _coordinate(run, book: Journal, found: list, where, parent) -> dict:
+def _coordinate(run, book: Journal, found: list, where, parent, asked: Shape, progress: bool | None) -> dict:
     local = run.plan["scheduler"]["profile"] == "local"
     resumed = None
     entry = book.newest()
-    if entry is not None:
+    if entry is not None and entry.status is not None and entry.status["state"] in UNFINISHED:
         plan, status = entry
-        if status["state"] == "succeeded" and plan["destination"] == where.path:
-            result = read_result(parent, where.name)
-            if result is not None and jsonio.digest(result) == status["result_sha256"]:
-                return summary(plan, status, result, created=False)
-        elif status["state"] in UNFINISHED:
-            if plan["destination"] != where.path:
-                raise Busy(f"collection {plan['collection_id']} to {plan['destination']!r} is not finished; "
-                           "run tau-collect for that destination first", collection_id=plan["collection_id"])
-            if local:
-                resumed = entry
-            else:
-                settled = job.settle(run, book, plan, status, parent, where.name,
-                                     lambda p, s, r: _finish(book, p, s, r))
-                if settled is not None:
-                    return settled
+        if plan["destination"] != where.path:
+            raise Busy(f"collection {plan['collection_id']} to {plan['destination']!r} is not finished; run "
+                       f"tau-collect for that destination first ({_options(plan)})",
+                       collection_id=plan["collection_id"])
+        _same_shape(plan, asked, "is being collected by")
+        if local:
+            resumed = entry
+        else:
+            settled = job.settle(run, book, plan, status, parent, where.name,
+                                 lambda p, s, r: _finish(book, p, s, r))
+            if settled is not None:
+                return settled
     publish.recover_reservation(parent, where.name)
     if resumed is not None:
         plan, status = resumed
@@ -78,41 +113,81 @@ def _coordinate(run, book: Journal, found: list, where, parent) -> dict:
         if result is not None and result["plan_sha256"] == jsonio.digest(plan):
             return _finish(book, plan, status, result)  # published before the crash: adopt it
     if parent.exists(where.name):
+        published = _published(book, parent, where)
+        if published is not None:
+            plan, status, result = published
+            _same_shape(plan, asked, "holds")
+            return summary(plan, status, result, created=False)
         raise Conflict(f"destination {where.path!r} already exists; tau never overwrites a dataset",
                        destination=where.path)
     if resumed is None:
-        plan = _plan(run, book.next_id(), where.path, found)
+        plan = _plan(run, book.next_id(), where.path, found, asked)
         status = book.open(plan, result_sha256=None)
         failpoints.hit("collect.planned")
         if not local:
             return job.submit(run, book, plan, status)
     else:
         winners.check_unchanged(plan, found)
-    return _work(run, book, plan, status, found, parent, where.name)
+    return _work(run, book, plan, status, found, parent, where.name, progress)
 
 
-def _plan(run, collection_id: str, destination: str, found: list) -> dict:
+def _published(book: Journal, parent, where) -> tuple[dict, dict, dict] | None:
+    """(plan, status, result) of the collection of this run whose dataset is at the destination, when it is one:
+    its `_tau_collection.json` names a succeeded entry of the journal, made from that entry's plan, to here."""
+    result = read_result(parent, where.name)
+    if result is None or not book.run.dir.exists(book.plan_rel(result["collection_id"])):
+        return None
+    plan, status = book.read(result["collection_id"])
+    if (status is None or status["state"] != "succeeded" or status["result_sha256"] != jsonio.digest(result)
+            or result["plan_sha256"] != jsonio.digest(plan) or plan["destination"] != where.path):
+        return None
+    return plan, status, result
+
+
+def _same_shape(plan: dict, asked: Shape, verb: str) -> None:
+    """Conflict (73) unless the collection `plan` has the shape asked for: a destination is one dataset."""
+    if shape_of(plan) == (asked.format, asked.rows_per_partition):
+        return
+    raise Conflict(f"destination {plan['destination']!r} {verb} {plan['collection_id']} as {plan['format']} in "
+                   f"partitions of {plan['rows_per_partition']} rows, not {asked.format} in partitions of "
+                   f"{asked.rows_per_partition} as asked; tau never overwrites a dataset: collect this shape to "
+                   f"another destination, or give {_options(plan)} for that one", destination=plan["destination"],
+                   collection_id=plan["collection_id"], format=plan["format"],
+                   rows_per_partition=plan["rows_per_partition"])
+
+
+def _options(plan: dict) -> str:
+    return f"--format {plan['format']} --rows-per-partition {plan['rows_per_partition']}"
+
+
+def _plan(run, collection_id: str, destination: str, found: list, asked: Shape) -> dict:
     return {"kind": "tau.collection-plan", "schema_version": 1, "run_id": run.run_id,
             "collection_id": collection_id, "plan_sha256": run.plan_sha256, "created_at": jsonio.now_rfc3339(),
-            "destination": destination, "format": run.plan["output"]["format"],
-            "rows_per_partition": run.plan["output"]["rows_per_partition"], "records": run.plan["records"],
+            "destination": destination, "format": asked.format, "rows_per_partition": asked.rows_per_partition,
+            "options": asked.options, "records": run.plan["records"],
             "schema_digest": found[0].manifest["schema_digest"],
             "shards": [{"shard_id": w.shard_id, "winner_sha256": w.winner_sha256} for w in found]}
 
 
-def _work(run, book: Journal, plan: dict, status: dict, found: list, parent, name: str) -> dict:
+def _work(run, book: Journal, plan: dict, status: dict, found: list, parent, name: str,
+          progress: bool | None = None) -> dict:
     """Steps 4-6 (inline, or inside the CPU job). The caller holds collect.lock."""
+    from taulib.progress import Meter
+
     status = book.advance(status, state="running")
     staged = stage_name(plan)
     remove_stage(parent, staged)
     try:
-        with parent.subtree(staged, create=True) as folder:
-            result = stage.write(run, plan, found, folder)
+        with parent.subtree(staged, create=True) as folder, \
+                Meter("collecting", unit="rows", total_count=plan["records"], show=progress) as meter:
+            result = stage.write(run, plan, found, folder, meter)
         failpoints.hit("collect.staged")
         publish.publish_folder(parent, staged, name)
         failpoints.hit("collect.renamed")
     except BaseException as exc:
-        remove_stage(parent, staged)
+        with signals.deferred():  # a second signal must not leave half a stage
+            remove_stage(parent, staged)
+            publish.recover_reservation(parent, name)  # stopped between the claim and the rename
         if isinstance(exc, Exception):  # an error (not a signal): the entry is over, so the next call starts anew
             try:
                 book.retire(status, _reason(exc))

@@ -8,12 +8,14 @@ def progress(plan: dict, status: dict) -> dict:
     """The summary of a collection whose job has not published the dataset yet."""
     return {"kind": "tau.collection", "schema_version": 1, "run_id": plan["run_id"],
             "collection_id": plan["collection_id"], "state": status["state"], "created": True,
-            "destination": plan["destination"], "format": plan["format"], "records": plan["records"],
+            "destination": plan["destination"], "format": plan["format"],
+            "rows_per_partition": plan["rows_per_partition"], "records": plan["records"],
             "partitions": None, "files": [], "job_id": status["job_id"]}
 
 
 def summary(plan: dict, status: dict, result: dict, created: bool) -> dict:
     return {"kind": "tau.collection", "schema_version": 1, "run_id": plan["run_id"],
             "collection_id": plan["collection_id"], "state": status["state"], "created": created,
-            "destination": plan["destination"], "format": plan["format"], "records": result["records"],
+            "destination": plan["destination"], "format": plan["format"],
+            "rows_per_partition": plan["rows_per_partition"], "records": result["records"],
             "partitions": len(result["files"]), "files": result["files"], "job_id": status.get("job_id")}

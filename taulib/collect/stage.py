@@ -16,15 +16,18 @@ labels and costs time and space on all-unique text; CSV as pyarrow writes it wit
 per row, keys in schema order, by orjson. Memory is bounded by design, whatever the input size: one input buffer,
 at most QUEUE decoded batches between the reader thread and the writer, and one row group being encoded.
 The reader thread (read, hash, decode) and the writer (encode, hash, write) overlap on two cores; pyarrow,
-hashlib and the reads release the interpreter lock. Imports pyarrow, so only the collection worker loads it.
+hashlib and the reads release the interpreter lock. They hand batches over through a deque that each side polls
+(no lock or condition is waited on, so a stop signal can unwind the writer at any moment and leave nothing half
+taken). Imports pyarrow, so only the collection worker loads it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import queue
 import threading
+import time
+from collections import deque
 
 from taulib import jsonio
 from taulib.collect.destination import RESULT
@@ -37,6 +40,7 @@ SUFFIX = {"parquet": "parquet", "csv": "csv", "jsonl": "jsonl"}
 INPUT_BUFFER = 64 << 20  # winner files up to this size are read once; larger ones twice (hash, then decode)
 WRITE_BUFFER = 8 << 20
 QUEUE = 2  # decoded batches in flight between the reader and the writer
+POLL = 0.0005  # seconds a side waits before looking at the hand-over again
 JSON_ROWS = 8192  # rows converted to JSON lines at a time: small enough to stay out of the allocator's mmap path
 DICTIONARY_SHARE = 0.5
 READ_CHUNK = 4 << 20
@@ -85,7 +89,7 @@ class _Inputs:
 
     def __init__(self, run, files: list[tuple[str, dict]]) -> None:
         self.run, self.files = run, files
-        self.queue: queue.Queue = queue.Queue(maxsize=QUEUE)
+        self.handed: deque = deque()  # batches, _END markers and the reader's exception, in order
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.current = -1  # the file whose batches `read` takes now
@@ -120,12 +124,13 @@ class _Inputs:
 
     def close(self) -> None:
         self.stop.set()
-        while self.thread is not None and self.thread.is_alive():
-            try:  # unblock a reader waiting for room
-                self.queue.get(timeout=0.05)
-            except queue.Empty:
-                pass
+        if self.thread is not None:
+            from taulib import signals
+
+            with signals.deferred():  # it sees `stop` within POLL, or at the end of the read it is in
+                self.thread.join()
         self.thread = None
+        self.handed.clear()
 
     # -- the writer's side --------------------------------------------------------------------------------------
 
@@ -133,7 +138,12 @@ class _Inputs:
         if self.thread is None:
             self.thread = threading.Thread(target=self._reader, name="tau-collect-reader", daemon=True)
             self.thread.start()
-        item = self.queue.get()
+        while True:
+            try:
+                item = self.handed.popleft()
+                break
+            except IndexError:
+                time.sleep(POLL)
         if isinstance(item, BaseException):
             raise item
         return item
@@ -160,13 +170,14 @@ class _Inputs:
     # -- the reader thread ----------------------------------------------------------------------------------------
 
     def _put(self, item) -> bool:
-        while not self.stop.is_set():
-            try:
-                self.queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+        while len(self.handed) >= QUEUE:
+            if self.stop.is_set():
+                return False
+            time.sleep(POLL)
+        if self.stop.is_set():
+            return False
+        self.handed.append(item)
+        return True
 
     def _reader(self) -> None:
         try:

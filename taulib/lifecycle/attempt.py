@@ -7,7 +7,9 @@ Runs inside the allocation (a Slurm array task, or a task of the local executor)
      shard's newest, the shard has no winner, the attempt has not started (or is the same allocation restarted
      after a requeue) and its scheduler evidence is not terminal. A late or duplicate allocation exits 77 and
      writes nothing;
-  3. under the shard lock: attempt.json -> running, readiness.json revision 1 "starting";   failpoint attempt.running
+  3. under the shard lock: attempt.json -> running (an attempt only its submission recorded yet gets its
+     revision-1 attempt.json first: failpoint attempt.recorded), readiness.json revision 1 "starting";
+                                                                                           failpoint attempt.running
   4. prepare the dataset folder (per attempt, or the shard-owned workspace under its resume lock);
   5. readiness "running", run the client (`lifecycle.client`: the program and environment the run fixed, the
      heartbeat, the stop signals, a cancellation noticed while it runs). After a stop signal nothing else is
@@ -33,6 +35,7 @@ from taulib import failpoints, jsonio
 from taulib.errors import BadInput, NotFound, Refused, TauError
 from taulib.lifecycle import client
 from taulib.rundir import layout, locks, state
+from taulib.rundir.journal import find_task
 from taulib.rundir.run import Run
 
 def allocation_identity(env: dict) -> dict:
@@ -61,7 +64,8 @@ def _restart_count(env: dict) -> int:
 
 def _fence(run: Run, sid: str, aid: str, identity: dict, restarts: int) -> dict:
     """Return the attempt record when this allocation may write, else raise Refused (nothing written)."""
-    attempt = run.dir.read(layout.attempt_file(sid, aid, "attempt.json"), "tau.attempt")
+    submitted = state.Submitted(run)  # read now: a newer submission may have given the shard a newer attempt
+    attempt = state.attempt_record(run, sid, aid, submitted)
     where = f"{sid}/{aid}"
     if attempt is None:
         raise Refused(f"{where} is not recorded; this allocation is not a persisted attempt", shard_id=sid)
@@ -73,7 +77,7 @@ def _fence(run: Run, sid: str, aid: str, identity: dict, restarts: int) -> dict:
         raise Refused(f"{where} belongs to another plan", shard_id=sid)
     if run.dir.exists(layout.winner(sid)):
         raise Refused(f"{sid} already has a winner; this allocation writes nothing", shard_id=sid)
-    latest = state.latest_attempt(run, sid)
+    latest = state.latest_attempt(run, sid, submitted)
     if latest is None or latest["attempt_id"] != aid:
         raise Refused(f"{where} is stale: a newer attempt exists", shard_id=sid)
     evidence = run.dir.read(layout.attempt_file(sid, aid, "observation.json"), "tau.observation")
@@ -133,10 +137,10 @@ def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict,
         sub = run.dir.read(f"submissions/{submission_id}/plan.json", "tau.submission-plan")
         if sub is None:
             raise NotFound(f"run {run.run_id!r} has no submission {submission_id!r}")
-        tasks = [t for t in sub["tasks"] if t["task_index"] == identity["task_index"]]
-        if not tasks:
+        task = find_task(sub, identity["task_index"])
+        if task is None:
             raise Refused(f"submission {submission_id!r} has no task {identity['task_index']}")
-        sid, aid = tasks[0]["shard_id"], tasks[0]["attempt_id"]
+        sid, aid = task["shard_id"], task["attempt_id"]
         _await_binding(run, submission_id, env, stop)
         restarts = _restart_count(env)
         with ExitStack() as stack:
@@ -144,6 +148,7 @@ def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict,
                 stack.enter_context(locks.hold(run.dir, locks.resume_lock_name(sid)))
             with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, locks.shard_lock_name(sid)):
                 attempt = _fence(run, sid, aid, identity, restarts)
+                state.record_attempt(run, attempt)  # only its submission recorded it yet: its attempt.json first
                 why = client.cancelled(run, attempt)
                 if why is not None:  # cancelled before its client started: it never will
                     return _end_cancelled(run, attempt, f"{why}; the client was never started")

@@ -36,6 +36,7 @@ def cancel(run, shard_ids: list[str] | None = None) -> dict:
             whole_run = state.run_cancel(run)
         requested = whole_run["requested_at"] if whole_run else None
         sealed, cancelled, targets = [], [], []
+        submitted = state.Submitted(run)  # the journal cannot change: this holds submit.lock
         for sid in wanted if wanted is not None else run.shard_ids():
             with locks.hold(run.dir, locks.shard_lock_name(sid)):
                 if run.dir.exists(layout.winner(sid)):
@@ -44,7 +45,7 @@ def cancel(run, shard_ids: list[str] | None = None) -> dict:
                 record = whole_run or _record(run, sid)
                 requested = requested or record["requested_at"]
                 cancelled.append(sid)
-                attempt = state.latest_attempt(run, sid)
+                attempt = state.latest_attempt(run, sid, submitted)
                 if attempt is not None and attempt["state"] in ("submitted", "running"):
                     targets.append(attempt)
     failpoints.hit("cancel.recorded")  # the records are durable; nothing is stopped yet

@@ -1,7 +1,11 @@
 """Creating a run (tau-init): the plan resolved from the request, then the run's records.
 
-Reads: the plan request (validated against `plan-request`). Writes: plan.json, shards/*/shard.json, and run.json
-last, so a run exists exactly when run.json does.
+Reads: the plan request (validated against `plan-request`). Writes: plan.json, the empty shards/ folder (and
+schema.json when the plan declares the output schema), and run.json last, so a run exists exactly when run.json
+does. Nothing is written per shard: a shard's record range is a function of the plan (`rules.plan.shard_range`;
+run.json's `run_format` 2 says so, see `rundir.run`), and its folder is made by the first record about it; so
+tau-init takes the same time for 8 shards as for 1,000,000. Runs made by earlier versions of tau have a
+shards/*/shard.json each.
 Promises: the resolved plan is a pure function of the request and the run id (no clock, no machine facts); the
 pre-flight resolves the client's program once (an absolute path of an executable file) and records it in run.json
 with the PATH and the folder tau-init ran with, so every attempt runs the same program in the same environment,
@@ -21,9 +25,10 @@ from taulib import __version__, env, failpoints, jsonio, schema
 from taulib.errors import BadInput, Conflict, NotFound, UsageError
 from taulib.fs import atomic
 from taulib.rules import plan as defaults
-from taulib.rules.plan import shard_count, shard_range
+from taulib.rules.plan import shard_count
 from taulib.rundir import layout, locks
 from taulib.rundir.records import RunDir
+from taulib.rundir.run import RUN_FORMAT
 MAX_SHARDS = 1_000_000  # as the plan request's `shards` maximum: one Slurm array index per shard
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards", "submissions", "collections", "index", "bundles",
@@ -155,13 +160,7 @@ def init(run_dir: str, request: object, environ: dict | None = None) -> dict:
             return _summary(run, existing, plan, created=False)
         run.publish_bytes(layout.PLAN, plan_bytes)
         failpoints.hit("init.plan_written")
-        run.make_folders("shards")
-        for index in range(plan["shard_count"]):
-            start, end = shard_range(plan, index)
-            sid = layout.shard_id(index)
-            run.publish(layout.shard_record(sid), {
-                "kind": "tau.shard", "schema_version": 1, "run_id": run_id, "shard_id": sid, "index": index,
-                "record_start": start, "record_end": end})
+        run.make_folders(layout.SHARDS)
         if plan["output"]["schema"] is not None and run.read(layout.SCHEMA, "tau.output-schema") is None:
             # declared: every candidate must have exactly these columns (a re-run after a crash keeps the first)
             run.publish(layout.SCHEMA, {"kind": "tau.output-schema", "schema_version": 1, "run_id": run_id,
@@ -170,7 +169,7 @@ def init(run_dir: str, request: object, environ: dict | None = None) -> dict:
         failpoints.hit("init.shards_written")
         record = {"kind": "tau.run", "schema_version": 1, "run_id": run_id, "created_at": jsonio.now_rfc3339(),
                   "plan": {"path": layout.PLAN, "sha256": plan_sha}, "shard_count": plan["shard_count"],
-                  "tau_version": __version__, "environment": environment}
+                  "run_format": RUN_FORMAT, "tau_version": __version__, "environment": environment}
         run.publish(layout.RUN, record)
         return _summary(run, record, plan, created=True)
 

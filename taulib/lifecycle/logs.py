@@ -26,7 +26,7 @@ def attempt_of(run, sid: str, aid: str | None) -> dict:
         if attempt is None:
             raise NotFound(f"{sid} has no attempt yet; tau-submit gives it one", shard_id=sid)
         return attempt
-    attempt = run.dir.read(layout.attempt_file(sid, aid, "attempt.json"), "tau.attempt")
+    attempt = state.attempt_record(run, sid, aid)
     if attempt is None:
         raise NotFound(f"{sid} has no attempt {aid!r}", shard_id=sid, attempt_id=aid)
     return attempt
@@ -90,8 +90,7 @@ def _drain(run, attempt: dict, offsets: dict, write) -> None:
 
 def _ended(run, attempt: dict) -> bool:
     """Whether the attempt has ended: its record says so, or its executor no longer has it queued or running."""
-    record = run.dir.read(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "attempt.json"),
-                          "tau.attempt")
+    record = state.attempt_record(run, attempt["shard_id"], attempt["attempt_id"])
     if record is None or record["state"] in ("succeeded", "failed"):
         return True
     sched = record["scheduler"]

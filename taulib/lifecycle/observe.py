@@ -19,10 +19,11 @@ def live_attempts(run) -> list[dict]:
     allocation that exits before accounting shows it is asked about until it does, so its exit code and Slurm's
     reason reach its evidence. One that finished before anybody observed it has its own result's reason."""
     out = []
+    submitted = state.Submitted(run)
     for sid in state.unsealed_shards(run):
         if run.dir.exists(layout.winner(sid)):
             continue
-        attempt = state.latest_attempt(run, sid)
+        attempt = state.latest_attempt(run, sid, submitted)
         if attempt is None:
             continue
         if attempt["state"] in ("submitted", "running"):

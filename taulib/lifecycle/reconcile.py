@@ -2,7 +2,8 @@
 
 Reads: the document (validated against `observations` before anything is touched) and the records of the attempts
 it names. Writes, under the run lock (shared) and each shard's lock: observation.json (revision + 1) where the
-evidence changed, and attempt.json where terminal evidence ended an unfinished attempt; then, under the local
+evidence changed, and attempt.json where terminal evidence ended an unfinished attempt (an attempt only its
+submission recorded gets its revision-1 attempt.json first: `rundir.state.record_attempt`); then, under the local
 executor, the folder of a supervisor that died without ending (`local.supervisor.sweep`); the temp file of a
 crashed publish in the run's own folder; then the sealed-shard index.
 Promises: the rules are the pure table `rules.evidence` and the verdict `rules.attempt`; a document that names an
@@ -97,12 +98,13 @@ def _apply(run, doc: dict, target: StatusFile | None) -> dict:
         seen_by_shard.setdefault(view["shard_id"], []).append(view)
     changes = []
     with locks.hold(run.dir, "run", shared=True):
+        submitted = state.Submitted(run)  # the attempts that only their submissions record yet
         for view in doc["attempts"]:  # refuse the whole document before writing any of it
-            _recorded_attempt(run, view)
+            _recorded_attempt(run, view, submitted)
         for sid in sorted(seen_by_shard):
             with locks.hold(run.dir, locks.shard_lock_name(sid)):
                 for view in seen_by_shard[sid]:
-                    change = _apply_one(run, view, seen[(sid, view["attempt_id"])][1], now)
+                    change = _apply_one(run, view, seen[(sid, view["attempt_id"])][1], now, submitted)
                     if change:
                         changes.append(change)
         failpoints.hit("reconcile.applied")  # the evidence is written; the index not yet
@@ -155,12 +157,12 @@ def seen_of(doc: dict, now: float) -> dict:
             for v in doc["attempts"]}
 
 
-def next_for(run, view: dict, seen: evidence_rules.Seen, now: float):
+def next_for(run, view: dict, seen: evidence_rules.Seen, now: float, submitted: state.Submitted | None = None):
     """(attempt record, persisted observation record, its evidence, rule, new evidence) for one attempt; the
     persisted evidence is read `clamped` to `now`: a time from a fast clock becomes the time of this observation,
     so it never hides the new evidence."""
     sid, aid = view["shard_id"], view["attempt_id"]
-    attempt = _recorded_attempt(run, view)
+    attempt = _recorded_attempt(run, view, submitted)
     prev_record = run.dir.read(layout.attempt_file(sid, aid, "observation.json"), "tau.observation")
     prev = evidence_rules.clamped(state.evidence_from_record(prev_record), now, attempt["windows"],
                                   present=seen.observed_at)
@@ -168,10 +170,10 @@ def next_for(run, view: dict, seen: evidence_rules.Seen, now: float):
     return attempt, prev_record, prev, rule, new
 
 
-def _recorded_attempt(run, view: dict) -> dict:
+def _recorded_attempt(run, view: dict, submitted: state.Submitted | None = None) -> dict:
     """The attempt record a view names, or BadInput when the run has no such attempt under that identity."""
     sid, aid = view["shard_id"], view["attempt_id"]
-    attempt = run.dir.read(layout.attempt_file(sid, aid, "attempt.json"), "tau.attempt")
+    attempt = state.attempt_record(run, sid, aid, submitted)
     if attempt is None:
         raise BadInput(f"observations name {sid}/{aid}, which this run does not have", shard_id=sid)
     if attempt["scheduler"] != view["scheduler"]:
@@ -180,10 +182,11 @@ def _recorded_attempt(run, view: dict) -> dict:
     return attempt
 
 
-def _apply_one(run, view: dict, seen: evidence_rules.Seen, now: float) -> dict | None:
+def _apply_one(run, view: dict, seen: evidence_rules.Seen, now: float,
+               submitted: state.Submitted | None = None) -> dict | None:
     sid, aid = view["shard_id"], view["attempt_id"]
     obs_rel = layout.attempt_file(sid, aid, "observation.json")
-    attempt, prev_record, prev, rule, new = next_for(run, view, seen, now)
+    attempt, prev_record, prev, rule, new = next_for(run, view, seen, now, submitted)
     if new is None:
         return None
     change = None
@@ -195,6 +198,7 @@ def _apply_one(run, view: dict, seen: evidence_rules.Seen, now: float) -> dict |
     if new.terminal and attempt["state"] in ("submitted", "running"):
         # terminal evidence ends an unfinished attempt; COMPLETED without a finalised attempt is a failure too
         verdict = effective_attempt(attempt, new)
+        state.record_attempt(run, attempt)  # an attempt only its submission recorded gets its attempt.json first
         now = jsonio.now_rfc3339()
         record = dict(attempt, revision=attempt["revision"] + 1, updated_at=max(now, attempt["updated_at"]),
                       state="failed", terminal={"classification": terminal_classification(new),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from taulib.lifecycle import submission
 from taulib.rules.retry import ShardFacts, select_initial, select_retry
-from taulib.rundir import state
+from taulib.rundir import layout, state
 from taulib.rundir.status import run_status
 
 
@@ -46,8 +46,11 @@ def initial(run) -> dict:
     def select(run_) -> tuple[list[str], list[dict], list[str]]:
         if state.run_cancel(run_) is not None:
             return [], [], []
-        counts = [(sid, len(state.attempt_ids(run_, sid))) for sid in run_.shard_ids()]
-        cancelled = frozenset(sid for sid, count in counts if count == 0
+        present = set(run_.dir.listdir(layout.SHARDS))  # a shard without a folder has no record and no cancel
+        submitted = state.Submitted(run_)  # the attempts of bound submissions, which may have no folder yet
+        counts = [(sid, len(state.attempt_ids(run_, sid, submitted, on_disk=sid in present)))
+                  for sid in run_.shard_ids()]
+        cancelled = frozenset(sid for sid, count in counts if count == 0 and sid in present
                               and state.cancellation(run_, sid, None) is not None)
         return select_initial(counts, cancelled), [], []
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from taulib.lifecycle import observe, reconcile
-from taulib.rundir import locks
+from taulib.rundir import locks, state
 from taulib.rundir.status import run_status
 
 
@@ -20,8 +20,9 @@ def status(run) -> dict:
         doc = reconcile.validate_document(observe.observe(run))
         now = time.time()
         evidence = {}
+        submitted = state.Submitted(run)
         for key, (view, seen) in reconcile.seen_of(doc, now).items():
-            *_, new = reconcile.next_for(run, view, seen, now)
+            *_, new = reconcile.next_for(run, view, seen, now, submitted)
             if new is not None:
                 evidence[key] = new
         return run_status(run, sources=doc["sources"], now=now, evidence=evidence)

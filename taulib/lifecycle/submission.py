@@ -1,23 +1,26 @@
 """Submissions: the journal that gives shards new attempts and hands them to an executor (tau-submit, tau-retry).
 
 Reads and Writes, under `run.lock` (shared) then `submit.lock`: the submission journal
-(`rundir.journal.SUBMISSIONS`), the shards' attempt.json (each under its shard lock), and under Slurm the job
-script `submissions/<id>/job.sh`. Protocol:
+(`rundir.journal.SUBMISSIONS`), in format-1 runs the shards' attempt.json (each under its shard lock), and under
+Slurm the job script `submissions/<id>/job.sh`. Protocol:
   1. settle the newest journal entry: one that never reached PREPARED is removed; a PREPARED one is finished
      (local) or resolved (Slurm, by exact job name: `rules.journal.resolve`) before anything new is planned;
-  2. the journal entry: plan.json (the shards, their next attempt ids, task indices, the job name derived from the
-     run id, the digest of run.json and the submission number), then status PREPARED with a visibility deadline;
-                                                                                  failpoint submit.prepared
+  2. the journal entry: plan.json (the shards' next attempts as `task_ranges` of task indices, which are the shards'
+     indices; the job name derived from the run id, the digest of run.json and the submission number), then status
+     PREPARED with a visibility deadline;                                         failpoint submit.prepared
   3. hand the tasks to the executor and learn the job id: the local executor's job id is the submission id; for
      Slurm, the rendered script is published as `job.sh` and submitted with `sbatch --parsable` as one job array.
      A definite refusal retires the entry (FAILED, exit 69); an ambiguous outcome (timeout, lost reply, unparsable
      reply) leaves it PREPARED and exits 75: the next call resolves it, and never submits blindly again;
-  4. publish each attempt.json (state submitted, bound to the job id and task) under its shard lock;
-                                                                                  failpoint submit.attempts_published
-  5. status SUBMITTED;                                                            failpoint submit.submitted
+  4. format-1 runs only (made by earlier versions of tau): publish each attempt.json (state submitted, bound to the
+     job id and task) under its shard lock;                                       failpoint submit.attempts_published
+  5. status SUBMITTED: the commit point. In a format-2 run this alone gives every task its attempt: nothing is
+     written per shard, and each attempt's record is the revision 1 the plan and the job id imply
+     (`rundir.state.Submitted`) until the first process that changes it publishes it;  failpoint submit.submitted
   6. local executor: start the supervisor.
 Promises: a crash at any step is finished by the next tau-submit or tau-retry, and no step is ever done twice with a
-different outcome: attempts are published with bytes derived from the plan, so re-publishing them is idempotent.
+different outcome: attempts are derived from the plan (and in format 1 published with those bytes, so re-publishing
+them is idempotent).
 Allocations of a retired job are fenced by tau-attempt.
 """
 
@@ -31,7 +34,7 @@ from taulib.errors import BadInput, Busy, Conflict
 from taulib.rules import environment as environment_rules
 from taulib.rules import journal as journal_rules
 from taulib.rundir import layout, locks, state
-from taulib.rundir.journal import SUBMISSIONS, Journal, job_name
+from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks, job_name, task_indices, tasks
 
 
 def journal(run) -> Journal:
@@ -60,17 +63,20 @@ def submit(run, purpose: str, select) -> dict:
             return {"submission_id": None, "skipped": skipped, "purpose": purpose, "job_id": None,
                     "job_name": None, "state": None, "created": False, "adopted": False, "tasks": []}
         _check_inherited(run)
-        tasks = []
+        present = set(run.dir.listdir(layout.SHARDS))  # a shard without a folder has no attempt of its own
+        submitted = state.Submitted(run)  # the attempts the bound submissions gave, which have no folder yet
+        chosen = []
         for sid in shard_ids:
-            ordinal = len(state.attempt_ids(run, sid)) + 1
+            ordinal = len(state.attempt_ids(run, sid, submitted, on_disk=sid in present)) + 1
             task = {"shard_id": sid, "attempt_id": layout.attempt_id(ordinal), "ordinal": ordinal,
                     "task_index": layout.shard_index(sid)}
-            tasks.append(dict(task, granted=True) if sid in granted else task)
+            chosen.append(dict(task, granted=True) if sid in granted else task)
         sub_id = book.next_id()
         plan = {"kind": "tau.submission-plan", "schema_version": 1, "run_id": run.run_id,
                 "submission_id": sub_id, "purpose": purpose, "plan_sha256": run.plan_sha256,
                 "created_at": jsonio.now_rfc3339(), "executor": run.plan["scheduler"]["profile"],
-                "job_name": job_name(run, sub_id.split("-")[1]), "tasks": tasks}
+                "job_name": job_name(run, sub_id.split("-")[1]),
+                **({"task_ranges": compact_tasks(chosen)} if run.format >= 2 else {"tasks": chosen})}
         text = _render(run, plan) if plan["executor"] == "slurm" else None  # refuse bad fields before the journal
         status = book.open(plan)
         failpoints.hit("submit.prepared")
@@ -91,7 +97,7 @@ def _render(run, plan: dict) -> str:
     from taulib.slurm import script
 
     return script.render(job_name=plan["job_name"], run_dir=run.path, submission_id=plan["submission_id"],
-                         task_indices=[t["task_index"] for t in plan["tasks"]], python=sys.executable,
+                         task_indices=task_indices(plan), python=sys.executable,
                          profile=run.plan["scheduler"]["slurm"])
 
 
@@ -117,7 +123,7 @@ def _resolve(run, book: Journal, plan: dict, status: dict) -> dict:
     from taulib.slurm import commands
 
     found = commands.find_by_name(plan["job_name"], os.getuid(), jsonio.parse_time(plan["created_at"]))
-    verdict = journal_rules.resolve(found, {t["task_index"] for t in plan["tasks"]},
+    verdict = journal_rules.resolve(found, set(task_indices(plan)),
                                     jsonio.now_rfc3339() > status["deadline"], plan["job_name"])
     if verdict.action == "conflict":
         raise Conflict(f"{verdict.reason}; then run tau-submit again", job_id=verdict.job_id,
@@ -132,8 +138,9 @@ def _resolve(run, book: Journal, plan: dict, status: dict) -> dict:
 
 def _bind(run, book: Journal, plan: dict, status: dict, job_id: str) -> dict:
     """Steps 4-6."""
-    _publish_attempts(run, plan, job_id)
-    failpoints.hit("submit.attempts_published")
+    if run.format < 2:
+        _publish_attempts(run, plan, job_id)
+        failpoints.hit("submit.attempts_published")
     status = book.advance(status, state="submitted", job_id=job_id)
     failpoints.hit("submit.submitted")
     if plan["executor"] == "local":
@@ -144,18 +151,11 @@ def _bind(run, book: Journal, plan: dict, status: dict, job_id: str) -> dict:
 
 
 def _publish_attempts(run, plan: dict, job_id: str) -> None:
-    windows = run.plan["windows"]
-    for task in sorted(plan["tasks"], key=lambda t: t["shard_id"]):
+    """Step 4 of a format-1 run: each attempt.json, under its shard lock, in ascending shard order (one already
+    there, published by a crashed call, must be bound to this submission)."""
+    for task in sorted(tasks(plan), key=lambda t: t["shard_id"]):
         sid, aid = task["shard_id"], task["attempt_id"]
-        dataset = (layout.shard_dataset(sid) if run.plan["resume"] == "always"
-                   else layout.attempt_file(sid, aid, "dataset"))
-        record = {
-            "kind": "tau.attempt", "schema_version": 1, "run_id": run.run_id, "shard_id": sid, "attempt_id": aid,
-            "ordinal": task["ordinal"], "plan_sha256": run.plan_sha256, "submission_id": plan["submission_id"],
-            "scheduler": {"executor": plan["executor"], "job_id": job_id, "task_index": task["task_index"]},
-            "windows": windows, "state": "submitted", "terminal": None, "dataset": dataset, "revision": 1,
-            "created_at": plan["created_at"], "updated_at": plan["created_at"], "started_at": None,
-            "restarts": 0}
+        record = state.submitted_record(run, plan, job_id, task["task_index"], task["ordinal"])
         rel = layout.attempt_file(sid, aid, "attempt.json")
         with locks.hold(run.dir, locks.shard_lock_name(sid)):
             existing = run.dir.read(rel, "tau.attempt")
@@ -170,7 +170,7 @@ def _ensure_supervisor(run, plan: dict) -> None:
     crashed before starting it)."""
     sub_id = plan["submission_id"]
     if plan["executor"] == "local" and not all(
-            run.dir.exists(layout.local_task(sub_id, t["task_index"])) for t in plan["tasks"]):
+            run.dir.exists(layout.local_task(sub_id, index)) for index in task_indices(plan)):
         from taulib.local import supervisor
 
         _check_inherited(run)
@@ -190,4 +190,4 @@ def _check_inherited(run) -> None:
 def _summary(plan: dict, status: dict, created: bool) -> dict:
     return {"submission_id": plan["submission_id"], "purpose": plan["purpose"], "job_id": status["job_id"],
             "job_name": plan["job_name"], "state": status["state"], "created": created, "adopted": False,
-            "tasks": plan["tasks"]}
+            "tasks": tasks(plan)}

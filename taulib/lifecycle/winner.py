@@ -6,11 +6,14 @@ the manifest's ids, provenance (the plan digest), record counts and dataset fold
 present with its recorded size, sha256, Parquet row count and schema digest.
 
 Reads: the shard's attempt, result, manifest, evidence and winner records, and every file of the candidate.
-Writes: winner.json only. The checks are the pure rule `rules.chain`.
+Writes: winner.json, then the shard's segment of the sealed-shard index. The checks are the pure rule `rules.chain`.
 Protocol: read and check the records (shard lock), hash the files (no lock but the shard's resume lock when the
-dataset is shard-owned), then under the shard lock re-read the records (unchanged) and publish winner.json with
-link-no-overwrite. Concurrent publishers converge: exactly one creates the winner, the others see it and report
-it. An existing winner is re-validated (records only) on every call.
+dataset is shard-owned; failpoint winner.validated), then under the shard lock re-read the records (unchanged) and
+publish winner.json with link-no-overwrite (failpoint winner.published); then, the shard lock released, add the
+shard to its index segment (`rundir.index.add`, waiting at most NOTE_WAIT seconds for the index's lock). The
+index is a cache: when it is busy or cannot be written, the next tau-reconcile adds the shard, and until
+then readers read the shard's winner. Concurrent publishers converge: exactly one creates the winner, the others
+see it and report it. An existing winner is re-validated (records only) on every call.
 """
 
 from __future__ import annotations
@@ -18,16 +21,19 @@ from __future__ import annotations
 from contextlib import ExitStack
 
 from taulib import failpoints, jsonio
-from taulib.errors import CheckFailed, Conflict, TauError
+from taulib.errors import CheckFailed, Conflict, NotFound, TauError
 from taulib.rules import chain as chain_rules
 from taulib.rules.attempt import effective_attempt
 from taulib.rules.chain import Chain
-from taulib.rundir import layout, locks, state
+from taulib.rundir import index, layout, locks, state
 
 
-def read_chain(run, sid: str, aid: str) -> Chain:
+def read_chain(run, sid: str, aid: str, submitted: state.Submitted | None = None) -> Chain:
     """The records of the chain of attempt `aid` (CheckFailed when the result or the manifest is missing)."""
-    attempt = run.dir.require(layout.attempt_file(sid, aid, "attempt.json"), "tau.attempt")
+    attempt = state.attempt_record(run, sid, aid, submitted)
+    if attempt is None:
+        shown = run.dir.show(layout.attempt_file(sid, aid, "attempt.json"))
+        raise NotFound(f"{shown} does not exist", path=shown)
     result_bytes = run.dir.read_bytes(layout.attempt_file(sid, aid, "result.json"))
     manifest_bytes = run.dir.read_bytes(layout.attempt_file(sid, aid, "manifest.json"))
     if result_bytes is None:
@@ -39,14 +45,16 @@ def read_chain(run, sid: str, aid: str) -> Chain:
     return Chain(attempt, result, manifest, jsonio.sha256_hex(result_bytes), jsonio.sha256_hex(manifest_bytes))
 
 
-def check_chain(run, sid: str, aid: str, winner: dict | None = None) -> Chain:
+def check_chain(run, sid: str, aid: str, winner: dict | None = None,
+                submitted: state.Submitted | None = None) -> Chain:
     """The chain of attempt `aid` when it holds (`rules.chain`), as a candidate or, given `winner`, as the
-    published winner's; CheckFailed naming the first problem otherwise."""
+    published winner's; CheckFailed naming the first problem otherwise. `submitted`: the journal's snapshot (read
+    only when needed: a winner's attempt always has its attempt.json)."""
     shard = run.shard(sid)
-    chain = read_chain(run, sid, aid)
+    chain = read_chain(run, sid, aid, submitted)
     newest = verdict = None
     if winner is None:
-        latest = state.latest_attempt(run, sid)
+        latest = state.latest_attempt(run, sid, submitted)
         newest = latest["attempt_id"] if latest is not None else None
         verdict = effective_attempt(chain.attempt, state.read_evidence(run, sid, aid))
     found = chain_rules.problem(ids=(run.run_id, sid, aid), plan_sha256=run.plan_sha256,
@@ -58,37 +66,40 @@ def check_chain(run, sid: str, aid: str, winner: dict | None = None) -> Chain:
     return chain
 
 
-def publish(run, sid: str, resume_held: bool = False) -> dict:
+def publish(run, sid: str, resume_held: bool = False, submitted: state.Submitted | None = None) -> dict:
     """Publish the shard's winner (or confirm the existing one). Returns a summary; raises CheckFailed when the
-    shard has no eligible candidate."""
+    shard has no eligible candidate. `submitted`: a snapshot of the journal for many shards (a candidate's shard
+    gets no newer attempt: it is not retryable), else read now."""
     from taulib.lifecycle import candidate
 
     run.check_shard(sid)
+    if submitted is None and run.format >= 2:
+        submitted = state.Submitted(run)
     with locks.hold(run.dir, "run", shared=True):
         existing = run.dir.read(layout.winner(sid), "tau.winner")
         if existing is not None:
-            check_chain(run, sid, existing["attempt_id"], winner=existing)
+            check_chain(run, sid, existing["attempt_id"], winner=existing, submitted=submitted)
             return _summary(existing, published=False)
         with locks.hold(run.dir, locks.shard_lock_name(sid)):
-            latest = state.latest_attempt(run, sid)
+            latest = state.latest_attempt(run, sid, submitted)
             if latest is None:
                 raise CheckFailed(f"{sid} has no attempt yet", shard_id=sid)
             aid = latest["attempt_id"]
-            check_chain(run, sid, aid)  # records only: refuse early, before any lease or hashing
+            check_chain(run, sid, aid, submitted=submitted)  # records only: refuse early, before hashing
     with ExitStack() as stack:
         if run.plan["resume"] == "always" and not resume_held:
             stack.enter_context(locks.hold(run.dir, locks.resume_lock_name(sid)))  # no writer in the workspace
         stack.enter_context(locks.hold(run.dir, "run", shared=True))
         with locks.hold(run.dir, locks.shard_lock_name(sid)):
-            first = check_chain(run, sid, aid)
+            first = check_chain(run, sid, aid, submitted=submitted)
         candidate.verify(run.dir, first.manifest)
         failpoints.hit("winner.validated")
         with locks.hold(run.dir, locks.shard_lock_name(sid)):
             existing = run.dir.read(layout.winner(sid), "tau.winner")
             if existing is not None:  # another process won the race while we hashed
-                check_chain(run, sid, existing["attempt_id"], winner=existing)
+                check_chain(run, sid, existing["attempt_id"], winner=existing, submitted=submitted)
                 return _summary(existing, published=False)
-            again = check_chain(run, sid, aid)
+            again = check_chain(run, sid, aid, submitted=submitted)
             if again != first:
                 raise Conflict(f"{sid}/{aid} changed while its files were verified; run tau-winner again",
                                shard_id=sid)
@@ -100,16 +111,30 @@ def publish(run, sid: str, resume_held: bool = False) -> dict:
                       "result": {"path": layout.attempt_file(sid, aid, "result.json"), "sha256": again.result_sha256},
                       "published_at": jsonio.now_rfc3339()}
             run.dir.publish(layout.winner(sid), record)
-            return _summary(record, published=True)
+        failpoints.hit("winner.published")  # the winner seals the shard; the index does not list it yet
+        _note_sealed(run, sid, attempt)
+        return _summary(record, published=True)
+
+
+def _note_sealed(run, sid: str, attempt: dict) -> None:
+    """Add a shard just sealed to its segment of the sealed-shard index (the caller holds the run lock, no shard
+    lock). An index busy for NOTE_WAIT seconds, or a segment that cannot be read or written, is left to the next
+    tau-reconcile, which says what is wrong with it: the winner is published, whatever becomes of its cache."""
+    try:
+        index.add(run, {layout.shard_index(sid): (attempt["ordinal"], index.seconds(attempt))},
+                  timeout=index.NOTE_WAIT)
+    except (TauError, OSError):
+        pass
 
 
 def publish_many(run, shard_ids: list[str]) -> dict:
     for sid in shard_ids:
         run.check_shard(sid)  # an unknown shard is an error (66), not a shard without a winner
     results = []
+    submitted = state.Submitted(run)
     for sid in shard_ids:
         try:
-            results.append(publish(run, sid))
+            results.append(publish(run, sid, submitted=submitted))
         except CheckFailed as exc:
             results.append({"shard_id": sid, "winner": None, "published": False, "reason": exc.message})
         except TauError as exc:

@@ -18,6 +18,7 @@ from taulib import env, jsonio
 from taulib.errors import Busy
 from taulib.local.proc import alive, process_start_ticks
 from taulib.rundir import layout, locks, state
+from taulib.rundir.journal import tasks
 
 STARTUP_WAIT = 5.0
 
@@ -85,7 +86,7 @@ def _supervise(run, sub: dict, max_parallel: int) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    queue = sorted(sub["tasks"], key=lambda t: t["task_index"])
+    queue = sorted(tasks(sub), key=lambda t: t["task_index"])
     for task in queue:
         if stopping["signal"] is not None:
             break

@@ -12,6 +12,12 @@ Promises:
 - `advance` changes a status by exactly one revision, stamped with the time of the change; `retire` marks an entry
   failed with its reason (a replacement is then a new entry, never a second try of the same one).
 How an ambiguous PREPARED entry is resolved (by the job's exact name) is the pure rule `rules.journal.resolve`.
+
+A submission's tasks (each one shard's next attempt: shard id, attempt id, ordinal, task index, granted) are
+written in its plan as `task_ranges`, runs of consecutive task indices with one ordinal: a task's index is its
+shard's, its shard and attempt ids follow from the index and the ordinal, so 100,000 first attempts are one range
+and the plan stays a few hundred bytes whatever the run's size. Plans written by earlier versions of tau list
+every task (`tasks`); `tasks`, `task_count`, `task_indices` and `find_task` read both the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import re
 from typing import NamedTuple
 
 from taulib import jsonio
+from taulib.rundir import layout
 
 
 class Kind(NamedTuple):
@@ -32,6 +39,58 @@ class Kind(NamedTuple):
 
 SUBMISSIONS = Kind("submissions", "submission", "submission_id", "tau.submission-plan", "tau.submission-status")
 COLLECTIONS = Kind("collections", "collection", "collection_id", "tau.collection-plan", "tau.collection-status")
+
+
+def compact_tasks(tasks: list[dict]) -> list[dict]:
+    """The `task_ranges` of tasks in ascending task order: {first, count, ordinal} (and granted, when true) per run
+    of consecutive task indices with the same ordinal and grant."""
+    ranges: list[dict] = []
+    for task in tasks:
+        last = ranges[-1] if ranges else None
+        granted = bool(task.get("granted"))
+        if (last is not None and last["first"] + last["count"] == task["task_index"]
+                and last["ordinal"] == task["ordinal"] and bool(last.get("granted")) == granted):
+            last["count"] += 1
+            continue
+        if last is not None and task["task_index"] < last["first"] + last["count"]:
+            raise ValueError("tasks must be in ascending task order")
+        ranges.append({"first": task["task_index"], "count": 1, "ordinal": task["ordinal"],
+                       **({"granted": True} if granted else {})})
+    return ranges
+
+
+def _task(index: int, ordinal: int, granted: bool) -> dict:
+    task = {"shard_id": layout.shard_id(index), "attempt_id": layout.attempt_id(ordinal), "ordinal": ordinal,
+            "task_index": index}
+    return dict(task, granted=True) if granted else task
+
+
+def tasks(plan: dict) -> list[dict]:
+    """Every task of a submission plan, in its order (either form)."""
+    if "tasks" in plan:
+        return plan["tasks"]
+    return [_task(r["first"] + k, r["ordinal"], bool(r.get("granted")))
+            for r in plan["task_ranges"] for k in range(r["count"])]
+
+
+def task_count(plan: dict) -> int:
+    return len(plan["tasks"]) if "tasks" in plan else sum(r["count"] for r in plan["task_ranges"])
+
+
+def task_indices(plan: dict) -> list[int]:
+    if "tasks" in plan:
+        return [t["task_index"] for t in plan["tasks"]]
+    return [r["first"] + k for r in plan["task_ranges"] for k in range(r["count"])]
+
+
+def find_task(plan: dict, task_index: int) -> dict | None:
+    """The plan's task of that index, or None."""
+    if "tasks" in plan:
+        return next((t for t in plan["tasks"] if t["task_index"] == task_index), None)
+    for r in plan["task_ranges"]:
+        if r["first"] <= task_index < r["first"] + r["count"]:
+            return _task(task_index, r["ordinal"], bool(r.get("granted")))
+    return None
 
 
 def job_name(run, number: str) -> str:

@@ -4,9 +4,11 @@ RUN/
   run.json  plan.json                              run.json is published last by tau-init: its presence = the run exists
   cancel.json  schema.json                         the run's cancellation (tau-cancel), its output schema (first winner)
   locks/{run,submit,collect,index,shard-NNNNN,resume-shard-NNNNN,local-submission-NNNN}.lock
-  index/sealed.json                                the sealed-shard index (a cache of winners, see rundir.index)
-  shards/shard-NNNNN/
-    shard.json  winner.json  cancel.json  dataset/ (dataset/ only for resume "always")
+  index/sealed-KKKK.json                           the sealed-shard index in segments (a cache of winners, rundir.index)
+  index/sealed.json                                the whole-run index of earlier versions (read, never written)
+  shards/shard-NNNNN/                              made by the first record about the shard (its range: from the plan)
+    shard.json  winner.json  cancel.json  dataset/ (shard.json only in runs made by earlier versions; dataset/ only
+                                                    for resume "always")
     attempts/attempt-NNNN/
       attempt.json readiness.json observation.json result.json manifest.json client.log progress dataset/
   submissions/submission-NNNN/
@@ -22,6 +24,12 @@ RUN = "run.json"
 PLAN = "plan.json"
 CANCEL = "cancel.json"
 SCHEMA = "schema.json"
+SHARDS = "shards"
+SEALED_LEGACY = "index/sealed.json"
+
+
+def sealed_segment(k: int) -> str:
+    return f"index/sealed-{k:04d}.json"
 
 
 def shard_id(index: int) -> str:

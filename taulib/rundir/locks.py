@@ -11,7 +11,7 @@ Order (a process that holds a lock may only take locks that come later in this l
                             turns, so that a newer status is never replaced by an older one
   4. `submit.lock`          the submission journal (tau-submit, tau-retry)
      `collect.lock`         the collection journal (tau-collect)
-     `index.lock`           the sealed-shard index (tau-reconcile)
+     `index.lock`           the sealed-shard index, every segment (a winner's publisher, tau-reconcile)
      `bundles.lock`         the run's bundle records (tau-bundle-seal --record)
   5. `root.lock`            the records in the run's top folder written after tau-init (cancel.json, schema.json)
   6. `shard-<NNNNN>.lock`   one shard's records, in ascending shard order when several are held

@@ -1,9 +1,17 @@
 """An existing run, opened: its directory, its run record and its plan, read and verified once.
 
-Reads: run.json and plan.json (the plan's sha256 must be the one run.json names). Writes: nothing.
+Reads: run.json and plan.json (the plan's sha256 must be the one run.json names); in runs made by earlier versions
+of tau, a shard's shards/shard-NNNNN/shard.json. Writes: nothing.
 Promises: a `Run` exists only for a directory that is a complete tau run (run.json is published last by tau-init),
 whose plan is the one it was created with; a plan written before a field existed is read with that field's
 default (`rules.plan.with_defaults`).
+
+The run's format (run.json `run_format`, tau-run(5)): a run made by this version is format 2, whose bookkeeping is
+derived rather than written per shard: a shard's record range comes from the plan (`rules.plan.shard_range`),
+its submissions' plans hold `task_ranges`, and an attempt of a bound submission is recorded by that submission
+until the first process that changes it publishes its attempt.json (`rundir.state.Submitted`). A run made by an
+earlier version (no `run_format`: format 1) has a shard.json per shard, which `shard` reads exactly as before,
+and keeps the per-shard records of format 1 in every later submission, so earlier versions can still work on it.
 """
 
 from __future__ import annotations
@@ -12,15 +20,17 @@ import re
 
 from taulib import jsonio
 from taulib.errors import Conflict, NotFound
-from taulib.rules.plan import with_defaults
+from taulib.rules.plan import shard_range, with_defaults
 from taulib.rundir import layout
 from taulib.rundir.records import RunDir
 
+RUN_FORMAT = 2  # what tau-init writes now; a run.json without `run_format` is format 1
 _SHARD_ID = r"^shard-[0-9]{5,}\Z"  # compiled on first use (re caches it): most commands never check one
 
 
 class Run:
-    """An existing run: `dir` (its RunDir), `record` (run.json), `plan`, `run_id`, `plan_sha256`, `shard_count`."""
+    """An existing run: `dir` (its RunDir), `record` (run.json), `plan`, `run_id`, `plan_sha256`, `shard_count`,
+    `format`."""
 
     def __init__(self, run_dir: str) -> None:
         self.dir = RunDir(run_dir)
@@ -41,6 +51,7 @@ class Run:
         self.run_id: str = record["run_id"]
         self.plan_sha256: str = record["plan"]["sha256"]
         self.shard_count: int = record["shard_count"]
+        self.format: int = record.get("run_format", 1)
         self.environment: dict | None = record.get("environment")  # None for runs made before the pre-flight
         self.path = self.dir.path
 
@@ -62,5 +73,10 @@ class Run:
         return layout.shard_index(sid)
 
     def shard(self, sid: str) -> dict:
-        self.check_shard(sid)
+        """The shard's record ({index, record_start, record_end, ...}, as shard.json holds it)."""
+        index = self.check_shard(sid)
+        if self.format >= 2:
+            start, end = shard_range(self.plan, index)
+            return {"kind": "tau.shard", "schema_version": 1, "run_id": self.run_id, "shard_id": sid, "index": index,
+                    "record_start": start, "record_end": end}
         return self.dir.require(layout.shard_record(sid), "tau.shard")

@@ -1,20 +1,29 @@
 """The read model of a run, shard by shard: its winner, cancellation, newest attempt, evidence and state.
 
-Reads: records only (never a scheduler, never bulk data). Writes: nothing. The rules themselves are the pure
-functions of `taulib.rules`; this module feeds them records, and converts evidence between its record
-(observation.json) and `rules.evidence.Evidence`. The rolled-up run status is `rundir.status`.
+Reads: records only (never a scheduler, never bulk data). Writes: nothing, except `record_attempt` (below). The
+rules themselves are the pure functions of `taulib.rules`; this module feeds them records, and converts evidence
+between its record (observation.json) and `rules.evidence.Evidence`. The rolled-up run status is `rundir.status`.
+
+An attempt's record: its attempt.json; or, in a format-2 run (`rundir.run`), while nobody has changed the attempt
+yet, the revision-1 record its bound submission implies (`Submitted`: the submission's plan, its status's job id
+and the run's plan), byte for byte the attempt.json that tau-submit published in format 1. So tau-submit writes
+nothing per shard: status SUBMITTED is the one commit point that gives every task its attempt, and the first
+process that changes an attempt (its allocation, or tau-reconcile ending it) publishes that record first, under
+the shard's lock (`record_attempt`; failpoint attempt.recorded), then changes it as ever.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import NamedTuple
 
-from taulib import jsonio
+from taulib import failpoints, jsonio
 from taulib.errors import Conflict
 from taulib.rules import rollup
 from taulib.rules.attempt import Verdict, effective_attempt
 from taulib.rules.evidence import Evidence
 from taulib.rundir import index, layout
+from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks
 
 
 def evidence_from_record(rec: dict | None) -> Evidence | None:
@@ -58,10 +67,60 @@ def cancel_reason(record: dict) -> str:
     return f"cancelled by the user at {record['requested_at']}"
 
 
-def attempt_ids(run, sid: str) -> list[str]:
-    """The shard's attempts in order; they must be numbered 1..n without gaps. A name in the attempts folder that
-    is not an attempt's (tau never makes one) is no attempt and is ignored."""
-    names = [n for n in run.dir.listdir(layout.attempts_dir(sid)) if layout.is_attempt_id(n)]
+def submitted_record(run, plan: dict, job_id: str, task_index: int, ordinal: int) -> dict:
+    """The attempt.json revision 1 of a task of a bound submission: what tau-submit publishes in format 1, and what
+    a format-2 attempt's record is until it first changes."""
+    sid, aid = layout.shard_id(task_index), layout.attempt_id(ordinal)
+    dataset = (layout.shard_dataset(sid) if run.plan["resume"] == "always"
+               else layout.attempt_file(sid, aid, "dataset"))
+    return {
+        "kind": "tau.attempt", "schema_version": 1, "run_id": run.run_id, "shard_id": sid, "attempt_id": aid,
+        "ordinal": ordinal, "plan_sha256": run.plan_sha256, "submission_id": plan["submission_id"],
+        "scheduler": {"executor": plan["executor"], "job_id": job_id, "task_index": task_index},
+        "windows": run.plan["windows"], "state": "submitted", "terminal": None, "dataset": dataset, "revision": 1,
+        "created_at": plan["created_at"], "updated_at": plan["created_at"], "started_at": None, "restarts": 0}
+
+
+class Submitted:
+    """The attempts the run's bound (SUBMITTED) submissions gave, by shard: a snapshot of the submission journal,
+    read once for a pass over many shards (a caller that looks at one shard lets the functions below read it). In a
+    format-1 run it is empty: every attempt there has its attempt.json."""
+
+    def __init__(self, run) -> None:
+        self.run = run
+        self._entries: list[tuple[dict, str, list[int], list[dict]]] = []
+        if run.format < 2:
+            return
+        for plan, status in Journal(run, SUBMISSIONS).entries():
+            if status is None or status["state"] != "submitted":
+                continue
+            ranges = plan["task_ranges"] if "task_ranges" in plan else compact_tasks(
+                sorted(plan["tasks"], key=lambda t: t["task_index"]))
+            self._entries.append((plan, status["job_id"], [r["first"] for r in ranges], ranges))
+
+    def ordinals(self, task_index: int) -> dict[int, tuple[dict, str]]:
+        """{ordinal: (submission plan, job id)} of the attempts the bound submissions gave shard `task_index`."""
+        found = {}
+        for plan, job_id, firsts, ranges in self._entries:
+            position = bisect_right(firsts, task_index) - 1
+            if position >= 0 and task_index < firsts[position] + ranges[position]["count"]:
+                found[ranges[position]["ordinal"]] = (plan, job_id)
+        return found
+
+    def record(self, task_index: int, ordinal: int) -> dict | None:
+        """The revision-1 record of that attempt when a bound submission gave it, else None."""
+        given = self.ordinals(task_index).get(ordinal)
+        return None if given is None else submitted_record(self.run, given[0], given[1], task_index, ordinal)
+
+
+def attempt_ids(run, sid: str, submitted: Submitted | None = None, on_disk: bool = True) -> list[str]:
+    """The shard's attempts in order: its attempt folders and, in a format-2 run, the attempts its bound submissions
+    gave it; they must be numbered 1..n without gaps. A name in the attempts folder that is not an attempt's (tau
+    never makes one) is no attempt and is ignored. `on_disk=False`: the caller knows the shard has no folder."""
+    names = [n for n in run.dir.listdir(layout.attempts_dir(sid)) if layout.is_attempt_id(n)] if on_disk else []
+    if run.format >= 2:
+        given = (submitted if submitted is not None else Submitted(run)).ordinals(layout.shard_index(sid))
+        names = sorted(set(names) | {layout.attempt_id(o) for o in given}, key=layout.attempt_ordinal)
     names.sort(key=layout.attempt_ordinal)
     for position, name in enumerate(names, start=1):
         if layout.attempt_ordinal(name) != position:
@@ -70,14 +129,38 @@ def attempt_ids(run, sid: str) -> list[str]:
     return names
 
 
-def latest_attempt(run, sid: str) -> dict | None:
-    """The newest attempt record of a shard whose attempt.json exists (an attempt folder without a record is an
+def attempt_record(run, sid: str, aid: str, submitted: Submitted | None = None) -> dict | None:
+    """The attempt's record: its attempt.json, or (format 2) the revision 1 its bound submission implies; None
+    when neither exists."""
+    record = run.dir.read(layout.attempt_file(sid, aid, "attempt.json"), "tau.attempt")
+    if record is not None or run.format < 2:
+        return record
+    return (submitted if submitted is not None else Submitted(run)).record(layout.shard_index(sid),
+                                                                           layout.attempt_ordinal(aid))
+
+
+def latest_attempt(run, sid: str, submitted: Submitted | None = None, on_disk: bool = True) -> dict | None:
+    """The newest attempt record of a shard (an attempt folder without a record, of no bound submission, is an
     interrupted submission that never reached the scheduler)."""
-    for aid in reversed(attempt_ids(run, sid)):
-        record = run.dir.read(layout.attempt_file(sid, aid, "attempt.json"), "tau.attempt")
+    if submitted is None and run.format >= 2:
+        submitted = Submitted(run)
+    for aid in reversed(attempt_ids(run, sid, submitted, on_disk)):
+        record = attempt_record(run, sid, aid, submitted)
         if record is not None:
             return record
     return None
+
+
+def record_attempt(run, attempt: dict) -> bool:
+    """Publish the attempt.json of an attempt only its submission records yet (format 2), before the caller
+    changes it; the caller holds the shard's lock. True when this call published it (failpoint attempt.recorded
+    after); an attempt that has its attempt.json is left alone."""
+    rel = layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "attempt.json")
+    if attempt["revision"] != 1 or run.dir.exists(rel):
+        return False
+    run.dir.publish(rel, attempt)
+    failpoints.hit("attempt.recorded")  # the record its submission implied is on disk; not yet changed
+    return True
 
 
 class ShardView(NamedTuple):
@@ -93,11 +176,15 @@ class ShardView(NamedTuple):
 
 
 def shard_view(run, sid: str, whole_run_cancel: dict | None = None,
-               evidence: dict[tuple[str, str], Evidence] | None = None) -> ShardView:
+               evidence: dict[tuple[str, str], Evidence] | None = None,
+               submitted: Submitted | None = None) -> ShardView:
     """What the records say of shard `sid`. `evidence` replaces the persisted evidence of the attempts it names
-    (tau-status: the evidence tau-reconcile would persist, computed and not written)."""
+    (tau-status: the evidence tau-reconcile would persist, computed and not written); `submitted`, the journal's
+    snapshot of a pass over many shards."""
+    if submitted is None and run.format >= 2:
+        submitted = Submitted(run)
     winner = run.dir.read(layout.winner(sid), "tau.winner")
-    attempt = latest_attempt(run, sid)
+    attempt = latest_attempt(run, sid, submitted)
     found = None
     verdict = None
     if attempt is not None:
@@ -107,7 +194,7 @@ def shard_view(run, sid: str, whole_run_cancel: dict | None = None,
     attempts = attempt["ordinal"] if attempt is not None else 0
     if winner is not None and attempt is not None and winner["attempt_id"] != attempt["attempt_id"]:
         # a later attempt exists beside a winner (it was fenced or is still draining): the winner decides
-        attempt = run.dir.read(layout.attempt_file(sid, winner["attempt_id"], "attempt.json"), "tau.attempt")
+        attempt = attempt_record(run, sid, winner["attempt_id"], submitted)
         found = None
         verdict = Verdict("succeeded", "the winner's attempt")
     cancelled = None if winner is not None else cancellation(run, sid, whole_run_cancel)

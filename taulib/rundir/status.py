@@ -18,7 +18,7 @@ import time
 from taulib import jsonio
 from taulib.rules import budget, rollup
 from taulib.rundir import index, layout, state
-from taulib.rundir.journal import COLLECTIONS, SUBMISSIONS, Journal
+from taulib.rundir.journal import COLLECTIONS, SUBMISSIONS, Journal, task_count
 
 LIVE = ("running", "pending", "accounting_lag", "candidate")
 
@@ -32,6 +32,7 @@ def run_status(run, sources: dict | None = None, update_index: bool = False, now
     whole_run = state.run_cancel(run)
     max_attempts = run.plan["retry"]["max_attempts"]
     found: dict[int, tuple[int, int | None]] = {}
+    submitted = state.Submitted(run)
     shards = []
     failed_attempts = 0
     for position, sid in enumerate(run.shard_ids()):
@@ -39,10 +40,10 @@ def run_status(run, sources: dict | None = None, update_index: bool = False, now
             shards.append(sealed_entry(sid, sealed[position], max_attempts))
             failed_attempts += sealed[position] - 1
             continue
-        view = state.shard_view(run, sid, whole_run, evidence)
+        view = state.shard_view(run, sid, whole_run, evidence, submitted)
         if view.winner is not None:
             ordinal = view.winner["ordinal"]
-            found[position] = (ordinal, _seconds(view.attempt))
+            found[position] = (ordinal, index.seconds(view.attempt))
             durations[position] = found[position][1]
             shards.append(sealed_entry(sid, ordinal, max_attempts))
             failed_attempts += ordinal - 1
@@ -138,20 +139,13 @@ def _progress(run, attempt: dict, now: float) -> dict | None:
             "age_seconds": round(max(0.0, now - jsonio.parse_time(record["updated_at"])), 1)}
 
 
-def _seconds(attempt: dict | None) -> int | None:
-    """How long an attempt ran (both ends by the clock of the machine it ran on, so no skew between machines)."""
-    if attempt is None or not attempt.get("started_at"):
-        return None
-    return max(0, round(jsonio.parse_time(attempt["updated_at"]) - jsonio.parse_time(attempt["started_at"])))
-
-
 def unresolved_submissions(run) -> list[dict]:
     """The newest submission when it is still PREPARED (an ambiguous sbatch outcome waiting on its deadline)."""
     entry = _newest(run, SUBMISSIONS)
     if entry is None or entry.status is None or entry.status["state"] != "prepared":
         return []
     return [{"submission_id": entry.plan["submission_id"], "job_name": entry.plan["job_name"],
-             "deadline": entry.status["deadline"], "tasks": len(entry.plan["tasks"])}]
+             "deadline": entry.status["deadline"], "tasks": task_count(entry.plan)}]
 
 
 def collections(run) -> list[dict]:

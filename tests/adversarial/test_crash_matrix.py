@@ -35,10 +35,16 @@ REACHED_ELSEWHERE = {  # failpoints this life cannot reach, and the tests that c
     "publish.claimed": "test_a_collection_killed_in_the_no_renameat2_fallback_recovers (below)",
     "publish.renamed": "test_a_collection_killed_in_the_no_renameat2_fallback_recovers (below)",
     "submit.sbatch_returned": "tests/integration/test_slurm_adversity.py (real sbatch)",
+    "submit.attempts_published": "tests/test_protocol_crashes.py (a format-1 run: its tau-submit publishes attempts)",
     "collect.sbatch_returned": "tests/integration/test_slurm_adversity.py (real sbatch)",
     "cancel.recorded": "test_a_cancel_killed_after_its_records_stops_the_attempts_when_run_again (below)",
     "fetch.staged": "tests/integration/test_azurite_bundles.py (real Azurite)",
     "fetch.published": "tests/integration/test_azurite_bundles.py (real Azurite)",
+}
+MAY_REACH = {  # pairs the life reaches or not by timing alone, and the tests that crash them
+    ("tau-reconcile", "store.mkdir.created"):
+        "test_a_reconcile_killed_making_the_folder_of_a_pending_attempt_converges (below): an observation of an "
+        "attempt whose allocation has not made its folder yet",
 }
 
 
@@ -131,10 +137,10 @@ def uncrashed(tmp_path_factory) -> tuple[dict, list[tuple[str, str]]]:
 
 KNOWN = [  # (command, failpoint) the uncrashed life reaches: exactly its trace (checked below)
     *[("tau-attempt", name) for name in (
-        "attempt.manifest_written", "attempt.result_written", "attempt.running", "store.mkdir.created",
-        "store.publish.linked", "store.publish.temp_removed", "store.publish.temp_synced",
+        "attempt.manifest_written", "attempt.recorded", "attempt.result_written", "attempt.running",
+        "store.mkdir.created", "store.publish.linked", "store.publish.temp_removed", "store.publish.temp_synced",
         "store.publish.temp_written", "store.replace.renamed", "store.replace.temp_synced",
-        "store.replace.temp_written", "winner.validated",)],
+        "store.replace.temp_written", "winner.published", "winner.validated",)],
     *[("tau-bundle-seal", name) for name in (
         "seal.current_replaced", "seal.manifest_written", "seal.marker_written", "store.mkdir.created",
         "store.publish.linked", "store.publish.temp_removed", "store.publish.temp_synced",
@@ -150,22 +156,22 @@ KNOWN = [  # (command, failpoint) the uncrashed life reaches: exactly its trace 
     *[("tau-local", name) for name in (
         "store.replace.renamed", "store.replace.temp_synced", "store.replace.temp_written",)],
     *[("tau-reconcile", name) for name in (
-        "reconcile.applied", "store.mkdir.created", "store.replace.renamed", "store.replace.temp_synced",
-        "store.replace.temp_written",)],
+        "reconcile.applied", "store.replace.renamed", "store.replace.temp_synced", "store.replace.temp_written",)],
     *[("tau-retry", name) for name in (
         "store.mkdir.created", "store.publish.linked", "store.publish.temp_removed", "store.publish.temp_synced",
         "store.publish.temp_written", "store.replace.renamed", "store.replace.temp_synced",
-        "store.replace.temp_written", "submit.attempts_published", "submit.prepared", "submit.submitted",)],
+        "store.replace.temp_written", "submit.prepared", "submit.submitted",)],
     *[("tau-submit", name) for name in (
         "store.mkdir.created", "store.publish.linked", "store.publish.temp_removed", "store.publish.temp_synced",
         "store.publish.temp_written", "store.replace.renamed", "store.replace.temp_synced",
-        "store.replace.temp_written", "submit.attempts_published", "submit.prepared", "submit.submitted",)],
+        "store.replace.temp_written", "submit.prepared", "submit.submitted",)],
 ]
 
 
 def test_the_trace_of_a_whole_life_reaches_the_listed_pairs_and_every_failpoint_is_accounted_for(uncrashed):
     _, reached = uncrashed
-    assert set(reached) == set(KNOWN), (sorted(set(KNOWN) - set(reached)), sorted(set(reached) - set(KNOWN)))
+    reached = set(reached) - set(MAY_REACH)
+    assert reached == set(KNOWN), (sorted(set(KNOWN) - reached), sorted(reached - set(KNOWN)))
     names = {n for _, n in reached}
     unaccounted = set(failpoints.NAMES) - names - set(REACHED_ELSEWHERE)
     assert not unaccounted, f"failpoints neither reached by the life nor crashed elsewhere: {sorted(unaccounted)}"
@@ -234,6 +240,38 @@ def test_a_cancel_killed_after_its_records_stops_the_attempts_when_run_again(tmp
         time.sleep(0.2)
     assert wait_settled(run_dir)["state"] == "cancelled"
     EXERCISED.add(("tau-cancel", "cancel.recorded"))
+
+
+def test_a_reconcile_killed_making_the_folder_of_a_pending_attempt_converges(tmp_path):
+    from test_cli_cancel import alive, process_groups, sleeping
+
+    from helpers import init_run
+
+    ws = tmp_path / "ws"
+    ws.mkdir(mode=0o700)
+    run_dir = init_run(ws, plan_doc=sleeping(60, records=20, shards=2, scheduler={
+        "profile": "local", "local": {"max_parallel": 1}}))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    pending = run_dir / "shards" / "shard-00001"  # the one slot runs shard-00000: shard-00001 has no folder yet
+    observations = tau("tau-observe", str(run_dir))
+    assert observations.returncode == 0 and not pending.exists(), observations.stderr
+    crashed = tau("tau-reconcile", str(run_dir), input=observations.stdout,
+                  env={"TAU_FAILPOINTS": "tau-reconcile:store.mkdir.created=crash"})
+    assert crashed.returncode == -9 and pending.exists()
+    again = tau("tau-reconcile", str(run_dir), input=observations.stdout)
+    assert again.returncode == 0, again.stderr
+    shard = json.loads(again.stdout)["shards"][1]
+    assert (shard["id"], shard["state"], shard["attempt"]) == ("shard-00001", "pending", "attempt-0001"), shard
+    assert (pending / "attempts" / "attempt-0001" / "observation.json").exists()
+    assert not (pending / "attempts" / "attempt-0001" / "attempt.json").exists()  # its submission records it
+    assert tau("tau-cancel", str(run_dir)).returncode == 0
+    deadline = time.monotonic() + 30
+    while alive(process_groups(run_dir)):
+        assert time.monotonic() < deadline, "the attempts were not stopped"
+        time.sleep(0.2)
+    assert debris(ws) == []
+    records_valid(run_dir)
+    EXERCISED.add(("tau-reconcile", "store.mkdir.created"))
 
 
 # -- SIGKILL of a running collection at random moments ----------------------------------------------------------------

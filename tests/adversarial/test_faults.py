@@ -139,7 +139,7 @@ def test_a_full_disk_makes_tau_reconcile_exit_74_and_change_nothing_then_it_appl
         doc = {"kind": "tau.observations", "schema_version": 1, "run_id": "run", "observed_at": jsonio.now_rfc3339(),
                "executor": "local", "sources": {"queue": "observed", "accounting": "observed", "reason": None},
                "attempts": []}
-        (run_dir / "index" / "sealed.json").unlink()  # reconcile will want to write the index again
+        (run_dir / "index" / "sealed-0000.json").unlink()  # reconcile will want to write the index again
         filler = fill(disk)
         before = records(run_dir)
         proc = tau("tau-reconcile", str(run_dir), "--status-file", str(ws / "run.status.json"),
@@ -155,7 +155,7 @@ def test_a_full_disk_makes_tau_reconcile_exit_74_and_change_nothing_then_it_appl
                    input=json.dumps(doc))
         assert proc.returncode == 0, proc.stderr
         assert json.loads((ws / "run.status.json").read_text())["state"] == "succeeded"
-        assert (run_dir / "index" / "sealed.json").exists()
+        assert (run_dir / "index" / "sealed-0000.json").exists()
         assert debris(ws) == []
 
 

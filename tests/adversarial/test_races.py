@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -129,7 +130,7 @@ def test_64_concurrent_observe_reconcile_pipelines_change_the_evidence_once(fail
     run_dir = copy_run(failed, tmp_path / "c")
     obs_file = run_dir / "shards/shard-00001/attempts/attempt-0001/observation.json"
     seen_running(run_dir, "shard-00001")  # observed while it ran; it has finished since
-    (run_dir / "index" / "sealed.json").unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "index", ignore_errors=True)  # what the winners' publishers added: gone
     status_file = run_dir.parent / "run.status.json"
     script = (f'"{BIN}/tau-observe" "$1" | "{BIN}/tau-reconcile" "$1" --status-file "$2"')
     docs = ok(race([["sh", "-c", script, "sh", str(run_dir), str(status_file)] for _ in range(RACERS)]))
@@ -139,8 +140,8 @@ def test_64_concurrent_observe_reconcile_pipelines_change_the_evidence_once(fail
     assert all(d["retryable"] == ["shard-00001"] for d in docs)
     assert json.loads(status_file.read_text())["retryable"] == ["shard-00001"]
     assert oct(status_file.stat().st_mode & 0o777) == "0o600"
-    index = json.loads((run_dir / "index" / "sealed.json").read_text())
-    assert index["revision"] == 1, index  # the three sealed shards are added once
+    index = json.loads((run_dir / "index" / "sealed-0000.json").read_text())
+    assert (index["revision"], index["ordinals"]) == (1, "1,0,1,1"), index  # the three sealed shards, added once
     assert sorted(os.listdir(run_dir.parent)) == ["run", "run.status.json"]
     every_record_valid(run_dir)
 
@@ -151,7 +152,7 @@ def test_64_concurrent_winners_publish_exactly_one(complete, tmp_path, round_):
     winner = run_dir / "shards/shard-00002/winner.json"
     before = json.loads(winner.read_text())
     winner.unlink()
-    (run_dir / "index" / "sealed.json").unlink()
+    shutil.rmtree(run_dir / "index")
     docs = ok(race([[str(BIN / "tau-winner"), str(run_dir), "--shard", "shard-00002"] for _ in range(RACERS)]))
     outcomes = [d["shards"][0] for d in docs]
     assert sum(o["published"] for o in outcomes) == 1

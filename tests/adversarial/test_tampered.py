@@ -26,10 +26,9 @@ from helpers import complete_run
 from taulib import jsonio
 
 ATTEMPT = "shards/shard-00000/attempts/attempt-0001"
-RECORDS = ["run.json", "plan.json", "schema.json", "index/sealed.json", "shards/shard-00000/shard.json",
-           "shards/shard-00000/winner.json", f"{ATTEMPT}/attempt.json", f"{ATTEMPT}/result.json",
-           f"{ATTEMPT}/manifest.json", f"{ATTEMPT}/readiness.json", "submissions/submission-0001/plan.json",
-           "submissions/submission-0001/status.json"]
+RECORDS = ["run.json", "plan.json", "schema.json", "index/sealed-0000.json", "shards/shard-00000/winner.json",
+           f"{ATTEMPT}/attempt.json", f"{ATTEMPT}/result.json", f"{ATTEMPT}/manifest.json", f"{ATTEMPT}/readiness.json",
+           "submissions/submission-0001/plan.json", "submissions/submission-0001/status.json"]
 DATA = f"{ATTEMPT}/dataset/part-00000.parquet"
 FOLDERS = ["shards/shard-00000", f"{ATTEMPT}", f"{ATTEMPT}/dataset", "shards", "locks", "submissions"]
 CHAIN = {"shards/shard-00000/winner.json", f"{ATTEMPT}/result.json", f"{ATTEMPT}/manifest.json", DATA,

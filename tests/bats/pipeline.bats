@@ -85,3 +85,11 @@ setup() {
   assert_success
   assert_output "$(printf '80\t3')"
 }
+
+@test "the same run is collected again as CSV lines without a new run, and wc counts its records" {
+  run bash -c 'tau-collect "$RUN" --destination "$BATS_FILE_TMPDIR/ws/dataset-csv" --format csv --rows-per-partition 50 | jq -r "[.format, .rows_per_partition, .partitions] | @tsv"'
+  assert_success
+  assert_output "$(printf 'csv\t50\t2')"
+  run bash -c 'tail -q -n +2 "$BATS_FILE_TMPDIR"/ws/dataset-csv/part-*.csv | wc -l'
+  assert_output "80"
+}

@@ -205,6 +205,16 @@ def record(run_dir: Path, rel: str) -> dict:
 
 
 def attempt_record(run_dir: Path, sid: str, aid: str = "attempt-0001", name: str = "attempt.json") -> dict:
+    """A record of the attempt; for attempt.json, the attempt's record as tau reads it: its attempt.json, or (a run
+    of this version, before the attempt first changes) the record its bound submission implies."""
+    if name == "attempt.json" and not (run_dir / f"shards/{sid}/attempts/{aid}/{name}").exists():
+        from taulib.rundir import state
+        from taulib.rundir.run import Run
+
+        with Run(str(run_dir)) as run:
+            derived = state.attempt_record(run, sid, aid)
+        assert derived is not None, f"{sid}/{aid} has no record"
+        return derived
     return record(run_dir, f"shards/{sid}/attempts/{aid}/{name}")
 
 

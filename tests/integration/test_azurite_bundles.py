@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -656,6 +657,8 @@ def test_a_fetch_killed_part_way_leaves_no_partial_destination_and_the_next_fetc
     crashed = fetch(bundle["url"], dest, "--generation", "g1", env=env)
     assert crashed.returncode == -9, crashed.stderr
     assert dest.exists() == published  # never a partial destination: absent, or complete (checked below)
+    stage = claimed_stage(parent, "model")  # what it left is named in its claim: removed by that name
+    assert (parent / stage).is_dir() != published
     env = dict(az.env(), **({"TAU_NO_RENAMEAT2": "1"} if fallback else {}))
     again = fetch(bundle["url"], dest, "--generation", "g1", env=env)
     if published:  # it is there, whole: a second fetch to it is refused, and it is left as it was
@@ -666,6 +669,177 @@ def test_a_fetch_killed_part_way_leaves_no_partial_destination_and_the_next_fetc
     for name, digest in bundle["digests"].items():
         assert hashlib.sha256((dest / name).read_bytes()).hexdigest() == digest, name
     assert sorted(os.listdir(parent)) == ["model"]  # no stage, no reservation marker
+
+
+def claimed_stage(parent: Path, name: str) -> str:
+    """The stage that the claim beside destination `name` names (the claim a killed fetch leaves)."""
+    data = (parent / f".{name}.tau-fetch.lock").read_bytes()
+    assert data.endswith(b"\n") and data.startswith(f".{name}.tau-fetch-".encode()), data
+    return data[:-1].decode()
+
+
+def test_a_fetch_killed_by_sigkill_mid_transfer_leaves_its_stage_which_the_next_fetch_removes_by_its_recorded_name(
+        box, tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from helpers import BIN, env_for_tests
+
+    bundle = small_bundle(tmp_path, box, "killed/sigkill", big_mib=96)
+    parent = fresh_parent(tmp_path)
+    decoy = parent / ".model.tau-fetch-0123456789ab"  # named like a stage of the destination, recorded nowhere
+    decoy.mkdir(mode=0o700)
+    (decoy / "keep").write_text("not a stage of any fetch\n")
+    proc = subprocess.Popen([str(BIN / "tau-bundle-fetch"), bundle["url"], "--generation", "g1", "--destination",
+                             str(parent / "model")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env_for_tests(az.env()))
+    while not any(n.startswith(".model.tau-fetch-") and n != decoy.name for n in os.listdir(parent)):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -9
+    stage = claimed_stage(parent, "model")
+    assert sorted(os.listdir(parent)) == sorted([decoy.name, stage, ".model.tau-fetch.lock"])
+    again = fetch(bundle["url"], parent / "model", "--generation", "g1")
+    assert again.returncode == 0, again.stderr
+    assert sorted(os.listdir(parent)) == sorted([decoy.name, "model"])  # its stage and claim gone, the decoy kept
+    assert (decoy / "keep").read_text() == "not a stage of any fetch\n"
+    assert az.tree_digests(parent / "model") == bundle["digests"]
+
+
+# -- a fetch stopped by a signal: nothing left ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("existed", [False, True], ids=["absent", "empty-folder"])
+def test_a_fetch_stopped_by_a_signal_removes_its_stage_and_claim_and_leaves_the_destination_as_it_was(
+        box, tmp_path, signame, existed):
+    import signal
+
+    from helpers import start_paused
+
+    bundle = small_bundle(tmp_path, box, f"stopped/{signame}/{existed}")
+    parent = fresh_parent(tmp_path)
+    dest = parent / "model"
+    if existed:
+        dest.mkdir(mode=0o700)
+    proc = start_paused("tau-bundle-fetch", bundle["url"], "--generation", "g1", "--destination", str(dest),
+                        failpoint="fetch.staged", trace=tmp_path / "trace", env=az.env())
+    stage = claimed_stage(parent, "model")
+    assert sorted(az.tree_digests(parent / stage)) == sorted(bundle["digests"])  # the complete stage
+    signum = signal.Signals[signame]
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum, err
+    assert out == ""
+    error = json.loads(err.strip())  # exactly one error object (Ctrl-C's newline before it aside)
+    assert (error["message"], error["details"]) == (f"tau-bundle-fetch: interrupted by {signame}",
+                                                    {"signal": signame})
+    assert sorted(os.listdir(parent)) == (["model"] if existed else [])  # no stage, no claim
+    if existed:
+        assert os.listdir(dest) == []
+
+
+def test_a_fetch_stopped_between_the_claim_and_the_rename_of_the_fallback_restores_the_empty_destination(
+        box, tmp_path):
+    import signal
+
+    from helpers import start_paused
+
+    bundle = small_bundle(tmp_path, box, "stopped/fallback")
+    parent = fresh_parent(tmp_path)
+    dest = parent / "model"
+    dest.mkdir(mode=0o700)
+    proc = start_paused("tau-bundle-fetch", bundle["url"], "--generation", "g1", "--destination", str(dest),
+                        failpoint="publish.claimed", trace=tmp_path / "trace", env=az.env(TAU_NO_RENAMEAT2="1"))
+    assert (parent / ".model.tau-reserved").exists()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert sorted(os.listdir(parent)) == ["model"] and os.listdir(dest) == []  # as it was: an empty folder
+
+
+def test_a_fetch_stopped_mid_transfer_by_repeated_signals_joins_its_transfers_and_leaves_nothing(box, tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from helpers import BIN, env_for_tests
+
+    bundle = small_bundle(tmp_path, box, "stopped/repeated", big_mib=96)
+    parent = fresh_parent(tmp_path)
+    proc = subprocess.Popen([str(BIN / "tau-bundle-fetch"), bundle["url"], "--generation", "g1", "--destination",
+                             str(parent / "model")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env_for_tests(az.env()))
+    while not any(n.startswith(".model.tau-fetch-") for n in os.listdir(parent)):  # its stage (the claim: ".lock")
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.005)
+    time.sleep(0.05)  # ranges in flight on the transfer threads
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGTERM):  # Ctrl-C pressed again, a second kill
+        proc.send_signal(signum)
+        time.sleep(0.01)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode in (130, 143), err
+    assert out == "" and "Traceback" not in err and "Exception ignored" not in err
+    assert json.loads(err.strip())["error"] == "interrupted"  # one error object, nothing else
+    assert os.listdir(parent) == []
+
+
+def test_a_second_fetch_to_a_destination_that_one_is_fetching_into_is_busy_and_touches_nothing(box, tmp_path):
+    from helpers import start_paused
+
+    bundle = small_bundle(tmp_path, box, "busy")
+    parent = fresh_parent(tmp_path)
+    dest = parent / "model"
+    first = start_paused("tau-bundle-fetch", bundle["url"], "--generation", "g1", "--destination", str(dest),
+                         failpoint="fetch.staged", trace=tmp_path / "trace", env=az.env())
+    try:
+        before = sorted(os.listdir(parent))
+        second = fetch(bundle["url"], dest, "--generation", "g1")
+        assert second.returncode == 75, second.stderr
+        assert error_of(second)["message"] == (f"tau-bundle-fetch: another tau-bundle-fetch to {str(dest)!r} is "
+                                               "running; wait for it to end, or fetch to another destination")
+        assert sorted(os.listdir(parent)) == before  # its stage untouched
+    finally:
+        first.terminate()
+        first.communicate(timeout=60)
+    assert first.returncode == 143 and os.listdir(parent) == []
+    third = fetch(bundle["url"], dest, "--generation", "g1")
+    assert third.returncode == 0, third.stderr
+    assert az.tree_digests(dest) == bundle["digests"]
+
+
+# -- progress on a terminal, and nothing without one -----------------------------------------------------------------
+
+def test_on_a_terminal_a_fetch_shows_its_progress_on_stderr_and_stdout_keeps_its_json(big_bundle, tmp_path):
+    from helpers import tau_on_terminal
+
+    parent = fresh_parent(tmp_path)
+    code, out, terminal = tau_on_terminal("tau-bundle-fetch", big_bundle["url"], "--generation", "g1",
+                                          "--destination", str(parent / "copy"), env=az.env())
+    assert code == 0, terminal
+    assert json.loads(out)["files"] == 201
+    assert terminal.startswith("\rfetching g1: ") and terminal.endswith("\x1b[K\r\n")
+    last = terminal.split("\r")[-2]
+    assert re.fullmatch(r"fetching g1: ([0-9.]+)/\1 MiB \(100%\), 201/201 files, [0-9.]+ MiB/s, ETA 0:00:00\x1b\[K",
+                        last), terminal
+    nothing = tau_on_terminal("tau-bundle-fetch", big_bundle["url"], "--generation", "g1", "--destination",
+                              str(parent / "quiet"), "--no-progress", env=az.env())
+    assert nothing[0] == 0 and nothing[2] == ""
+
+
+def test_a_fetch_into_a_pipe_is_silent_unless_progress_is_asked_for(big_bundle, tmp_path):
+    parent = fresh_parent(tmp_path)
+    quiet = fetch(big_bundle["url"], parent / "quiet", "--generation", "g1")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    forced = fetch(big_bundle["url"], parent / "forced", "--generation", "g1", "--progress")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["files"] == 201
+    lines = forced.stderr.split("\n")
+    assert lines[-1] == "" and "\r" not in forced.stderr
+    assert re.fullmatch(r"fetching g1: ([0-9.]+)/\1 MiB \(100%\), 201/201 files, [0-9.]+ MiB/s, ETA 0:00:00",
+                        lines[-2]), forced.stderr
 
 
 # -- without a connection string: the identity branch of the credential ----------------------------------------------

@@ -109,6 +109,43 @@ def test_an_array_that_succeeds_is_seen_pending_and_running_from_the_queue_then_
     assert ids == list(range(40))
 
 
+SHAPES = [("parquet", ()), ("csv", ("--format", "csv", "--rows-per-partition", "15")),
+          ("jsonl", ("--format", "jsonl", "--rows-per-partition", "40"))]
+
+
+def test_one_run_is_collected_in_three_shapes_by_slurm_jobs_byte_for_byte_as_the_local_executor_collects_them(
+        cluster, workspace, tmp_path, extra_jobs):
+    from helpers import complete_run
+
+    run_dir = init_slurm_run(workspace)  # 40 records in 4 shards, 25 rows per partition
+    submit(run_dir)
+    status = wait_for(settled, run_dir, timeout=90, pause=0.5)
+    assert status["state"] == "succeeded", status
+    local_ws = tmp_path / "local"
+    local_ws.mkdir(mode=0o700)
+    local = complete_run(local_ws, records=40, shards=4, output={"format": "parquet", "rows_per_partition": 25})
+    for number, (fmt, options) in enumerate(SHAPES, start=1):
+        proc = tau("tau-collect", str(run_dir), "--destination", str(workspace / f"data-{fmt}"), *options, "--wait")
+        assert proc.returncode == 0, proc.stderr
+        result = json.loads(proc.stdout)
+        assert (result["collection_id"], result["state"], result["format"], result["records"]) == (
+            f"collection-{number:04d}", "succeeded", fmt, 40), result
+        assert result["job_id"] is not None  # written by the collection's CPU job, from its plan record
+        plan = json.loads((run_dir / "collections" / f"collection-{number:04d}" / "plan.json").read_text())
+        assert (plan["format"], plan["rows_per_partition"]) == (fmt, result["rows_per_partition"])
+        here = tau("tau-collect", str(local), "--destination", str(local_ws / f"data-{fmt}"), *options)
+        assert here.returncode == 0, here.stderr
+        assert [(f["path"], f["rows"], f["sha256"]) for f in json.loads(here.stdout)["files"]] == \
+            [(f["path"], f["rows"], f["sha256"]) for f in result["files"]]  # the same bytes, either executor
+        for f in result["files"]:
+            slurm_bytes = (workspace / f"data-{fmt}" / f["path"]).read_bytes()
+            assert slurm_bytes == (local_ws / f"data-{fmt}" / f["path"]).read_bytes(), f
+    ids = sorted(pq.read_table(workspace / "data-parquet", columns=["id"]).column("id").to_pylist())
+    assert ids == list(range(40))
+    again = tau("tau-collect", str(run_dir), "--destination", str(workspace / "data-csv"))  # the plan's shape
+    assert again.returncode == 73, again.stderr
+
+
 def test_a_requeued_task_goes_pending_then_the_same_attempt_restarts_cleanly_and_wins(cluster, workspace, extra_jobs):
     run_dir = init_slurm_run(workspace, records=10, shards=1, client_args=("--sleep", "15"))
     # widen the windows between readiness writes a little, so that the sampler sees every snapshot
