@@ -6,8 +6,10 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -265,3 +267,68 @@ def hold_lock(run_dir: Path, name: str = "run"):
     finally:
         proc.stdin.close()
         proc.wait(timeout=10)
+
+
+class Listener:
+    """A loopback port that counts the connections made to it and closes each at once (it answers nothing): a proxy
+    or an endpoint that must never be asked. Use it in a with, or call close()."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "Listener":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Sampler:
+    """Calls `sample()` every `interval` seconds in a thread of its own, from the start of a with block to its end
+    (the thread is joined on the way out). A subclass defines `sample`."""
+
+    interval = 0.1
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            time.sleep(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def module_workspace(tmp_path_factory, name: str) -> Path:
+    """A private (0700) workspace folder of its own for a module-scoped fixture."""
+    ws = tmp_path_factory.mktemp(name) / "ws"
+    ws.mkdir(mode=0o700)
+    return ws

@@ -8,14 +8,12 @@ listener would have seen a request had one been made).
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from helpers import error_of, tau
+from helpers import Listener, error_of, tau
 from taulib.bundle import endpoint
 from taulib.errors import Refused, UsageError
 
@@ -131,31 +129,6 @@ def test_nothing_is_trusted_without_the_environment_variable():
 
 
 # -- no request is made for a refused URL -------------------------------------------------------------------------
-
-class Listener:
-    """A TCP listener that counts connections and closes each at once: the proxy every request goes through."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
 
 @pytest.fixture
 def listener():

@@ -11,14 +11,12 @@ to contact nothing.
 from __future__ import annotations
 
 import json
-import socket
-import threading
 
 import pytest
 
 import k8s_fixtures as kf
 import kubeapi
-from helpers import error_of, tau
+from helpers import Listener, error_of, tau
 from taulib.bundle import kube
 from taulib.errors import Busy, Refused, UsageError
 
@@ -67,35 +65,6 @@ def fetch(api, tmp_path, *args: str, env: dict | None = None):
 def message_of(proc) -> str:
     return error_of(proc)["message"].removeprefix("tau-bundle-fetch: ")
 
-
-class Listener:
-    """A loopback port that records every connection made to it (and answers nothing): what must never be asked."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            conn.close()
-
-    def __enter__(self) -> "Listener":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.sock.close()
-
-
-# -- what is resolved -----------------------------------------------------------------------------------------------
 
 def test_a_job_without_the_store_annotation_resolves_from_its_result_pvc_and_its_blob_pv(api):
     serve(api)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from helpers import complete_run, error_of, snapshot, tau
+from helpers import module_workspace, complete_run, error_of, snapshot, tau
 from taulib.bundle import where
 from taulib.errors import Conflict, NotFound, UsageError
 
@@ -14,8 +14,7 @@ URL = "https://acct.blob.core.windows.net/bundles/run/out"
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    ws = tmp_path_factory.mktemp("where") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "where")
     return complete_run(ws, records=20, shards=2)
 
 

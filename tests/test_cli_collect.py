@@ -13,14 +13,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import complete_run, copy_run, error_of, init_run, settle, snapshot, tau
+from helpers import module_workspace, complete_run, copy_run, error_of, init_run, settle, snapshot, tau
 
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory) -> Path:
     """A complete run of 80 records in 4 shards (shard-00001 failed once and was retried). Copy it to collect."""
-    ws = tmp_path_factory.mktemp("collect") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "collect")
     return complete_run(ws, fail_first=("shard-00001",))
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import (BIN, COMMANDS, complete_run, env_for_tests, error_of, hold_lock, init_run, plan, snapshot, tau)
+from helpers import (BIN, COMMANDS, complete_run, env_for_tests, error_of, hold_lock, init_run, module_workspace, plan,
+                     snapshot, tau)
 
 from taulib import jsonio
 
@@ -19,8 +20,7 @@ from taulib import jsonio
 @pytest.fixture(scope="module")
 def done(tmp_path_factory) -> Path:
     """A complete run (one shard failed once and was retried), collected once to `collected`; tests only read it."""
-    ws = tmp_path_factory.mktemp("conventions") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "conventions")
     run_dir = complete_run(ws, fail_first=("shard-00001",))
     proc = tau("tau-collect", str(run_dir), "--destination", str(ws / "collected"))
     assert proc.returncode == 0, proc.stderr

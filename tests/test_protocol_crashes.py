@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import as_format_1, complete_run, copy_run, error_of, init_run, plan, settle, snapshot, tau
+from helpers import (as_format_1, complete_run, copy_run, error_of, init_run, module_workspace, plan, settle, snapshot,
+                     tau)
 
 
 def crash(command: str, failpoint: str, *args: str):
@@ -69,8 +70,7 @@ def test_tau_init_killed_after_writing_the_shards_finishes_the_run_when_run_agai
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> list[tuple]:
     """How a run of the standard plan ends after one uninterrupted tau-submit."""
-    ws = tmp_path_factory.mktemp("uninterrupted") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "uninterrupted")
     run_dir = init_run(ws, records=20, shards=2, fail_first=("shard-00001",))
     assert tau("tau-submit", str(run_dir)).returncode == 0
     return outcome(settle(run_dir))
@@ -150,8 +150,7 @@ def test_an_attempt_killed_in_its_allocation_ends_failed_and_a_retry_wins(worksp
 @pytest.fixture(scope="module")
 def done(tmp_path_factory) -> Path:
     """A complete run of 80 records in 4 shards; copy it to collect."""
-    ws = tmp_path_factory.mktemp("crash-collect") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "crash-collect")
     return complete_run(ws, fail_first=("shard-00001",))
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import (BIN, PYTHON, ROOT, complete_run, copy_run, env_for_tests, error_of, hold_lock, init_run, plan,
-                     status, tau)
+from helpers import (BIN, PYTHON, ROOT, complete_run, copy_run, env_for_tests, error_of, hold_lock, init_run,
+                     module_workspace, plan, status, tau)
 from taulib import jsonio
 
 SEGMENT = "index/sealed-0000.json"
@@ -22,8 +22,7 @@ SEGMENT = "index/sealed-0000.json"
 
 @pytest.fixture(scope="module")
 def complete(tmp_path_factory) -> Path:
-    ws = tmp_path_factory.mktemp("index") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "index")
     return complete_run(ws, records=60, shards=6)
 
 

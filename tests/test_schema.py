@@ -14,7 +14,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from helpers import as_format_1, complete_run, init_run, plan, tau, wait_settled
+from helpers import module_workspace, as_format_1, complete_run, init_run, plan, tau, wait_settled
 from taulib import jsonio, schema
 from taulib.rundir.records import RunDir, schema_of
 
@@ -87,8 +87,7 @@ def corpus(tmp_path_factory) -> dict:
     `files`: (run folder, record file) of every record they wrote; `by_name`: schema name -> valid instances,
     their records plus the documents that travel on pipes (observations, the plan request, the collection result).
     """
-    ws = tmp_path_factory.mktemp("schema") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "schema")
     by_name: dict[str, list] = {name: [] for name in RECORDS}
 
     run_dir = complete_run(ws, "run", fail_first=("shard-00001",))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, complete_run, env_for_tests, error_of, status, tau
+from helpers import module_workspace, BIN, complete_run, env_for_tests, error_of, status, tau
 from taulib import jsonio
 from taulib.rundir.records import RunDir
 
@@ -23,8 +23,7 @@ RACERS = 32
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
-    ws = tmp_path_factory.mktemp("race") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "race")
     return complete_run(ws, records=60, shards=6)
 
 

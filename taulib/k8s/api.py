@@ -32,6 +32,11 @@ class Read(NamedTuple):
     denied: bool = False  # 401/403
     unreachable: str | None = None  # why there was no answer at all: "connection refused", "timed out", ...
 
+    @property
+    def not_installed(self) -> bool:
+        """The API server does not serve the type at all (a CRD not installed): not found, and why."""
+        return self.state == NOT_FOUND and (self.reason or "").startswith(NOT_INSTALLED)
+
 
 class Resource(NamedTuple):
     group: str  # "" for the core group

@@ -69,7 +69,7 @@ def _admission_checks(session: api.Session, workloads: api.Read) -> dict[str, ap
     for name in names:
         for resource in (api.ADMISSION_CHECKS, api.ADMISSION_CHECKS_V1BETA1):
             out[name] = session.get(resource, None, name)
-            if not (out[name].state == api.NOT_FOUND and (out[name].reason or "").startswith(api.NOT_INSTALLED)):
+            if not out[name].not_installed:
                 break
     return out
 

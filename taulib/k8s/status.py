@@ -277,7 +277,7 @@ def _sections(scene: _Scene, verdicts: dict[str, dict]) -> dict:
 def _observation(read: Read) -> dict:
     """A read as Tau's `observations` say it; a type that is not installed is unavailable, in Tau's exact words,
     with which type in `detail`."""
-    if read.state == NOT_FOUND and (read.reason or "").startswith(NOT_INSTALLED):
+    if read.not_installed:
         return {"state": UNAVAILABLE, "reason": NOT_INSTALLED_REASON,
                 "detail": read.reason[len(NOT_INSTALLED):].lstrip(": ") or None}
     return {"state": read.state, "reason": read.reason, "detail": None}

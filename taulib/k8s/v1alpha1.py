@@ -14,8 +14,8 @@ field exactly and carries its own cross-engine word in `lifecycle` (tau-status(7
 - `ray_failed`: jobStatus, jobDeploymentStatus or reason contains fail, error, stop or cancel (any case);
   `ray_succeeded`: not failed, and jobStatus or jobDeploymentStatus contains succeed or complete.
 - `kind(job_found, ray_found)`: what was found: "Job+RayJob", "RayJob", "Job" or "Unknown".
-- `failure_reason(job, ray)`: the Job's Failed condition as "reason message", else a failed RayJob's "reason
-  message" (a container's issue, which comes first, reads as `pods.issue_text` says).
+Tau's `reason` (a container's issue first, in `pods.issue_text`'s words, else the failure as "reason message",
+`jobs`) is the first of the snapshot's issues (`status`).
 
 Pure functions of the objects read: no I/O, no clock.
 """
@@ -26,9 +26,6 @@ from taulib.k8s.objects import condition, count
 
 SUSPENDED = "Pending (suspended; Kueue not yet admitted)"
 ADMITTED = "Admitted (no active pods yet)"
-# every value Tau's v1alpha1 `state` takes, but a RayJob's raw jobDeploymentStatus (Tau passes an unknown one on)
-STATES = ("Running", "Failed", "Complete", SUSPENDED, ADMITTED, "Initializing", "New", "NotFound", "Unknown",
-          "Pending", "Nominated", "Selected", "Ready", "Retry", "Rejected")
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
 MULTIKUEUE_CHECK = "multikueue"  # the check's name Tau falls back to when its controller cannot be looked up
 # MultiKueue placement, in Tau's precedence
@@ -144,15 +141,3 @@ def kind(job_found: bool, ray_found: bool) -> str:
     if job_found and ray_found:
         return "Job+RayJob"
     return "RayJob" if ray_found else "Job" if job_found else "Unknown"
-
-
-def failure_reason(job: dict | None, ray: dict | None) -> str | None:
-    """Tau's reason when no container has an issue: the Job's Failed condition, else a failed RayJob's words."""
-    failed = condition(job, "Failed") if job is not None else None
-    if failed:
-        return " ".join(p for p in (failed.get("reason"), failed.get("message")) if isinstance(p, str) and p) \
-            or None
-    if ray_failed(ray):
-        st = (ray or {}).get("status") or {}
-        return " ".join(p for p in (st.get("reason"), st.get("message")) if isinstance(p, str) and p) or None
-    return None

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from harness import EXERCISED, scaled
 
-from helpers import BIN, complete_run, env_for_tests, plan, tau
+from helpers import module_workspace, BIN, complete_run, env_for_tests, plan, tau
 from taulib import failpoints
 from taulib.rundir.records import RunDir
 
@@ -122,8 +122,7 @@ def records_valid(run_dir: Path) -> None:
 @pytest.fixture(scope="module")
 def uncrashed(tmp_path_factory) -> tuple[dict, list[tuple[str, str]]]:
     """The end state of an uncrashed life, and the (command, failpoint) pairs it reached, in order."""
-    ws = tmp_path_factory.mktemp("uncrashed") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "uncrashed")
     trace = ws.parent / "trace"
     life = Life(ws, {"TAU_FAILPOINT_TRACE": str(trace)})
     life.live()
@@ -279,8 +278,7 @@ def test_a_reconcile_killed_making_the_folder_of_a_pending_attempt_converges(tmp
 @pytest.fixture(scope="module")
 def larger(tmp_path_factory) -> tuple[Path, list]:
     """A complete run large enough that its collection takes a moment, and its clean collection's rows."""
-    ws = tmp_path_factory.mktemp("kill-collect") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "kill-collect")
     run_dir = complete_run(ws, records=60000, shards=6, output={"format": "parquet", "rows_per_partition": 7000})
     clean = ws / "clean"
     assert tau("tau-collect", str(run_dir), "--destination", str(clean)).returncode == 0

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import (BIN, PYTHON, ROOT, complete_run, copy_run, env_for_tests, error_of, init_run, plan,
-                     settle, snapshot, tau)
+from helpers import (BIN, PYTHON, ROOT, complete_run, copy_run, env_for_tests, error_of, init_run, module_workspace,
+                     plan, settle, snapshot, tau)
 
 from taulib import jsonio
 
@@ -54,8 +54,7 @@ def run_copy(settled, tmp_path) -> Path:
 
 @pytest.fixture(scope="module")
 def complete(tmp_path_factory) -> Path:
-    ws = tmp_path_factory.mktemp("complete") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "complete")
     return complete_run(ws, records=40, shards=2)
 
 

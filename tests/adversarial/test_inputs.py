@@ -154,9 +154,8 @@ def test_every_plan_field_replaced_deleted_or_added_to_is_accepted_or_refused_cl
     assert tally.accepted > 0 and tally.accepted < tally.cases  # the generator reaches both sides
 
 
-def test_plan_bytes_cut_flipped_or_wrapped_are_refused_cleanly(workspace, tally):
-    cases = InitCases(workspace, tally)
-    base = bytes_of(FULL_PLAN)
+def byte_edits_of(cases, base: bytes, tally) -> None:
+    """400 (scaled) documents made of `base` cut, flipped or wrapped (BYTE_EDITS), each run by `cases`."""
 
     @settings(max_examples=scaled(400), **SETTINGS)
     @given(how=BYTE_EDITS)
@@ -165,6 +164,10 @@ def test_plan_bytes_cut_flipped_or_wrapped_are_refused_cleanly(workspace, tally)
 
     case()
     tally.check(scaled(400))
+
+
+def test_plan_bytes_cut_flipped_or_wrapped_are_refused_cleanly(workspace, tally):
+    byte_edits_of(InitCases(workspace, tally), bytes_of(FULL_PLAN), tally)
 
 
 def test_the_full_plan_itself_is_accepted(workspace):
@@ -268,15 +271,7 @@ def test_every_observed_at_is_applied_only_when_real_and_not_from_the_future(set
 
 def test_observations_bytes_cut_flipped_or_wrapped_are_refused_cleanly(settled, tmp_path, tally):
     cases = ReconcileCases(settled, tmp_path, tally)
-    base = bytes_of(observations(cases.run_dir))
-
-    @settings(max_examples=scaled(400), **SETTINGS)
-    @given(how=BYTE_EDITS)
-    def case(how):
-        cases.run(f"bytes {how!r}"[:120], edit(base, how))
-
-    case()
-    tally.check(scaled(400))
+    byte_edits_of(cases, bytes_of(observations(cases.run_dir)), tally)
 
 
 # -- command-line values ------------------------------------------------------------------------------------------

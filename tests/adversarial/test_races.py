@@ -16,7 +16,7 @@ import pytest
 from harness import REPORT, scaled
 from test_cli_cancel import alive, process_groups
 
-from helpers import BIN, PYTHON, complete_run, copy_run, env_for_tests, init_run, plan, settle, tau
+from helpers import module_workspace, BIN, PYTHON, complete_run, copy_run, env_for_tests, init_run, plan, settle, tau
 from taulib.rundir.records import RunDir
 
 RACERS = 64
@@ -63,8 +63,7 @@ def ok(results: list[tuple[int, str, str]]) -> list[dict]:
 @pytest.fixture(scope="module")
 def failed(tmp_path_factory) -> Path:
     """A settled run of 4 shards whose shard-00001 failed its first attempt."""
-    ws = tmp_path_factory.mktemp("races-failed") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "races-failed")
     run_dir = init_run(ws, records=40, shards=4, fail_first=("shard-00001",))
     assert tau("tau-submit", str(run_dir)).returncode == 0
     assert settle(run_dir)["retryable"] == ["shard-00001"]
@@ -73,8 +72,7 @@ def failed(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def complete(tmp_path_factory) -> Path:
-    ws = tmp_path_factory.mktemp("races-complete") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "races-complete")
     return complete_run(ws, records=40, shards=4)
 
 
@@ -166,8 +164,7 @@ def all_failed(tmp_path_factory) -> Path:
     """A settled run of 8 shards that all failed once (retryable), with a budget that lets them be retried."""
     from test_cli_run_environment import PROBE
 
-    ws = tmp_path_factory.mktemp("races-cancel") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "races-cancel")
     doc = plan(records=8, shards=8, command=[PYTHON, str(PROBE), "--fail"],
                retry={"max_attempts": 100, "max_failed_attempts": 1000})
     run_dir = init_run(ws, plan_doc=doc)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from harness import invoke, misbehaviour
 
-from helpers import complete_run
+from helpers import module_workspace, complete_run
 from taulib import jsonio
 
 ATTEMPT = "shards/shard-00000/attempts/attempt-0001"
@@ -151,8 +151,7 @@ COMMANDS = {  # command -> argv after the run directory, and stdin
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
-    ws = tmp_path_factory.mktemp("tampered") / "ws"
-    ws.mkdir(mode=0o700)
+    ws = module_workspace(tmp_path_factory, "tampered")
     return complete_run(ws, records=20, shards=2)
 
 

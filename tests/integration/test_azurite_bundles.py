@@ -324,12 +324,17 @@ def test_uploading_another_manifest_of_a_sealed_generation_is_refused(box, tmp_p
     assert az.get(box, f"{bundle['prefix']}/.tau/current") == b"g1\n"
 
 
+def seal_small_tree(box: str, tmp_path, prefix: str):
+    """tau-bundle-seal of a fresh three-file tree as generation g1, uploaded to `prefix` of the box."""
+    root = tmp_path / "src"
+    az.make_tree(root, small=3)
+    return tau("tau-bundle-seal", str(root), "--generation", "g1", "--upload", az.url(box, prefix), env=az.env())
+
+
 def test_uploading_to_a_prefix_with_blobs_not_in_the_manifest_is_refused_before_sending_anything(box, tmp_path):
     prefix = "upload/strangers"
     az.put(box, f"{prefix}/old.txt", b"left over")
-    root = tmp_path / "src"
-    az.make_tree(root, small=3)
-    proc = tau("tau-bundle-seal", str(root), "--generation", "g1", "--upload", az.url(box, prefix), env=az.env())
+    proc = seal_small_tree(box, tmp_path, prefix)
     assert proc.returncode == 73
     assert error_of(proc)["message"] == (f"tau-bundle-seal: {az.url(box, prefix)} holds blobs that no "
                                          "generation's manifest names (old.txt); a reader would see them as extra: "
@@ -505,9 +510,7 @@ def test_two_generations_with_identical_shared_files_both_upload_and_both_fetch(
 def test_a_manifest_at_the_prefix_that_cannot_be_read_refuses_the_upload_before_anything_is_sent(box, tmp_path):
     prefix = "shared/unreadable"
     az.put(box, f"{prefix}/.tau/bundles/g0.json", b"{not json")
-    root = tmp_path / "src"
-    az.make_tree(root, small=3)
-    proc = tau("tau-bundle-seal", str(root), "--generation", "g1", "--upload", az.url(box, prefix), env=az.env())
+    proc = seal_small_tree(box, tmp_path, prefix)
     assert proc.returncode == 65
     assert error_of(proc)["message"].startswith("tau-bundle-seal: the manifest of generation 'g0' there cannot be "
                                                 "read (manifest of generation 'g0' is not valid JSON")

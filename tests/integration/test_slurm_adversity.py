@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import ROOT, error_of, tau
+from helpers import ROOT, Sampler, error_of, tau
 from slurm import (LOST_REPLY, attempt_record, cancel_workspace_jobs, daemon_stopped, fake_sbatch, init_slurm_run,
                    job_id, jobs_named, observation_of, record, run_cmd, sacct_rows, settled, shard, submit,
                    task_states, wait_for, wait_job_gone, wait_until)
@@ -51,27 +50,25 @@ def _require_current_hook() -> None:
                                    "the current EpilogSlurmctld recipe")
 
 
-class StatusSampler:
+class StatusSampler(Sampler):
     """Reads a status file every 0.1 s in a thread. Every read that finds the file is a sample: its mode (of the
     file that was read), and its document or why it is not a tau.status document."""
 
+    interval = 0.1
+
     def __init__(self, path: Path) -> None:
+        super().__init__()
         self.path = path
         self.samples: list[tuple[int, dict | None, str | None]] = []  # (mode, document, problem)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with open(self.path, "rb") as fh:
-                    mode = os.fstat(fh.fileno()).st_mode & 0o7777
-                    data = fh.read()
-            except FileNotFoundError:
-                pass
-            else:
-                self.samples.append((mode, *self._parse(data)))
-            time.sleep(0.1)
+    def sample(self) -> None:
+        try:
+            with open(self.path, "rb") as fh:
+                mode = os.fstat(fh.fileno()).st_mode & 0o7777
+                data = fh.read()
+        except FileNotFoundError:
+            return
+        self.samples.append((mode, *self._parse(data)))
 
     @staticmethod
     def _parse(data: bytes) -> tuple[dict | None, str | None]:
@@ -84,14 +81,6 @@ class StatusSampler:
         if not isinstance(doc, dict) or doc.get("kind") != "tau.status":
             return None, f"not a tau.status document: {data[:120]!r}"
         return doc, None
-
-    def __enter__(self) -> StatusSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
     def problems(self) -> list[str]:
         return [problem for _, _, problem in self.samples if problem]

@@ -6,14 +6,13 @@ Each test has its own run under `workspace`; every job it started is cancelled (
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import tau
+from helpers import Sampler, tau
 from slurm import (attempt_record, cancel_workspace_jobs, init_slurm_run, job_id, observation_of, observe_reconcile,
                    run_cmd, sacct_rows, settled, shard, submit, task_states, wait_for, wait_task_state, wait_until)
 
@@ -26,34 +25,24 @@ def extra_jobs(workspace):
     cancel_workspace_jobs(workspace, ids)
 
 
-class ReadinessWatcher:
+class ReadinessWatcher(Sampler):
     """Samples an attempt's readiness.json every 20 ms in a thread: the distinct snapshots, in order."""
 
+    interval = 0.02
+
     def __init__(self, path: Path) -> None:
+        super().__init__()
         self.path = path
         self.snapshots: list[tuple[int, str, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                doc = json.loads(self.path.read_text())
-            except (FileNotFoundError, ValueError):
-                doc = None
-            if doc is not None:
-                snap = (doc["revision"], doc["state"], doc["restarts"])
-                if not self.snapshots or self.snapshots[-1] != snap:
-                    self.snapshots.append(snap)
-            time.sleep(0.02)
-
-    def __enter__(self) -> ReadinessWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+    def sample(self) -> None:
+        try:
+            doc = json.loads(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            return
+        snap = (doc["revision"], doc["state"], doc["restarts"])
+        if not self.snapshots or self.snapshots[-1] != snap:
+            self.snapshots.append(snap)
 
     def states(self) -> list[str]:
         return [s[1] for s in self.snapshots]
