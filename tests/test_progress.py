@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -189,3 +190,60 @@ def test_a_process_stopped_inside_a_deferred_block_exits_by_that_signal_after_it
             "print('never', flush=True)\n")
     proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=30)
     assert (proc.returncode, proc.stdout) == (-signal.SIGTERM, "finished\n")
+
+
+# -- taulib.signals.relay_to_main -------------------------------------------------------------------------------
+
+SLEEPER = """
+import signal, sys, threading, time
+from taulib import signals
+idle = threading.Event()
+for _ in range(3):  # idle threads the kernel may hand a signal to (pyarrow's pool, transfer threads)
+    threading.Thread(target=idle.wait, daemon=True).start()
+def stop(signum, _frame):
+    raise SystemExit(100 + signum)
+for signum in signals.STOPS:
+    signal.signal(signum, stop)
+print(signals.relay_to_main() if sys.argv[1] == "relay" else "bare", flush=True)
+time.sleep(120)
+"""
+
+
+def sleeper(mode: str) -> subprocess.Popen:
+    proc = subprocess.Popen([PYTHON, "-c", SLEEPER, mode], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout.readline() == ("True\n" if mode == "relay" else "bare\n")
+    return proc
+
+
+@pytest.mark.parametrize("round_", range(60))  # without the relay, about 1 round in 30 hangs on Linux 6.18
+def test_a_stop_signal_ends_a_main_thread_that_sleeps_beside_idle_threads_at_once(round_):
+    proc = sleeper("relay")
+    time.sleep(0.05)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTERM):  # one lands in the main thread
+        proc.send_signal(signum)  # or none does: the kernel may pick the idle ones for all four
+    try:
+        code = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError("the main thread slept on with a signal pending") from None
+    assert code in (100 + signal.SIGHUP, 100 + signal.SIGINT, 100 + signal.SIGTERM), code
+
+
+def test_the_relay_is_set_up_once_and_never_from_another_thread():
+    import threading
+
+    code = ("import signal, threading\nfrom taulib import signals\nout = []\n"
+            "t = threading.Thread(target=lambda: out.append(signals.relay_to_main())); t.start(); t.join()\n"
+            "print(out[0], signals.relay_to_main(), signals.relay_to_main(), signal.getsignal(signals.WAKE).__name__,"
+            " sorted(t.name for t in threading.enumerate()))\n")
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=30)
+    assert proc.stdout == "False True False _woken ['MainThread', 'tau-signal-relay']\n", proc.stderr
+    assert threading.current_thread() is threading.main_thread()
+
+
+def test_every_command_relays_signals_to_its_main_thread():
+    code = ("import signal, threading\nfrom taulib.cli import common\ncommon._catch_stop_signals()\n"
+            "print(signal.set_wakeup_fd(-1) != -1, [t.name for t in threading.enumerate()])\n")
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=30)
+    assert proc.stdout == "True ['MainThread', 'tau-signal-relay']\n", proc.stderr

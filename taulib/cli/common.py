@@ -15,7 +15,7 @@ from typing import Callable
 
 import click
 
-from taulib import __version__, failpoints, jsonio
+from taulib import __version__, failpoints, jsonio, signals
 from taulib.errors import EXIT_CODES, INTERNAL, IO_ERROR, USAGE, BadInput, TauError
 
 EPIPE_EXIT = 141  # what a C tool killed by SIGPIPE reports: the reader went away
@@ -88,6 +88,7 @@ def _catch_stop_signals() -> None:
                 signal.signal(signum, handler)
         except ValueError:  # not the main thread (a test harness): the default action stays
             pass
+    signals.relay_to_main()
 
 
 def _interrupted(name: str, signum: int) -> int:
