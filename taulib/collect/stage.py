@@ -13,8 +13,9 @@ the same winners always give byte-identical files. The encoder settings fix thos
 tau-run(5): Parquet with snappy compression, and dictionary encoding only for the string and binary columns whose
 values, in a partition's first row group, repeat (at most DICTIONARY_SHARE of them distinct): it pays for repeated
 labels and costs time and space on all-unique text; CSV as pyarrow writes it with a header; JSON lines one object
-per row, keys in schema order, by orjson. Memory is bounded by design, whatever the input size: one input buffer,
-at most QUEUE decoded batches between the reader thread and the writer, and one row group being encoded.
+per row, keys in schema order, as orjson writes it (built column by column: `taulib.collect.jsonl`). Memory is
+bounded by design, whatever the input size: one input buffer, at most QUEUE decoded batches between the reader
+thread and the writer, and one row group being encoded.
 The reader thread (read, hash, decode) and the writer (encode, hash, write) overlap on two cores; pyarrow,
 hashlib and the reads release the interpreter lock. They hand batches over through a deque that each side polls
 (no lock or condition is waited on, so a stop signal can unwind the writer at any moment and leave nothing half
@@ -41,7 +42,7 @@ INPUT_BUFFER = 64 << 20  # winner files up to this size are read once; larger on
 WRITE_BUFFER = 8 << 20
 QUEUE = 2  # decoded batches in flight between the reader and the writer
 POLL = 0.0005  # seconds a side waits before looking at the hand-over again
-JSON_ROWS = 8192  # rows converted to JSON lines at a time: small enough to stay out of the allocator's mmap path
+JSON_ROWS = 8192  # rows converted to JSON lines at a time: small enough to stay in the processor's caches
 DICTIONARY_SHARE = 0.5
 READ_CHUNK = 4 << 20
 
@@ -313,8 +314,10 @@ class _Output:
         elif self.fmt == "csv":
             self.writer.write_table(table)
         else:
+            from taulib.collect import jsonl
+
             for batch in table.to_batches(max_chunksize=JSON_ROWS):
-                self.sink.write(jsonl(batch))
+                self.sink.write(jsonl.lines(batch))
 
     def close(self, rows: int) -> dict:
         """Finish the file (fsynced) and describe it: path, size, sha256, rows."""
@@ -341,14 +344,3 @@ def dictionary_columns(batch) -> list[str]:
                 or pc.count_distinct(column, mode="all").as_py() <= DICTIONARY_SHARE * len(column):
             chosen.append(field.name)
     return chosen
-
-
-def jsonl(batch) -> bytes:
-    """A record batch as JSON lines (one object per row, keys in schema order), converted column by column."""
-    import orjson
-
-    names = batch.schema.names
-    columns = [column.to_pylist() for column in batch.columns]
-    dumps, option = orjson.dumps, orjson.OPT_APPEND_NEWLINE
-    return b"".join([dumps(dict(zip(names, values, strict=True)), default=str, option=option)
-                     for values in zip(*columns, strict=True)])
