@@ -35,8 +35,9 @@ def relay_to_main() -> bool:
         return False
     read_end, write_end = os.pipe()  # close-on-exec, both
     os.set_blocking(write_end, False)  # the signal handler must never block on a full pipe
-    if signal.set_wakeup_fd(write_end, warn_on_full_buffer=False) != -1:
-        signal.set_wakeup_fd(-1)
+    before = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    if before != -1:  # already relayed (a second command in this process), or someone else's: put it back
+        signal.set_wakeup_fd(before)
         os.close(read_end)
         os.close(write_end)
         return False

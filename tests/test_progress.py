@@ -195,13 +195,13 @@ def test_a_process_stopped_inside_a_deferred_block_exits_by_that_signal_after_it
 # -- taulib.signals.relay_to_main -------------------------------------------------------------------------------
 
 SLEEPER = """
-import signal, sys, threading, time
+import os, signal, sys, threading, time
 from taulib import signals
 idle = threading.Event()
 for _ in range(3):  # idle threads the kernel may hand a signal to (pyarrow's pool, transfer threads)
     threading.Thread(target=idle.wait, daemon=True).start()
 def stop(signum, _frame):
-    raise SystemExit(100 + signum)
+    os._exit(100 + signum)  # as a tau command ends once stopped: before shutdown gives the signals their default
 for signum in signals.STOPS:
     signal.signal(signum, stop)
 print(signals.relay_to_main() if sys.argv[1] == "relay" else "bare", flush=True)
@@ -230,15 +230,19 @@ def test_a_stop_signal_ends_a_main_thread_that_sleeps_beside_idle_threads_at_onc
     assert code in (100 + signal.SIGHUP, 100 + signal.SIGINT, 100 + signal.SIGTERM), code
 
 
-def test_the_relay_is_set_up_once_and_never_from_another_thread():
+def test_the_relay_is_set_up_once_and_never_from_another_thread_and_leaves_anothers_wakeup_fd_alone():
     import threading
 
     code = ("import signal, threading\nfrom taulib import signals\nout = []\n"
             "t = threading.Thread(target=lambda: out.append(signals.relay_to_main())); t.start(); t.join()\n"
-            "print(out[0], signals.relay_to_main(), signals.relay_to_main(), signal.getsignal(signals.WAKE).__name__,"
-            " sorted(t.name for t in threading.enumerate()))\n")
-    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=30)
-    assert proc.stdout == "False True False _woken ['MainThread', 'tau-signal-relay']\n", proc.stderr
+            "first = signals.relay_to_main(); fd = signal.set_wakeup_fd(-1); signal.set_wakeup_fd(fd)\n"
+            "again = [signals.relay_to_main() for _ in range(50)]; after = signal.set_wakeup_fd(-1)\n"
+            "print(out[0], first, set(again), after == fd, signal.getsignal(signals.WAKE).__name__,"
+            " sorted(t.name for t in threading.enumerate()), len(os.listdir('/proc/self/fd')))\n")
+    proc = subprocess.run([PYTHON, "-c", "import os\n" + code], capture_output=True, text=True, cwd=ROOT, timeout=30)
+    words = proc.stdout.split()
+    assert " ".join(words[:6]) == "False True {False} True _woken ['MainThread',", proc.stderr
+    assert words[6] == "'tau-signal-relay']" and int(words[7]) < 12, proc.stdout  # no pipe left behind
     assert threading.current_thread() is threading.main_thread()
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from taulib.rules.partition import Partition, Piece, file_name, plan
+from taulib.rules.partition import Lane, Partition, Piece, file_name, lanes, plan
 
 
 def test_files_are_cut_at_every_multiple_of_the_partition_size_and_the_last_takes_the_rest():
@@ -71,3 +71,41 @@ def test_every_partition_but_the_last_has_exactly_the_planned_size(file_rows, si
 def test_the_same_inputs_always_give_the_same_plan(file_rows, size):
     assert plan(list(file_rows), size) == plan(list(file_rows), size)
     assert plan(file_rows, size) == plan(tuple(file_rows), size)  # a tuple or a list: the same plan
+
+
+# -- lanes: consecutive partitions written at the same time ----------------------------------------------------
+
+def test_lanes_split_the_partitions_in_order_and_share_only_the_file_between_them():
+    parts = plan([40, 40, 40], 50)  # file 1 holds rows of partitions 0 and 1
+    assert lanes(parts, 3, 2) == [Lane(tuple(parts[0:2]), 0, 2), Lane(tuple(parts[2:3]), 2, 2)]
+    assert lanes(parts, 3, 3) == [Lane((parts[0],), 0, 1), Lane((parts[1],), 1, 2), Lane((parts[2],), 2, 2)]
+    assert lanes(parts, 3, 8) == lanes(parts, 3, 3)  # never more lanes than partitions
+
+
+def test_files_without_rows_belong_to_the_lane_before_the_next_ones_first_file():
+    parts = plan([0, 50, 0, 0, 50, 0], 50)
+    assert lanes(parts, 6, 2) == [Lane((parts[0],), 0, 3), Lane((parts[1],), 4, 5)]
+    assert lanes([], 2, 4) == [Lane((), 0, 1)] and lanes([], 0, 4) == [Lane((), 0, -1)]
+
+
+def test_at_least_one_lane_is_asked_for():
+    with pytest.raises(ValueError, match="at least 1"):
+        lanes([], 0, 0)
+
+
+@settings(max_examples=400, deadline=None)
+@given(FILES, SIZES, st.integers(min_value=1, max_value=5))
+def test_every_file_is_read_by_one_lane_but_the_ones_several_lanes_have_rows_of(file_rows, size, most):
+    parts = plan(file_rows, size)
+    split = lanes(parts, len(file_rows), most)
+    assert len(split) == max(1, min(most, len(parts)))
+    assert [p for lane in split for p in lane.partitions] == parts
+    assert max(len(lane.partitions) for lane in split) - min(len(lane.partitions) for lane in split) <= 1
+    for lane in split:
+        for part in lane.partitions:
+            assert all(lane.first <= piece.file <= lane.last for piece in part.pieces)
+    readers = {f: [n for n, lane in enumerate(split) if lane.first <= f <= lane.last] for f in range(len(file_rows))}
+    for f, who in readers.items():
+        having = {n for n, lane in enumerate(split) for part in lane.partitions for piece in part.pieces
+                  if piece.file == f}
+        assert len(who) == 1 or set(who) == having, (f, who, having)

@@ -1,6 +1,6 @@
 """JSON lines of a record batch, built column by column with pyarrow compute instead of a Python object per row.
 
-Reads and writes nothing. Promises: `lines(batch)` is byte for byte what the per-row definition gives
+Pure: it reads and writes nothing. Promises: `lines(batch)` is byte for byte what the per-row definition gives
 (`reference(batch)`: each row as a dict of its schema's names to its values, `orjson.dumps(row, default=str)` and a
 newline), which is what tau-run(5) documents; only faster. How: every column becomes one array of JSON texts
 (integers cast to decimal text, booleans and nulls as words, floats as orjson writes them, strings quoted and

@@ -176,6 +176,8 @@ def stop(run, attempts: list[dict], whole_run: bool) -> list[dict]:
         sub, index = attempt["scheduler"]["job_id"], attempt["scheduler"]["task_index"]
         supervisors.add(sub)
         task = run.dir.read(layout.local_task(sub, index), "tau.local-task")
+        if task is None and attempt["state"] == "running":
+            task = _recorded_soon(run, sub, index)
         if task is not None and task["state"] == "running" and alive(task["pid"], task["start_ticks"]):
             try:
                 os.killpg(task["pid"], signal.SIGTERM)
@@ -191,6 +193,19 @@ def stop(run, attempts: list[dict], whole_run: bool) -> list[dict]:
                 except ProcessLookupError:
                     pass
     return stopped
+
+
+def _recorded_soon(run, submission_id: str, index: int, patience: float = 5.0) -> dict | None:
+    """The task record of an attempt that is running already: its supervisor writes it right after starting the
+    task, so it is waited for (up to `patience` seconds) while that supervisor lives."""
+    record = run.dir.read(layout.local_supervisor(submission_id), "tau.local-supervisor")
+    deadline = time.monotonic() + patience
+    while record is not None and alive(record["pid"], record["start_ticks"]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+        task = run.dir.read(layout.local_task(submission_id, index), "tau.local-task")
+        if task is not None:
+            return task
+    return None
 
 
 def _start_task(run, sub: dict, index: int) -> int:

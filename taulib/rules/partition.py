@@ -50,3 +50,32 @@ def plan(file_rows: list[int], rows_per_partition: int) -> list[Partition]:
 def file_name(index: int, suffix: str) -> str:
     """The output file of partition `index`: part-00000.parquet, ..."""
     return f"part-{index:05d}.{suffix}"
+
+
+class Lane(NamedTuple):
+    partitions: tuple[Partition, ...]  # consecutive partitions, written one after another
+    first: int  # the first input file this lane reads (and verifies)
+    last: int  # the last one
+
+
+def lanes(partitions: list[Partition], file_count: int, most: int) -> list[Lane]:
+    """The partitions split into at most `most` lanes of consecutive partitions (sizes differing by at most one),
+    which can be written at the same time: each lane reads the files from its first piece's to its last's, plus
+    the files without rows after them, up to the next lane's first. So every input file is read by one lane, but
+    a file whose rows several lanes share (one at each of the `most` - 1 boundaries at most), which each of them
+    reads; with no partitions, one lane of no partitions reads every file."""
+    if most < 1:
+        raise ValueError("most must be at least 1")
+    count = max(1, min(most, len(partitions)))
+    size, extra = divmod(len(partitions), count)
+    groups, start = [], 0
+    for position in range(count):
+        stop = start + size + (1 if position < extra else 0)
+        groups.append(tuple(partitions[start:stop]))
+        start = stop
+    firsts = [0] + [group[0].pieces[0].file for group in groups[1:]]
+    out = []
+    for position, group in enumerate(groups):
+        last = file_count - 1 if position == count - 1 else max(group[-1].pieces[-1].file, firsts[position + 1] - 1)
+        out.append(Lane(group, firsts[position], last))
+    return out
