@@ -10,7 +10,7 @@ of a file, its reader decodes no more of them (it is still verified). A reader t
 while the lane's writer encodes; they hand batches over through a deque that each side polls (no lock or
 condition is waited on, so a stop signal can unwind the writer at any moment and leave nothing half taken).
 Memory: one input buffer (reused while no decoded batch refers to it, which spares the kernel the page faults of
-a fresh one) and at most QUEUE decoded batches.
+a fresh one; a second one while one does) and QUEUE decoded batches at most.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from taulib.rules import partition
 READ_ROWS = 16_384  # rows decoded at a time
 INPUT_BUFFER = 64 << 20  # winner files up to this size are read once; larger ones twice (hash, then decode)
 READ_CHUNK = 4 << 20
-QUEUE = 2  # decoded batches in flight between the reader and the writer
+QUEUE = 1  # decoded batches in flight between the reader and the writer
 POLL = 0.0005  # seconds a side waits before looking at the hand-over again
 
 

@@ -20,7 +20,7 @@ from taulib.fs.tree import Tree
 
 BATCH_ROWS = 65_536  # rows of an output row group (Parquet) or write (CSV)
 SUFFIX = {"parquet": "parquet", "csv": "csv", "jsonl": "jsonl"}
-WRITE_BUFFER = 8 << 20
+WRITE_BUFFER = 1 << 20
 JSON_ROWS = 8192  # rows converted to JSON lines at a time: small enough to stay in the processor's caches
 DICTIONARY_SHARE = 0.5
 
