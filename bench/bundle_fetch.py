@@ -14,6 +14,9 @@ process (interpreter start and imports included) into a fresh folder that is rem
           in any rclone config file): MD5 checked where a blob has Content-MD5, no fsync, no staging
   plain   a Python process that lists the prefix and, for each blob in turn,
           `download_blob(max_concurrency=8).readinto(open(file, "wb"))`: no hashing, no fsync, no staging
+After each client the folder is removed and the file system synced (os.sync) outside the timing, so that what the
+removal costs (on a file system mounted with `discard`, the discards of the freed blocks, which the next fsync or
+journal commit pays) is billed to no client.
 Each child's wall time, and from its rusage (os.wait4) its peak RSS and its CPU seconds (user + system). Prints per
 workload the median seconds, MB/s, peak RSS, CPU seconds per GiB and per file, and the speed ratios tau/rclone
 (goal, issue 13: at least 1.0x on every workload) and tau/plain; then one JSON line. rclone is for this benchmark
@@ -181,6 +184,7 @@ def main() -> int:
                         dest = work / f"dest-{workload}-{name}-{n}"
                         samples[workload][name].append(measure(argv(str(dest)), env))
                         shutil.rmtree(dest)
+                        os.sync()  # the removal's writes and discards are not billed to the next client
         except Failed as exc:
             raise SystemExit(f"bench: {exc}") from None
         finally:

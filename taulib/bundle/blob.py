@@ -1,6 +1,6 @@
 """Azure Blob storage for bundles: clients with an explicit retry policy, listing, reading, what the other
-generations' manifests at a prefix claim, and downloading with sha256 computed while the bytes arrive (uploading is
-`taulib.bundle.upload`).
+generations' manifests at a prefix claim, and the threads transfers run on (downloading is `taulib.bundle.transfer`
+over `taulib.bundle.rest`, uploading `taulib.bundle.upload`).
 
 Imported only inside the Blob code paths of the bundle commands (azure.storage.blob costs ~300 ms to import).
 Credentials (an account key, an Azure identity's token, or none) come from taulib.bundle.credentials, which also
@@ -14,9 +14,7 @@ before a transfer returns or raises, a stop signal or two notwithstanding.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -26,9 +24,9 @@ from taulib.bundle.credentials import credential, denied, what_to_set
 from taulib.bundle.endpoint import Location
 from taulib.errors import CheckFailed, NotFound, Refused, Unavailable
 
-RANGE = 8 << 20  # bytes per ranged GET or staged block: 8-16 MiB reach the best throughput measured against Azurite
-WINDOW = 8  # ranges (or blocks) in flight per large blob: memory is bounded by about 2 * WINDOW * RANGE
-WORKERS = 8  # small blobs transferred at once
+RANGE = 8 << 20  # bytes per ranged GET into memory or staged block: 8-16 MiB reach the best throughput measured
+WINDOW = 8  # ranges (or blocks) in flight per large blob
+WORKERS = 16  # small blobs transferred at once (one GET each)
 POOL = 32  # HTTP connections kept per host: more than WINDOW and WORKERS, so none is discarded
 
 
@@ -45,11 +43,15 @@ def _session():
     return session
 
 
+def _quiet() -> None:
+    for name in ("azure", "msal", "urllib3"):  # a handler of our own: the SDK's warnings never reach stderr
+        logging.getLogger(name).addHandler(logging.NullHandler())
+
+
 def container(location: Location, environ: dict | None = None):
     from azure.storage.blob import ContainerClient, ExponentialRetry
 
-    for name in ("azure", "msal", "urllib3"):  # a handler of our own: the SDK's warnings never reach stderr
-        logging.getLogger(name).addHandler(logging.NullHandler())
+    _quiet()
     retries = env.get("TAU_BLOB_RETRIES", environ)
     read_timeout = env.get("TAU_BLOB_READ_TIMEOUT", environ)
     kwargs = {}
@@ -59,6 +61,15 @@ def container(location: Location, environ: dict | None = None):
                            retry_policy=ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=retries),
                            connection_timeout=5, read_timeout=read_timeout, session=_session(),
                            max_single_get_size=RANGE, max_chunk_get_size=RANGE, **kwargs)
+
+
+def reader(location: Location, environ: dict | None = None):
+    """The client tau-bundle-fetch and tau-bundle-verify read with (`rest.Client`: no SDK); `list_prefix`,
+    `read_small` and `claims` take it as they take a ContainerClient."""
+    from taulib.bundle import rest
+
+    _quiet()
+    return rest.Client(location, credential(location, environ), POOL, environ)
 
 
 @contextmanager
@@ -91,6 +102,8 @@ def translated(what: str):
 
 def list_prefix(client, prefix: str) -> dict[str, tuple[int, str]]:
     """{path below prefix: (size, etag)} of every blob under `prefix/`."""
+    if not hasattr(client, "list_blobs"):  # a reader
+        return client.list_prefix(prefix)
     out = {}
     with translated(f"listing {prefix}/"):
         for item in client.list_blobs(name_starts_with=prefix + "/"):
@@ -99,6 +112,9 @@ def list_prefix(client, prefix: str) -> dict[str, tuple[int, str]]:
 
 
 def read_small(client, name: str, limit: int = 16 << 20) -> bytes | None:
+    """The bytes of blob `name`, None when there is none; CheckFailed when it is larger than `limit`."""
+    if not hasattr(client, "download_blob"):  # a reader
+        return client.read_small(name, limit)
     from azure.core.exceptions import ResourceNotFoundError
 
     with translated(f"reading {name}"):
@@ -111,9 +127,10 @@ def read_small(client, name: str, limit: int = 16 << 20) -> bytes | None:
         return downloader.readall()
 
 
-def run_all(items: list, fn, workers: int = WORKERS) -> None:
+def run_all(items: list, fn, workers: int = WORKERS, stop: threading.Event | None = None) -> None:
     """fn(item) for every item on `workers` threads; the first failure cancels what has not started and is
-    raised once the running calls have returned (no call outlives this function, whatever signals come)."""
+    raised once the running calls have returned (no call outlives this function, whatever signals come). `stop`
+    is set as soon as a call failed or the caller is leaving (a signal): calls waiting to retry give up."""
     if not items:
         return
     failed: list[BaseException] = []
@@ -127,6 +144,8 @@ def run_all(items: list, fn, workers: int = WORKERS) -> None:
                 fn(item)
         except BaseException as exc:  # noqa: BLE001 - raised by the caller's thread, below
             failed.append(exc)
+            if stop is not None:
+                stop.set()
         finally:
             with count:
                 left[0] -= 1
@@ -142,6 +161,8 @@ def run_all(items: list, fn, workers: int = WORKERS) -> None:
         if failed:
             raise failed[0]
     finally:
+        if stop is not None:
+            stop.set()
         _join(pool)
 
 
@@ -158,92 +179,6 @@ def _join(pool: ThreadPoolExecutor) -> None:
     """Cancel what has not started and wait for what runs: a thread never writes into a stage being removed."""
     with signals.deferred():
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def download(client, name: str, fd: int | None, size: int, etag: str | None, progress=None) -> str:
-    """Read blob `name` (into fd with positional writes, or nowhere when fd is None) and return its sha256,
-    computed in order as ranges arrive. The blob must keep its etag (IfMatch on every range) and have exactly
-    `size` bytes."""
-    from azure.core import MatchConditions
-
-    condition = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
-    sha = hashlib.sha256()
-    if size <= RANGE:
-        with translated(f"downloading {name}"):
-            data = client.download_blob(name, **condition).readall()
-        if len(data) != size:
-            raise CheckFailed(f"{name} has {len(data)} bytes, the listing said {size}")
-        if fd is not None:
-            os.pwrite(fd, data, 0)
-        sha.update(data)
-        if progress:
-            progress(len(data))
-        return sha.hexdigest()
-    offsets = list(range(0, size, RANGE))
-    done: dict[int, bytes] = {}
-    failed: dict[int, BaseException] = {}
-    ended = {offset: _held_lock() for offset in offsets}  # released by the range's thread when it ends
-    stop = threading.Event()
-
-    def fetch(offset: int) -> None:
-        try:
-            if stop.is_set():
-                return
-            length = min(RANGE, size - offset)
-            with translated(f"downloading {name}"):
-                data = client.download_blob(name, offset=offset, length=length, **condition).readall()
-            if len(data) != length:
-                raise CheckFailed(f"{name} ended early: {offset + len(data)} of {size} bytes")
-            if fd is not None:
-                os.pwrite(fd, data, offset)
-            done[offset] = data
-        except BaseException as exc:  # noqa: BLE001 - raised by the caller's thread, below
-            failed[offset] = exc
-        finally:
-            ended[offset].release()
-
-    pool = ThreadPoolExecutor(max_workers=min(WINDOW, len(offsets)))
-    submitted = 0
-    try:
-        for next_hash, offset in enumerate(offsets):
-            while submitted < len(offsets) and submitted - next_hash < WINDOW:
-                pool.submit(fetch, offsets[submitted])
-                submitted += 1
-            while not ended[offset].acquire(timeout=0.2):
-                if failed:  # a later range failed: no need to wait for this one
-                    raise failed[min(failed)]
-            if offset in failed:
-                raise failed[offset]
-            data = done.pop(offset)
-            sha.update(data)
-            if progress:
-                progress(len(data))
-    finally:
-        stop.set()
-        _join(pool)  # before the caller closes fd: no range is written into a descriptor closed or reused
-    return sha.hexdigest()
-
-
-def download_many(client, prefix: str, entries: list[dict], etags: dict[str, str], open_fd, finish,
-                  progress=None) -> None:
-    """Download manifest entries: each large blob in turn (its ranges concurrently), then the small ones on
-    WORKERS threads. open_fd(entry) gives the file descriptor to write into (or None: hash only); finish(entry,
-    sha256, fd) checks and closes it. The first failure stops the rest."""
-
-    def one(entry: dict) -> None:
-        fd = open_fd(entry)
-        try:
-            sha = download(client, f"{prefix}/{entry['path']}", fd, entry["size"], etags.get(entry["path"]),
-                           progress)
-        except BaseException:
-            if fd is not None:
-                os.close(fd)
-            raise
-        finish(entry, sha, fd)
-
-    for entry in [e for e in entries if e["size"] > RANGE]:
-        one(entry)
-    run_all([e for e in entries if e["size"] <= RANGE], one)
 
 
 def _raise_first(futures) -> None:

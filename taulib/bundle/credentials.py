@@ -108,10 +108,15 @@ def credential(location: Location, environ: dict | None = None):
 
 
 def denied(what: str, exc) -> str:
-    """The access-denied message: which credential the request carried (its scheme only) and what to set."""
+    """The access-denied message of an SDK error `exc` (`denied_to`)."""
     request = exc.response.request
     scheme = (request.headers.get("Authorization") or "").split(" ", 1)[0]
-    code = exc.status_code
+    return denied_to(what, exc.status_code, scheme, str(request.url))
+
+
+def denied_to(what: str, code: int, scheme: str, url: str) -> str:
+    """The access-denied message: which credential the request to `url` carried (the scheme of its
+    Authorization, "" for none) and what to set."""
     if scheme == "Bearer":
         return (f"{what}: access denied ({code}): Blob storage refused the Azure identity's token (expired, for "
                 "another tenant or audience, or the identity has no Storage Blob Data role on the container: Reader "
@@ -119,4 +124,4 @@ def denied(what: str, exc) -> str:
     if scheme == "SharedKey":
         return (f"{what}: access denied ({code}): Blob storage refused the account key of "
                 "AZURE_STORAGE_CONNECTION_STRING; check the key, or unset it to use an Azure identity")
-    return f"{what}: access denied ({code}) to a request without credentials; {what_to_set(str(request.url))}"
+    return f"{what}: access denied ({code}) to a request without credentials; {what_to_set(url)}"

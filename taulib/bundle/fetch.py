@@ -109,7 +109,7 @@ def _fetch(parent: Tree, name: str, existed: bool, claim: Claim, location, gener
     from taulib.bundle import blob
 
     where = location.url()
-    client = blob.container(location, env)
+    client = blob.reader(location, env)
     if generation is None:
         pointer = blob.read_small(client, f"{location.prefix}/{mf.CURRENT}", limit=256)
         if pointer is None:
@@ -163,7 +163,7 @@ def _describe(differences: dict) -> str:
 
 
 def _download_all(client, location, record: dict, listing: dict, stage: Tree, show: bool | None) -> None:
-    from taulib.bundle import blob
+    from taulib.bundle import transfer
     from taulib.progress import Meter
 
     entries = mf.entries(record)
@@ -186,7 +186,8 @@ def _download_all(client, location, record: dict, listing: dict, stage: Tree, sh
         progress.add(1)
 
     try:
-        blob.download_many(client, location.prefix, entries, {p: v[1] for p, v in listing.items()},
-                           lambda entry: stage.create(mf.safe_path(entry["path"], generation)), finish, progress)
+        transfer.download_many(client, location.prefix, entries, {p: v[1] for p, v in listing.items()},
+                               lambda entry: stage.create(mf.safe_path(entry["path"], generation), readable=True),
+                               finish, progress)
     finally:
         progress.close()

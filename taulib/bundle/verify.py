@@ -116,10 +116,10 @@ def verify_blob(source: str, generation: str | None, deep: bool, env: dict | Non
     from taulib.bundle import endpoint
 
     location = endpoint.parse(source, env)  # refused before any request
-    from taulib.bundle import blob
+    from taulib.bundle import blob, transfer
     from taulib.progress import Meter
 
-    client = blob.container(location, env)
+    client = blob.reader(location, env)
     where = location.url()
     listing = blob.list_prefix(client, location.prefix)
     acknowledged = sorted(p[len(mf.BUNDLES) + 1: -len(".complete")] for p in listing
@@ -149,8 +149,8 @@ def verify_blob(source: str, generation: str | None, deep: bool, env: dict | Non
             progress.add(1)
 
         try:
-            blob.download_many(client, location.prefix, entries, {p: v[1] for p, v in payload.items()},
-                               lambda entry: None, finish, progress)
+            transfer.download_many(client, location.prefix, entries, {p: v[1] for p, v in payload.items()}, None,
+                                   finish, progress)
         except (CheckFailed, NotFound) as exc:  # a blob changed or vanished while it was being read
             report["problems"].append(exc.message)
         finally:

@@ -31,6 +31,7 @@ from taulib import env, failpoints
 
 _TEMP = r"^\.tau\.[0-9a-f]{16}\.tmp\Z"  # \Z: "$" would also match before a final newline; compiled on first use
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE_RW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 RENAME_NOREPLACE = 1
 # errnos that mean "this filesystem cannot do that" (never "you may not" or "it exists"):
 NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)})
@@ -80,9 +81,10 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def create(dfd: int, name: str) -> int:
-    """A new private file `name` in folder dfd, open for writing (O_EXCL, 0600, never through a symlink)."""
-    return os.open(name, _NEW_FILE, 0o600, dir_fd=dfd)
+def create(dfd: int, name: str, readable: bool = False) -> int:
+    """A new private file `name` in folder dfd, open for writing, and reading too when asked (O_EXCL, 0600, never
+    through a symlink)."""
+    return os.open(name, _NEW_FILE_RW if readable else _NEW_FILE, 0o600, dir_fd=dfd)
 
 
 def write_new(dfd: int, name: str, data: bytes) -> None:

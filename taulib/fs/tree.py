@@ -301,10 +301,11 @@ class Tree:
         return self.open_own(rel, os.O_RDWR, "lock file")
 
     @_operation
-    def create(self, rel: str) -> int:
-        """A new private file `rel` open for writing (O_EXCL, 0600), its folders made as needed."""
+    def create(self, rel: str, readable: bool = False) -> int:
+        """A new private file `rel` open for writing, and reading when asked (O_EXCL, 0600), its folders made as
+        needed."""
         dfd, name = self._leaf(rel, create=True)
-        return atomic.create(dfd, name)
+        return atomic.create(dfd, name, readable)
 
     @_operation
     def write_new(self, rel: str, data: bytes) -> None:

@@ -603,21 +603,21 @@ def test_a_concurrent_uploader_of_identical_bytes_is_kept_not_replaced(box, tmp_
 
 @pytest.mark.parametrize("size", [1000, 10 << 20], ids=["small", "ranged"])
 def test_a_download_pinned_to_the_listed_etag_fails_when_the_blob_was_replaced_since(box, tmp_path, size):
-    from taulib.bundle import blob, endpoint
+    from taulib.bundle import blob, endpoint, transfer
     from taulib.errors import CheckFailed
 
     prefix = f"etag/{size}"
     az.put(box, f"{prefix}/f.bin", b"a" * size)
     location = endpoint.parse(az.url(box, prefix), az.env())
-    client = blob.container(location, az.env())
+    client = blob.reader(location, az.env())
     listed = blob.list_prefix(client, prefix)
     az.put(box, f"{prefix}/f.bin", b"b" * size)  # same name, same size, new content: a new etag
-    with open(tmp_path / "f.bin", "wb") as fh, pytest.raises(CheckFailed) as caught:
-        blob.download(client, f"{prefix}/f.bin", fh.fileno(), size, listed["f.bin"][1])
+    with open(tmp_path / "f.bin", "w+b") as fh, pytest.raises(CheckFailed) as caught:
+        transfer.download(client, f"{prefix}/f.bin", fh.fileno(), size, listed["f.bin"][1])
     assert caught.value.code == 1
     assert caught.value.message == f"downloading {prefix}/f.bin: the blob changed after it was listed"
     current = blob.list_prefix(client, prefix)["f.bin"][1]
-    assert blob.download(client, f"{prefix}/f.bin", None, size, current) == hashlib.sha256(b"b" * size).hexdigest()
+    assert transfer.download(client, f"{prefix}/f.bin", None, size, current) == hashlib.sha256(b"b" * size).hexdigest()
 
 
 # -- where a bundle is: the run's own records ------------------------------------------------------------------------
