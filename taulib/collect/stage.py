@@ -112,28 +112,3 @@ class _Lane:
         self.written[part.index] = out.close(part.rows)
         if self.meter is not None:
             self.meter.add(0, self.written[part.index]["size"] - told)
-
-
-def _bound_memory() -> None:
-    """Memory given back as soon as it is freed, so the peak is what the lanes hold, not what allocators keep:
-    Arrow's buffers from jemalloc with no decay (when this pyarrow has it), and glibc's threshold for serving a
-    large block by its own mapping fixed at its default 128 KiB (glibc raises it as blocks are freed, and the
-    lanes' threads then grow arenas that are never trimmed). Changes no byte of any output."""
-    import ctypes
-
-    import pyarrow as pa
-
-    try:
-        pa.set_memory_pool(pa.jemalloc_memory_pool())
-        pa.jemalloc_set_decay_ms(0)
-    except (NotImplementedError, AttributeError):  # built without jemalloc: its default pool stays
-        pass
-    try:
-        libc = ctypes.CDLL(None)  # the C library this process already runs on
-        if hasattr(libc, "mallopt"):
-            libc.mallopt(M_MMAP_THRESHOLD, 128 << 10)
-    except OSError:  # no C library to ask: its own behaviour stays
-        pass
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
