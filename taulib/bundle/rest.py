@@ -39,6 +39,7 @@ from taulib.errors import CheckFailed, NotFound, Refused, Unavailable
 API_VERSION = "2025-01-05"  # Blob storage's REST version asked for (TAU_BLOB_API_VERSION overrides it)
 RETRIED = frozenset({408, 500, 502, 503, 504})  # what the SDK's StorageRetryPolicy retries (5xx but 501 and 505)
 USER_AGENT = f"tau/{__version__}"
+LIST_PAGE = 5000  # blobs per List Blobs answer (the service's most)
 
 
 class _Again(Exception):
@@ -94,7 +95,7 @@ class Client:
         out: dict[str, tuple[int, str]] = {}
         marker = ""
         while True:
-            query = {"restype": "container", "comp": "list", "prefix": prefix + "/", "maxresults": "5000"}
+            query = {"restype": "container", "comp": "list", "prefix": prefix + "/", "maxresults": str(LIST_PAGE)}
             if marker:
                 query["marker"] = marker
             body = self._tried(f"listing {prefix}/", self.container_path[:-1], query, None, None, None,
