@@ -80,6 +80,7 @@ class Life:
 
     def live(self) -> None:
         doc = plan(records=20, shards=2, fail_first=("shard-00001",), retry={"max_attempts": 6})
+        doc["command"] += ["--sleep", "1"]  # every attempt is seen live, then ended: the same trace on a busy machine
         self.step("tau-init", str(self.run_dir), input=json.dumps(doc))
         self.step("tau-submit", str(self.run_dir))
         deadline = time.monotonic() + 180
