@@ -15,8 +15,9 @@ Order, failing closed before any byte lands at the destination:
   5. download concurrently into a private stage folder beside the destination (`.NAME.tau-fetch-RANDOM`, 0700,
      its name recorded first in the destination's claim, `bundle.claim`, which this fetch holds from step 3 to its
      end: a second fetch to the same destination meanwhile is busy, 75), each blob pinned to its listed etag,
-     sha256 computed while the bytes arrive, every size and digest compared with the manifest (1); progress on
-     stderr when it is a terminal (or as --progress / --no-progress say: `taulib.progress`);
+     the sha256 of every byte computed (a small blob's as it arrives, a large one's range by range from the staged
+     file just written: `bundle.transfer`), every size and digest compared with the manifest (1), every file
+     fsynced; progress on stderr when it is a terminal (or as --progress / --no-progress say: `taulib.progress`);
   6. publish: the stage (with the acknowledgement and the generation's parts under `.tau/bundles/`) is renamed
      to the destination with renameat2(RENAME_NOREPLACE), or onto the empty destination folder; on any failure
      the stage is removed and the destination is as it was before (absent, or the empty folder it was; after a
