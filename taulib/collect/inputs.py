@@ -6,9 +6,10 @@ larger one is hashed in a first pass and decoded in a second. Either way its siz
 compared with its manifest before a row of it is used (Conflict otherwise). Writes nothing.
 Promises: `Inputs.read(piece)` gives exactly the rows of the piece, in order, in batches of at most READ_ROWS; the
 rows of a file before a piece (another lane's) are decoded and passed over, and once the lane needs no more rows
-of a file, its reader decodes no more of them (it is still verified). A reader thread reads, hashes and decodes
-while the lane's writer encodes; they hand batches over through a deque that each side polls (no lock or
-condition is waited on, so a stop signal can unwind the writer at any moment and leave nothing half taken).
+of a file, its reader decodes no more of them (it is still verified). Read in place by the lane's thread, or
+(`threaded`) by a reader thread that reads, hashes and decodes while the lane's writer encodes; they hand batches
+over through a deque that each side polls (no lock or condition is waited on, so a stop signal can unwind the
+writer at any moment and leave nothing half taken).
 Memory: one input buffer (reused while no decoded batch refers to it, which spares the kernel the page faults of
 a fresh one; a second one while one does) and QUEUE decoded batches at most.
 """
@@ -45,7 +46,8 @@ class Inputs:
     ahead of the writer; `read` takes the rows of one piece of a file, in order (the rows of a file before the
     piece, which another lane writes, are decoded and passed over)."""
 
-    def __init__(self, run, files: list[tuple[str, dict]], first: int, last: int, lanes_stop: threading.Event) -> None:
+    def __init__(self, run, files: list[tuple[str, dict]], first: int, last: int, lanes_stop: threading.Event,
+                 threaded: bool = True) -> None:
         self.run, self.files, self.first, self.last = run, files, first, last
         self.lanes_stop = lanes_stop  # set when any lane fails or the collection stops
         self.handed: deque = deque()  # batches, _END markers and the reader's exception, in order
@@ -57,6 +59,8 @@ class Inputs:
         self.done = False  # the current file's batches are all taken
         self.rest_unread = -1  # the file whose remaining rows no lane needs: the reader decodes no more of them
         self.kept: bytearray | None = None  # the reader's input buffer, reused while nothing else refers to it
+        self.threaded = threaded  # a reader thread of its own, else the lane's thread reads in place
+        self.produced = None  # the items read in place
 
     def read(self, piece: partition.Piece):
         """The rows [start, stop) of input `piece.file`, as record batches."""
@@ -86,6 +90,8 @@ class Inputs:
             self._drain_file()
 
     def close(self) -> None:
+        if self.produced is not None:
+            self.produced.close()
         self.stop.set()
         if self.thread is not None:
             with signals.deferred():  # it sees `stop` within POLL, or at the end of the read it is in
@@ -96,6 +102,15 @@ class Inputs:
     # -- the writer's side --------------------------------------------------------------------------------------
 
     def _take(self):
+        if not self.threaded:  # this lane's thread reads too: the next item of the same sequence, in place
+            if self.produced is None:
+                self.produced = self._items()
+            if self.lanes_stop.is_set():
+                raise Stopped()
+            item = next(self.produced)
+            if isinstance(item, BaseException):
+                raise item
+            return item
         if self.thread is None:
             self.thread = threading.Thread(target=self._reader, name="tau-collect-reader", daemon=True)
             self.thread.start()
@@ -144,17 +159,25 @@ class Inputs:
 
     def _reader(self) -> None:
         try:
+            for item in self._items():
+                if not self._put(item):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - whatever ends this thread ends the lane, said in order
+            self._put(exc)
+
+    def _items(self):
+        """Every batch of the lane's files, each file's followed by _END; an error in its place, and nothing
+        after it."""
+        try:
             for index in range(self.first, self.last + 1):
                 rel, entry = self.files[index]
                 for batch in self._batches(rel, entry):
                     if self.rest_unread >= index:  # verified (before its first batch); the rest is unwanted
                         break
-                    if not self._put(batch):
-                        return
-                if not self._put(_END):
-                    return
-        except BaseException as exc:  # the writer raises it, in order, where it would have come
-            self._put(exc)
+                    yield batch
+                yield _END
+        except Exception as exc:  # the writer raises it, in order, where it would have come
+            yield exc
 
     def _batches(self, rel: str, entry: dict):
         import pyarrow as pa
