@@ -94,3 +94,18 @@ def test_a_winner_whose_manifest_was_altered_is_no_longer_reported_as_a_winner(d
     altered = [s for s in result["shards"] if s["shard_id"] == "shard-00002"][0]
     assert altered["winner"] is None
     assert altered["reason"] == "shard-00002/attempt-0001: the result does not name this manifest by path and digest"
+
+
+def test_what_a_crashed_writer_left_in_an_ended_attempts_folder_is_removed_when_the_shard_is_sealed(settled, tmp_path):
+    run_dir = copy_run(settled, tmp_path / "copy")
+    ended = run_dir / "shards/shard-00001/attempts/attempt-0001"
+    debris = ended / ".tau.0123456789abcdef.tmp"  # a tau-reconcile killed while it replaced observation.json
+    debris.write_bytes(b'{"kind":"tau.observation"')
+    other = run_dir / "shards/shard-00000/attempts/attempt-0001/.tau.fedcba9876543210.tmp"
+    other.write_bytes(b"{")  # a shard sealed before: nothing seals it again, nothing is touched there
+    assert tau("tau-retry", str(run_dir)).returncode == 0
+    doc = settle(run_dir)  # attempt-0002 of shard-00001 wins: its publisher seals the shard
+    assert doc["state"] == "succeeded", doc
+    assert not debris.exists()
+    assert sorted(p.name for p in ended.iterdir() if p.name.startswith(".tau.")) == []
+    assert other.exists()

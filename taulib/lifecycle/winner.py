@@ -6,7 +6,8 @@ the manifest's ids, provenance (the plan digest), record counts and dataset fold
 present with its recorded size, sha256, Parquet row count and schema digest.
 
 Reads: the shard's attempt, result, manifest, evidence and winner records, and every file of the candidate.
-Writes: winner.json, then the shard's segment of the sealed-shard index. The checks are the pure rule `rules.chain`.
+Writes: winner.json (and, as the shard is sealed, removes what crashed writers left in its ended attempts'
+folders), then the shard's segment of the sealed-shard index. The checks are the pure rule `rules.chain`.
 Protocol: read and check the records (shard lock), hash the files (no lock but the shard's resume lock when the
 dataset is shard-owned; failpoint winner.validated), then under the shard lock re-read the records (unchanged) and
 publish winner.json with link-no-overwrite (failpoint winner.published); then, the shard lock released, add the
@@ -111,9 +112,22 @@ def publish(run, sid: str, resume_held: bool = False, submitted: state.Submitted
                       "result": {"path": layout.attempt_file(sid, aid, "result.json"), "sha256": again.result_sha256},
                       "published_at": jsonio.now_rfc3339()}
             run.dir.publish(layout.winner(sid), record)
+            _tidy_ended(run, sid, submitted)
         failpoints.hit("winner.published")  # the winner seals the shard; the index does not list it yet
         _note_sealed(run, sid, attempt)
         return _summary(record, published=True)
+
+
+def _tidy_ended(run, sid: str, submitted: state.Submitted | None) -> None:
+    """Remove what crashed writers left in the folders of the shard's ended attempts, once, as the shard is sealed
+    (the caller holds the shard lock, which every writer of those folders takes: an observation replaced by a
+    tau-reconcile killed mid-write is otherwise never written again, so never tidied). A live attempt's folder
+    is left alone: its allocation may be writing there."""
+    for aid in state.attempt_ids(run, sid, submitted):
+        folder = f"{layout.attempts_dir(sid)}/{aid}"
+        record = state.attempt_record(run, sid, aid, submitted)
+        if record is not None and record["state"] not in ("submitted", "running") and run.dir.has_debris(folder):
+            run.dir.clean_debris(folder)
 
 
 def _note_sealed(run, sid: str, attempt: dict) -> None:

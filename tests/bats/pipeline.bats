@@ -30,7 +30,8 @@ setup() {
 }
 
 @test "tau-reconcile -o table has a header line and one line per shard" {
-  run bash -c 'tau-observe "$RUN" | tau-reconcile "$RUN" -o table'
+  # the estimate line is there only when the finished attempts took a second or more (a busy machine)
+  run bash -c 'set -o pipefail; tau-observe "$RUN" | tau-reconcile "$RUN" -o table | { grep -v "^estimated time left: " || true; }'
   assert_success
   assert_line --index 0 "run run: failed (succeeded 3, failed 1)"
   assert_line --index 1 "degraded: shard-00001 failed: the client exited with status 3"
