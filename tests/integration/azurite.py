@@ -15,6 +15,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import pytest
+
 from helpers import ROOT
 
 PORT = int(os.environ.get("TAU_TEST_AZURITE_PORT", "10100"))
@@ -186,3 +188,15 @@ def session_fixture():
         if location is not None:
             stop()
             shutil.rmtree(location, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def azurite_running():
+    """Azurite for a test module that takes this fixture (`azurite_running = az.azurite_running`)."""
+    yield from session_fixture()
+
+
+@pytest.fixture(scope="module")
+def box() -> str:
+    """A fresh container for the module (`box = az.box`)."""
+    return new_container()

@@ -25,14 +25,8 @@ from helpers import error_of, tau
 BIG_MIB = 24
 
 
-@pytest.fixture(scope="module", autouse=True)
-def azurite_running():
-    yield from az.session_fixture()
-
-
-@pytest.fixture(scope="module")
-def box() -> str:
-    return az.new_container()
+azurite_running = az.azurite_running  # the module's fixtures, shared
+box = az.box
 
 
 @pytest.fixture(scope="module")

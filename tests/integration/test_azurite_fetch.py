@@ -19,20 +19,12 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 import azurite as az
 from helpers import BIN, env_for_tests, error_of, tau
 
 
-@pytest.fixture(scope="module", autouse=True)
-def azurite_running():
-    yield from az.session_fixture()
-
-
-@pytest.fixture(scope="module")
-def box() -> str:
-    return az.new_container()
+azurite_running = az.azurite_running  # the module's fixtures, shared
+box = az.box
 
 
 def seal(root: Path, url: str) -> None:

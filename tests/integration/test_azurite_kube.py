@@ -19,9 +19,7 @@ from taulib.bundle import kube
 PREFIX = "runs/r1/out"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def azurite_running():
-    yield from az.session_fixture()
+azurite_running = az.azurite_running  # the module's fixtures, shared
 
 
 @pytest.fixture(scope="module")

@@ -37,9 +37,7 @@ KILL_PORT = int(os.environ.get("TAU_TEST_AZURITE_KILL_PORT", str(az.PORT + 1)))
 BIG = "model/weights.bin"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def azurite_running():
-    yield from az.session_fixture()
+azurite_running = az.azurite_running  # the module's fixtures, shared
 
 
 @pytest.fixture
