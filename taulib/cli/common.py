@@ -71,7 +71,7 @@ def _unwinding() -> None:
     Ctrl-C or kill must neither cut short the clean-up the first one began (a stage being removed, transfer threads
     being joined) nor land inside a wait on a lock, where Python would leave the lock half taken (and fail, 70, to
     release it)."""
-    for signum in (*STOP_SIGNALS, signal.SIGINT):
+    for signum in signals.STOPS:
         if signal.getsignal(signum) in (_stopped, _keyboard):
             signal.signal(signum, _taken)
 

@@ -27,12 +27,12 @@ import subprocess
 import time
 from typing import NamedTuple
 
-from taulib import jsonio
+from taulib import jsonio, signals
 from taulib.errors import Busy, TauError
 from taulib.rules import environment as environment_rules
 from taulib.rundir import layout, locks, state
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_SIGNALS = signals.STOPS  # the signals that stop a command, and that the client is given
 STOP_GRACE = 2.0  # seconds between the client's death by a stop signal and this process's own, at most
 STOP_LOCK_WAIT = 2.0  # seconds the stop record waits for its locks: well inside Slurm's KillWait (30 s by default)
 CLIENT_POLL = 0.2  # seconds between looks at a stop signal while the client runs
