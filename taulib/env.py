@@ -9,6 +9,8 @@ Scopes (the `scope` column) say who sets a variable and where it is documented:
   user        set by a person or a script; documented in tau(1) ENVIRONMENT (a test checks the two agree)
   allocation  set by the scheduler or tau's local executor inside an allocation; read by tau-attempt
   client      set by tau for the client program of an attempt; documented in tau-run(5) "The client"
+  memory      set by tau-collect for itself before its interpreter starts (`allocators`); documented in
+              tau-collect(1) ENVIRONMENT; a value the caller set is kept
 """
 
 from __future__ import annotations
@@ -117,6 +119,14 @@ VARS: dict[str, Var] = {v.name: v for v in (
     Var("TAU_OUTPUT_DIR", None, _text, "the folder the client writes its Parquet files into", "client"),
     Var("TAU_OUTPUT_FORMAT", None, _text, "the format the client writes (parquet)", "client"),
     Var("TAU_PROGRESS_FILE", None, _text, "where the client may write how many of its records are done", "client"),
+    # set by tau-collect for itself (the allocators read them only as a process starts)
+    Var("ARROW_DEFAULT_MEMORY_POOL", "jemalloc", _text, "Arrow's allocator: jemalloc, which returns freed pages",
+        "memory"),
+    Var("JE_ARROW_MALLOC_CONF", "narenas:1", _text, "Arrow's jemalloc: one arena for all threads", "memory"),
+    Var("MALLOC_MMAP_THRESHOLD_", "8388608", _text, "glibc: blocks of 8 MiB and more (input buffers) mapped "
+        "apart and unmapped when freed", "memory"),
+    Var("MALLOC_TRIM_THRESHOLD_", "67108864", _text, "glibc: free heap kept up to 64 MiB (no fault-in churn)",
+        "memory"),
 )}
 
 
@@ -135,6 +145,18 @@ def get(name: str, env: Mapping[str, str] | None = None) -> object:
             detail = str(exc) if str(exc).startswith("holds") else f"holds {text[:100]!r}, which does not parse"
             raise UsageError(f"{name} {detail}") from None
         return var.default
+
+
+def allocators(env: Mapping[str, str] | None = None, jemalloc: bool = True) -> dict[str, str]:
+    """The `memory` variables this process still lacks (those the caller set are kept), with tau's values; without
+    `jemalloc` (an Arrow built without it) Arrow's allocator and its settings are left alone. Empty: nothing to set.
+    Reads: `env` (else the process environment)."""
+    env = os.environ if env is None else env
+    arrow = ("ARROW_DEFAULT_MEMORY_POOL", "JE_ARROW_MALLOC_CONF")
+    if env.get("ARROW_DEFAULT_MEMORY_POOL") not in (None, "", "jemalloc"):
+        jemalloc = False  # the caller chose another allocator: its jemalloc settings would be meaningless
+    return {v.name: v.default for v in VARS.values()
+            if v.scope == "memory" and not env.get(v.name) and (jemalloc or v.name not in arrow)}
 
 
 def current() -> dict[str, str]:

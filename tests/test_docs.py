@@ -351,6 +351,14 @@ def test_tau_run_5_names_every_variable_a_client_gets():
     assert not missing, f"tau-run(5) does not describe the variables {missing}"
 
 
+def test_tau_collect_1_names_every_allocator_setting_it_gives_itself():
+    text = plain((MAN / "tau-collect.1").read_text(encoding="utf-8"))
+    assert "ENVIRONMENT" in sections(MAN / "tau-collect.1")
+    missing = [f"{v.name}={v.default}" for v in env.VARS.values()
+               if v.scope == "memory" and f"{v.name}={v.default}" not in text]
+    assert not missing, f"tau-collect(1) ENVIRONMENT does not give {missing}"
+
+
 def test_tau_1_lists_every_failpoint():
     text = plain((MAN / "tau.1").read_text(encoding="utf-8"))
     missing = [name for name in failpoints.NAMES if name not in text]

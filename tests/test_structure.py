@@ -151,7 +151,7 @@ def test_only_taulib_env_reads_the_process_environment():
     assert not found, f"{found} read the environment themselves; ask taulib.env.get"
 
 
-VARIABLE = re.compile(r"^(?:(?:TAU|SLURM|AZURE)_[A-Z0-9_]+|KUBECONFIG)\Z")
+VARIABLE = re.compile(r"^(?:(?:TAU|SLURM|AZURE|ARROW|MALLOC|JE_ARROW)_[A-Z0-9_]+|KUBECONFIG)\Z")
 
 
 def test_every_environment_variable_tau_names_is_in_the_table():
@@ -161,7 +161,7 @@ def test_every_environment_variable_tau_names_is_in_the_table():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and VARIABLE.match(node.value):
                 named.add(node.value)
     assert named - set(env.VARS) == set(), f"not in taulib.env.VARS: {sorted(named - set(env.VARS))}"
-    assert {v.scope for v in env.VARS.values()} == {"user", "allocation", "client"}
+    assert {v.scope for v in env.VARS.values()} == {"user", "allocation", "client", "memory"}
 
 
 def test_a_variable_that_does_not_parse_falls_back_or_is_refused_when_strict():

@@ -64,7 +64,28 @@ def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partiti
         common.emit(result)
 
 
-main = common.main_for("tau-collect", cli)
+def allocators() -> dict[str, str]:
+    """The allocator settings this process lacks (taulib.env's `memory` variables): they bound a collection's
+    memory (tau-collect(1) ENVIRONMENT). Arrow's jemalloc is asked for only when pyarrow was built with it, which
+    its installed config.h says (found without importing pyarrow, which costs ~0.2 s).
+    Reads: the process environment, pyarrow's arrow/util/config.h."""
+    import importlib.util
+    from pathlib import Path
+
+    from taulib import env
+
+    jemalloc = False
+    try:
+        spec = importlib.util.find_spec("pyarrow")
+        if spec is not None and spec.submodule_search_locations:
+            config = Path(next(iter(spec.submodule_search_locations)), "include", "arrow", "util", "config.h")
+            jemalloc = "#define ARROW_JEMALLOC\n" in config.read_text(encoding="utf-8", errors="replace")
+    except (OSError, ValueError, ImportError):
+        pass
+    return env.allocators(jemalloc=jemalloc)
+
+
+main = common.main_for("tau-collect", cli, allocators)
 
 if __name__ == "__main__":
     main()

@@ -181,8 +181,15 @@ def run_command(name: str, cmd: click.Command, argv: list[str] | None = None) ->
     return code
 
 
-def main_for(name: str, cmd: click.Command) -> Callable[[], None]:
+def main_for(name: str, cmd: click.Command,
+             settings: Callable[[], dict[str, str]] | None = None) -> Callable[[], None]:
+    """The program's entry point: run `cmd` and exit with its code. With `settings` (environment variables that act
+    only as a process starts, such as the allocators'), a process that lacks some first starts itself again with
+    them (`restart_with`)."""
+
     def main() -> None:
+        if settings is not None:
+            restart_with(settings())
         code = run_command(name, cmd)
         if code == EPIPE_EXIT:
             # stdout is gone: make interpreter shutdown's flush quiet too.
@@ -203,6 +210,23 @@ def main_for(name: str, cmd: click.Command) -> Callable[[], None]:
         sys.exit(code)
 
     return main
+
+
+def restart_with(extra: dict[str, str]) -> None:
+    """Replace this process (same PID, arguments, standard streams) by the same program with `extra` added to its
+    environment; nothing happens when `extra` is empty, when the program was not started from a file or a module
+    (`python -c`, a script on stdin), or when exec fails (the command then runs as it is).
+    Reads: the process environment. Writes: nothing."""
+    if not extra or not sys.orig_argv or sys.argv[0] in ("", "-", "-c"):
+        return
+    from taulib import env
+
+    environ = env.current()
+    environ.update(extra)
+    try:
+        os.execve(sys.executable, sys.orig_argv, environ)
+    except OSError:
+        return
 
 
 def command(name: str, summary: str, example: str, **settings) -> Callable[[Callable], click.Command]:
