@@ -31,12 +31,11 @@ from concurrent.futures import ThreadPoolExecutor
 from taulib.bundle.blob import RANGE, WINDOW, WORKERS, _held_lock, _join, run_all
 from taulib.bundle.rest import Client
 from taulib.errors import CheckFailed
+from taulib.fs import writeback
 
 SPAN = 32 << 20  # bytes per ranged GET into a file: fewer requests cost the storage endpoint less CPU (Azurite)
 WRITE = 256 << 10  # bytes per pwrite: 8 MiB writes cost 5-10x the kernel time of 256 KiB ones (Linux 6, ext4)
 READ = 1 << 20  # bytes per read-back for hashing: stays in the CPU's cache between the copy and the hash
-# Linux starts writing a range back on POSIX_FADV_DONTNEED (and drops only the pages that are clean already)
-WRITEBACK = getattr(os, "POSIX_FADV_DONTNEED", 0) if os.uname().sysname == "Linux" else 0
 _local = threading.local()  # each thread's buffer
 
 
@@ -149,8 +148,8 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
                     raise CheckFailed(f"{entry['path']} is shorter on disk than what arrived ({at} bytes)")
                 sha.update(readback[:n])
                 at += n
-            if WRITEBACK:  # the range is hashed: its pages go to disk now, and the final fsync has less to wait for
-                os.posix_fadvise(fd, offset, length, WRITEBACK)
+            # the range is hashed: its pages go to disk now, and the final fsync has less to wait for
+            writeback.release(fd, offset, length)
         if progress:
             progress(length)
         if offset + length == entry["size"]:

@@ -29,6 +29,7 @@ from taulib.rules import partition
 
 READ_ROWS = 16_384  # rows decoded at a time
 INPUT_BUFFER = 64 << 20  # winner files up to this size are read once; larger ones twice (hash, then decode)
+BUFFER_GRAIN = 4 << 20  # an input buffer's size is rounded up to this, so that files of about one size share it
 READ_CHUNK = 4 << 20
 QUEUE = 1  # decoded batches in flight between the reader and the writer
 POLL = 0.0005  # seconds a side waits before looking at the hand-over again
@@ -221,5 +222,6 @@ class Inputs:
         more (no decoded batch, no reader of it: only `self.kept` and this call's argument do), which spares the
         kernel the page faults of a fresh allocation; else a new one."""
         if self.kept is None or len(self.kept) < size or sys.getrefcount(self.kept) > 2:
-            self.kept = bytearray(size)
+            self.kept = None  # let go first: the old buffer and the new one are never both held here
+            self.kept = bytearray(-(-size // BUFFER_GRAIN) * BUFFER_GRAIN)  # the next file of about this size fits
         return memoryview(self.kept)[:size]

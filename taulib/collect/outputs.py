@@ -1,7 +1,8 @@
 """Writing one partition file of a collection: rows in, the file's bytes hashed as they are written, fsynced.
 
 Writes: one new private file in the stage (`Tree.create`), through a WRITE_BUFFER-byte buffer; every byte is
-hashed as it is written (the file is never read back). Reads nothing.
+hashed as it is written (the file is never read back), and its pages are handed to writeback as it grows and
+dropped from the page cache once on disk (`fs.writeback`: the winners stay cached, the final fsync is short). Reads nothing.
 Promises: the bytes are a function of the rows alone. Rows are written in row groups of BATCH_ROWS rows (a
 partition's last group takes the rest), with encoder settings that fix those bytes and are documented in
 tau-run(5): Parquet with snappy compression, and dictionary encoding only for the string and binary columns whose
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 
+from taulib.fs import writeback
 from taulib.fs.tree import Tree
 
 BATCH_ROWS = 65_536  # rows of an output row group (Parquet) or write (CSV)
@@ -36,12 +38,15 @@ class Sink:
         self.sha = hashlib.sha256()
         self.size = 0
         self.closed = False
+        self.behind = writeback.Behind(fd)
 
     def write(self, data) -> int:
         view = memoryview(data)
         self.sha.update(view)
         self.size += view.nbytes
-        return self.fh.write(view)
+        written = self.fh.write(view)
+        self.behind.wrote(self.size - WRITE_BUFFER)  # what the buffer may still hold is not in the file yet
+        return written
 
     def tell(self) -> int:
         return self.size

@@ -6,4 +6,6 @@
   atomic   the write protocols on one folder descriptor: new file, immutable link-no-overwrite, mutable
            rename-over, crash debris
   publish  publishing a staged folder at its final name without replacing anything (renameat2, or its fallback)
+  writeback  a large file being written handed to writeback block by block and dropped from the page cache once
+           on disk, so it evicts nothing else (the collection's outputs, the fetch's ranges)
 """
