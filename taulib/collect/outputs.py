@@ -2,7 +2,8 @@
 
 Writes: one new private file in the stage (`Tree.create`), through a WRITE_BUFFER-byte buffer; every byte is
 hashed as it is written (the file is never read back), and its pages are handed to writeback as it grows and
-dropped from the page cache once on disk (`fs.writeback`: the winners stay cached, the final fsync is short). Reads nothing.
+dropped from the page cache once on disk (`fs.writeback`: the winners stay cached, the final fsync is short).
+Reads nothing.
 Promises: the bytes are a function of the rows alone. Rows are written in row groups of BATCH_ROWS rows (a
 partition's last group takes the rest), with encoder settings that fix those bytes and are documented in
 tau-run(5): Parquet with snappy compression, and dictionary encoding only for the string and binary columns whose
