@@ -127,6 +127,8 @@ VARS: dict[str, Var] = {v.name: v for v in (
         "apart and unmapped when freed", "memory"),
     Var("MALLOC_TRIM_THRESHOLD_", "67108864", _text, "glibc: free heap kept up to 64 MiB (no fault-in churn)",
         "memory"),
+    Var("TAU_RESTARTED", False, _flag, "1: this process already started itself again with those settings (never "
+        "twice)", "memory"),
 )}
 
 
@@ -155,8 +157,8 @@ def allocators(env: Mapping[str, str] | None = None, jemalloc: bool = True) -> d
     arrow = ("ARROW_DEFAULT_MEMORY_POOL", "JE_ARROW_MALLOC_CONF")
     if env.get("ARROW_DEFAULT_MEMORY_POOL") not in (None, "", "jemalloc"):
         jemalloc = False  # the caller chose another allocator: its jemalloc settings would be meaningless
-    return {v.name: v.default for v in VARS.values()
-            if v.scope == "memory" and not env.get(v.name) and (jemalloc or v.name not in arrow)}
+    return {v.name: v.default for v in VARS.values() if v.scope == "memory" and v.name != "TAU_RESTARTED"
+            and not env.get(v.name) and (jemalloc or v.name not in arrow)}
 
 
 def current() -> dict[str, str]:

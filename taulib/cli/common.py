@@ -214,15 +214,16 @@ def main_for(name: str, cmd: click.Command,
 
 def restart_with(extra: dict[str, str]) -> None:
     """Replace this process (same PID, arguments, standard streams) by the same program with `extra` added to its
-    environment; nothing happens when `extra` is empty, when the program was not started from a file or a module
+    environment, and TAU_RESTARTED=1, so that it is done once at most; nothing happens when `extra` is empty, when
+    this process was started that way already, when the program was not started from a file or a module
     (`python -c`, a script on stdin), or when exec fails (the command then runs as it is).
     Reads: the process environment. Writes: nothing."""
-    if not extra or not sys.orig_argv or sys.argv[0] in ("", "-", "-c"):
-        return
     from taulib import env
 
+    if not extra or env.get("TAU_RESTARTED") or not sys.orig_argv or sys.argv[0] in ("", "-", "-c"):
+        return
     environ = env.current()
-    environ.update(extra)
+    environ.update(extra, TAU_RESTARTED="1")
     try:
         os.execve(sys.executable, sys.orig_argv, environ)
     except OSError:
