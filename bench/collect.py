@@ -12,6 +12,9 @@
    - duckdb: `COPY (SELECT * FROM read_parquet([winner files])) TO D (FORMAT F)`, uncapped, and with
      `memory_limit='256MB'`;
    - pyarrow: a plain loop of `iter_batches` into ParquetWriter / CSVWriter / orjson lines, with no checks.
+   Before each case the winner files are read through once more, so that no case starts with winners that the
+   case before it evicted from the page cache (at 8 GB, a run's winners and one output do not both fit here).
+   BENCH_CASES (default: all) names the baselines to run beside tau, e.g. `duckdb` alone for a quicker 8 GB run.
    Wall time, MB/s of winner bytes read, and the child's peak RSS (from its rusage, os.wait4).
 3. Prints, per format, each case's median MB/s and peak RSS and the ratio of tau's MB/s to each baseline's, then
    one JSON line. DuckDB is a benchmark-only dependency (`pip install 'tau[bench]'`); without it those cases are
@@ -36,6 +39,7 @@ PY = sys.executable
 MB = int(os.environ.get("BENCH_COLLECT_MB", "2048"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 FORMATS = [f for f in os.environ.get("BENCH_FORMATS", "parquet,csv,jsonl").split(",") if f]
+CASES = [c.strip() for c in os.environ.get("BENCH_CASES", "pyarrow,duckdb,duckdb 256MB").split(",") if c.strip()]
 ROWS_PER_SHARD = 150_000
 BYTES_PER_ROW = 217  # what bench/collect_client.py's rows take in Parquet
 
@@ -138,17 +142,21 @@ def cases(run_dir: Path, files: list[str], fmt: str, out: Path) -> dict[str, lis
         return found
     found["duckdb"] = [PY, "-c", DUCKDB, joined, str(out / f"duckdb.{fmt}"), fmt, "none"]
     found["duckdb 256MB"] = [PY, "-c", DUCKDB, joined, str(out / f"duckdb-capped.{fmt}"), fmt, "256MB"]
-    return found
+    return {name: argv for name, argv in found.items() if name == "tau" or name in CASES}
+
+
+def warm(files: list[str]) -> None:
+    """Read every winner file through (into the page cache, as far as it holds them)."""
+    for path in files:
+        with open(path, "rb") as fh:
+            while fh.read(8 << 20):
+                pass
 
 
 def main() -> int:
     base = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir()) / "tau-bench-collect"
     run_dir, files = build(base)
     size = sum(os.path.getsize(f) for f in files)
-    for path in files:  # a warm page cache for every case alike
-        with open(path, "rb") as fh:
-            while fh.read(8 << 20):
-                pass
     samples: dict[tuple[str, str], list[tuple[float, int]]] = {}
     failed: dict[tuple[str, str], str] = {}
     for _ in range(ROUNDS):
@@ -157,6 +165,7 @@ def main() -> int:
             for name, argv in cases(run_dir, files, fmt, out).items():
                 shutil.rmtree(out, ignore_errors=True)
                 out.mkdir(mode=0o700)
+                warm(files)  # a warm page cache for every case alike
                 try:
                     samples.setdefault((fmt, name), []).append(measure(argv))
                 except Failed as exc:
@@ -182,7 +191,8 @@ def main() -> int:
             results.setdefault(fmt, {})[name] = {"mb_per_s": round(rates[name], 1), "peak_rss_mib": round(rss),
                                                  "tau_ratio": round(ratio, 2)}
             print(f"{fmt:8} {name:14} {rates[name]:8.1f} {rss:13.0f} {ratio:10.2f}x")
-        if "duckdb" not in rates and not any(f == fmt and name.startswith("duckdb") for f, name in failed):
+        if "duckdb" in CASES and "duckdb" not in rates \
+                and not any(f == fmt and name.startswith("duckdb") for f, name in failed):
             try:
                 import duckdb  # noqa: F401
             except ImportError:
