@@ -4,13 +4,15 @@ Writes: one new private file in the stage (`Tree.create`), through a WRITE_BUFFE
 hashed as it is written (the file is never read back), and its pages are handed to writeback as it grows and
 dropped from the page cache once on disk (`fs.writeback`: the winners stay cached, the final fsync is short).
 Reads nothing.
-Promises: the bytes are a function of the rows alone. Rows are written in row groups of BATCH_ROWS rows (a
-partition's last group takes the rest), with encoder settings that fix those bytes and are documented in
+Promises: the bytes are a function of the rows alone. Parquet rows are written in row groups of BATCH_ROWS rows (a
+partition's last group takes the rest); CSV and JSON lines, whose bytes do not depend on how rows are grouped, are
+written TEXT_ROWS rows at a time (less held in memory). Encoder settings that fix those bytes and are documented in
 tau-run(5): Parquet with snappy compression, and dictionary encoding only for the string and binary columns whose
 values, in a partition's first row group, repeat (at most DICTIONARY_SHARE of them distinct): it pays for repeated
 labels and costs time and space on all-unique text; CSV as pyarrow writes it with a header; JSON lines one object
 per row, keys in schema order, as orjson writes it (built column by column, JSON_ROWS rows at a time:
-`collect.jsonl`). Memory: one row group of rows, its encoding, and the write buffer. Imports pyarrow.
+`collect.jsonl`). Memory: one row group of rows (Parquet) or TEXT_ROWS rows, its encoding, and the write
+buffer. Imports pyarrow.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import os
 from taulib.fs import writeback
 from taulib.fs.tree import Tree
 
-BATCH_ROWS = 65_536  # rows of an output row group (Parquet) or write (CSV)
+BATCH_ROWS = 65_536  # rows of an output row group (Parquet)
+TEXT_ROWS = 16_384  # rows held before they are written as CSV or JSON lines (any grouping gives the same bytes)
 SUFFIX = {"parquet": "parquet", "csv": "csv", "jsonl": "jsonl"}
 WRITE_BUFFER = 1 << 20
 JSON_ROWS = 8192  # rows converted to JSON lines at a time: small enough to stay in the processor's caches
@@ -68,7 +71,7 @@ class Sink:
 
 class Output:
     """One partition file in one format, opened at its first rows; rows are buffered and written in row groups of
-    BATCH_ROWS."""
+    BATCH_ROWS (Parquet), or TEXT_ROWS at a time (CSV, JSON lines)."""
 
     def __init__(self, stage: Tree, name: str, fmt: str) -> None:
         self.stage, self.name, self.fmt = stage, name, fmt
@@ -76,6 +79,7 @@ class Output:
         self.writer = None
         self.pending: list = []
         self.pending_rows = 0
+        self.hold = BATCH_ROWS if fmt == "parquet" else TEXT_ROWS  # rows buffered before they are written
 
     def size(self) -> int:
         return self.sink.size if self.sink is not None else 0
@@ -98,11 +102,12 @@ class Output:
             self._open(batch)
         self.pending.append(batch)
         self.pending_rows += batch.num_rows
-        if self.pending_rows >= BATCH_ROWS:
+        if self.pending_rows >= self.hold:
             self._flush()
 
     def _flush(self) -> None:
-        """Write the buffered rows in row groups of exactly BATCH_ROWS (the partition's last group takes the rest)."""
+        """Write the buffered rows: in Parquet, row groups of exactly BATCH_ROWS (the partition's last group takes the
+        rest)."""
         if not self.pending:
             return
         import pyarrow as pa
