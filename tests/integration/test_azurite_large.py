@@ -25,14 +25,13 @@ import pytest
 
 import azurite as az
 from helpers import BIN, env_for_tests, error_of, tau
-from taulib.bundle.blob import WINDOW
-from taulib.bundle.transfer import SPAN
+from taulib.bundle.transfer import SPAN, SPANS
 
 GIB_MIB = 1024
-# Twice what a fetch asks for at once (WINDOW ranges of SPAN bytes): ranges are still to be asked for when the
+# Twice what a fetch asks for at once (SPANS ranges of SPAN bytes): ranges are still to be asked for when the
 # test acts (a GET already answering goes on with the blob as it was when it was asked), small enough to upload
 # quickly
-MID_MIB = 2 * WINDOW * SPAN >> 20
+MID_MIB = 2 * SPANS * SPAN >> 20
 KILL_PORT = int(os.environ.get("TAU_TEST_AZURITE_KILL_PORT", str(az.PORT + 1)))
 BIG = "model/weights.bin"
 
