@@ -42,7 +42,7 @@ USER_AGENT = f"tau/{__version__}"
 LIST_PAGE = 5000  # blobs per List Blobs answer (the service's most)
 
 
-class _Again(Exception):
+class Again(Exception):
     """A failure that another try may not meet: the reason, for the error once the tries are spent."""
 
 
@@ -61,6 +61,7 @@ class Client:
     def __init__(self, location: Location, credential, connections: int, environ: dict | None = None) -> None:
         import requests
         from requests.adapters import HTTPAdapter
+        from requests.utils import select_proxy
         from urllib3.util.timeout import Timeout
 
         self.account, self.key, self.token = location.account, None, None
@@ -71,7 +72,8 @@ class Client:
         self.account_url = location.account_url
         self.api_version = env.get("TAU_BLOB_API_VERSION", environ) or API_VERSION
         self.tries = 1 + env.get("TAU_BLOB_RETRIES", environ)
-        self.timeout = Timeout(connect=5, read=env.get("TAU_BLOB_READ_TIMEOUT", environ))
+        self.read_timeout = env.get("TAU_BLOB_READ_TIMEOUT", environ)
+        self.timeout = Timeout(connect=5, read=self.read_timeout)
         self.stopped = threading.Event()  # set by close(): no more retries are waited for
         root = f"{location.account_url}/{location.container}/"
         with requests.Session() as session:  # the environment's proxy and certificates, as requests sees them
@@ -82,6 +84,8 @@ class Client:
         self.container_path = prepared.path_url  # /CONTAINER/, or /ACCOUNT/CONTAINER/ at a trusted endpoint
         target = self._adapter.request_url(prepared, settings["proxies"])  # the whole URL through an http proxy
         self.request_base = target[:len(target) - len(prepared.path_url)]
+        self.verify = settings["verify"]  # True (certifi's certificates), or the file or folder of them named
+        self.proxied = select_proxy(root, settings["proxies"]) is not None  # else `wire` may connect directly
 
     def close(self) -> None:
         self.stopped.set()
@@ -124,7 +128,7 @@ class Client:
             return data
 
         try:
-            return self._tried(f"reading {name}", self._path(name), None, None, None, None, whole)
+            return self._tried(f"reading {name}", self.blob_path(name), None, None, None, None, whole)
         except NotFound:
             return None
 
@@ -135,7 +139,7 @@ class Client:
         range past the blob's end). Once `stop` is set, a failure is not tried again."""
 
         def fill(response, what: str) -> int:
-            length = self._length(response, what, name, len(view), start is None)
+            length = self.check_length(response.length_remaining, what, name, len(view), start is None)
             body, got = response._fp, 0  # http.client's response: readinto fills the view from the socket
             while got < length:
                 n = body.readinto(view[got:length])
@@ -144,7 +148,7 @@ class Client:
                 got += n
             return got
 
-        return self._tried(f"downloading {name}", self._path(name), None, etag,
+        return self._tried(f"downloading {name}", self.blob_path(name), None, etag,
                            None if start is None else (start, len(view)), stop, fill)
 
     def stream(self, name: str, etag: str | None, start: int, length: int, buffer, sink,
@@ -157,7 +161,7 @@ class Client:
 
         def pipe(response, what: str) -> int:
             nonlocal done
-            available = self._length(response, what, name, length - done, False)
+            available = self.check_length(response.length_remaining, what, name, length - done, False)
             body, end = response._fp, done + available
             while done < end:
                 n = body.readinto(whole[:min(len(whole), end - done)])
@@ -170,16 +174,17 @@ class Client:
                 done += n
             return done
 
-        return self._tried(f"downloading {name}", self._path(name), None, etag,
+        return self._tried(f"downloading {name}", self.blob_path(name), None, etag,
                            lambda: (start + done, length - done), stop, pipe)
 
     # -- one request, tried again ---------------------------------------------------------------------------------
-    def _path(self, name: str) -> str:
+    def blob_path(self, name: str) -> str:
         return self.container_path + quote(name, safe="~/")
 
     @staticmethod
-    def _length(response, what: str, name: str, expected: int, exact: bool) -> int:
-        available = response.length_remaining
+    def check_length(available: int | None, what: str, name: str, expected: int, exact: bool) -> int:
+        """The body's length as the answer gave it (None: not given), checked against the `expected` bytes (exactly
+        them when `exact`, at most them for a range)."""
         if available is None:
             raise Unavailable(f"{what}: Blob storage answered without a Content-Length")
         if exact and available != expected:
@@ -196,7 +201,7 @@ class Client:
                 return self._once(what, path, query, etag, span() if callable(span) else span, consume)
             except _Sunk as sunk:
                 raise sunk.error from None
-            except _Again as again:
+            except Again as again:
                 if attempt + 1 == self.tries or (stop or self.stopped).wait(random.uniform(0.5, 1.5) * 2 ** attempt):
                     raise Unavailable(f"{what}: {again}") from None
         raise AssertionError("unreachable")
@@ -204,12 +209,7 @@ class Client:
     def _once(self, what: str, path: str, query: dict | None, etag: str | None, span, consume):
         from urllib3.exceptions import HTTPError
 
-        headers = {"User-Agent": USER_AGENT, "x-ms-date": formatdate(usegmt=True), "x-ms-version": self.api_version}
-        if span is not None:
-            headers["x-ms-range"] = f"bytes={span[0]}-{span[0] + span[1] - 1}"
-        if etag:
-            headers["If-Match"] = etag
-        self._authorize(what, path, query, headers)
+        headers = self.headers(what, path, query, etag, span)
         url = self.request_base + path
         if query:
             url += "?" + "&".join(f"{k}={quote(v, safe='')}" for k, v in query.items())
@@ -220,19 +220,31 @@ class Client:
                                          assert_same_host=False, timeout=self.timeout)
             if response.status not in (200, 206):
                 response.drain_conn()
-                self._refuse(what, response.status, response.reason, headers)
+                self.refuse(what, response.status, response.reason, headers)
             result = consume(response, what)
             response.release_conn()
             response = None
             return result
         except (HTTPError, http.client.HTTPException, OSError) as exc:
-            raise _Again(f"Blob storage cannot be reached ({type(exc).__name__})") from None
+            raise Again(f"Blob storage cannot be reached ({type(exc).__name__})") from None
         finally:
             if response is not None:  # failed part way: the connection is closed, never reused mid-body
                 response.close()
                 response.release_conn()
 
-    def _refuse(self, what: str, status: int, reason: str | None, headers: dict) -> None:
+    def headers(self, what: str, path: str, query: dict | None, etag: str | None, span) -> dict:
+        """The headers of a GET of `path` (span: None, or (start, length) of a range), signed."""
+        headers = {"User-Agent": USER_AGENT, "x-ms-date": formatdate(usegmt=True), "x-ms-version": self.api_version}
+        if span is not None:
+            headers["x-ms-range"] = f"bytes={span[0]}-{span[0] + span[1] - 1}"
+        if etag:
+            headers["If-Match"] = etag
+        self._authorize(what, path, query, headers)
+        return headers
+
+    def refuse(self, what: str, status: int, reason: str | None, headers: dict) -> None:
+        """Raise what an answer other than 200/206 means (`Again` for one another try may not get); `headers`:
+        the request's (its Authorization says which credential was refused)."""
         if status in (401, 403):
             scheme = headers.get("Authorization", "").split(" ", 1)[0]
             raise Refused(denied_to(what, status, scheme, self.account_url))
@@ -241,7 +253,7 @@ class Client:
         if status == 412:
             raise CheckFailed(f"{what}: the blob changed after it was listed")
         if status in RETRIED:
-            raise _Again(f"Blob storage answered {status} {reason or ''}".strip())
+            raise Again(f"Blob storage answered {status} {reason or ''}".strip())
         raise Unavailable(f"{what}: Blob storage answered {status} {reason or ''}".strip())
 
     def _authorize(self, what: str, path: str, query: dict | None, headers: dict) -> None:

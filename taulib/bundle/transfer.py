@@ -3,14 +3,16 @@
 
 Reads: blobs, through `taulib.bundle.rest`; and the ranges of a staged file just written, to hash them in order.
 Writes: the file descriptors the caller opened (positional writes); nothing else. Promises:
-- a blob of up to RANGE bytes is one GET, read into its transfer thread's buffer, written and hashed from there;
-  WORKERS such blobs are in flight at once;
-- a larger blob is ranged GETs of SPAN bytes, SPANS at a time over all the large blobs in turn, each streamed from
-  the socket into its file WRITE bytes at a time; this thread reads each range back in order (the page cache)
-  and hashes it, so the digest is that of the bytes in the file, then has the kernel start writing that range to
-  disk (so the caller's fsync has little left to wait for); a blob is finished (checked, fsynced by the caller)
-  when its last range is hashed, while the next blob's ranges arrive. Without a file (verify), ranges of
-  RANGE bytes are held in memory (WINDOW buffers at most) and hashed from there;
+- the large blobs first: ranged GETs of SPAN bytes, SPANS at a time over all the large blobs in turn, each
+  streamed from the socket into its file `writeback.WRITE` bytes at a time by its transfer thread; this thread
+  reads each range back in order (the page cache) and hashes it, so the digest is that of the bytes in the file,
+  then has the kernel start writing that range to disk (so the caller's fsync has little left to wait for); a
+  blob is finished (checked, fsynced by the caller) when its last range is hashed, while the next blob's ranges
+  arrive. Without a file (verify), ranges of RANGE bytes are held in memory (WINDOW buffers at most) and hashed
+  from there;
+- then the blobs of up to RANGE bytes, WORKERS at a time, each one GET into a buffer, written and hashed from
+  there: into files over a direct connection, all in this thread (`taulib.bundle.direct`, no thread per blob);
+  through a proxy, or without a file, a transfer thread each;
 - every request carries the blob's listed etag (If-Match); the blob must have exactly its listed size;
 - transfer threads are joined before a call returns or raises, a stop signal or two notwithstanding; the first
   failure stops the rest, and no retry is waited for after it; a file the caller opened is closed by `finish`, or
@@ -37,7 +39,6 @@ SPAN = 64 << 20  # bytes per ranged GET into a file: fewer requests cost the sto
 # ranged GETs into files in flight: 4 of 64 MiB beat 8 of 32 in 5 of 5 rounds on one 1 GiB blob (median 2.50 s
 # against 2.97; fewer threads hand the GIL around less) and matched them on the checkpoint mix
 SPANS = 4
-WRITE = 256 << 10  # bytes per pwrite: 8 MiB writes cost 5-10x the kernel time of 256 KiB ones (Linux 6, ext4)
 READ = 1 << 20  # bytes per read-back for hashing: stays in the CPU's cache between the copy and the hash
 _local = threading.local()  # each thread's buffer
 
@@ -49,12 +50,6 @@ def _buffer() -> mmap.mmap:
     if buffer is None:
         buffer = _local.buffer = mmap.mmap(-1, RANGE)
     return buffer
-
-
-def _write_all(fd: int, view: memoryview, offset: int) -> None:
-    while view:
-        written = os.pwrite(fd, view[:WRITE], offset)
-        view, offset = view[written:], offset + written
 
 
 def download(client: Client, name: str, fd: int | None, size: int, etag: str | None, progress=None) -> str:
@@ -75,6 +70,12 @@ def download_many(client: Client, prefix: str, entries: list[dict], etags: dict[
     (open for reading and writing), or open_fd is None: hash only; finish(entry, sha256, fd) checks and closes it.
     The first failure stops the rest."""
     _large(client, prefix, [e for e in entries if e["size"] > RANGE], etags, open_fd, finish, progress)
+    if open_fd is not None and not getattr(client, "proxied", True):  # no thread per blob: `taulib.bundle.direct`
+        from taulib.bundle import direct
+
+        direct.download_small(client, prefix, [e for e in entries if e["size"] <= RANGE], etags, open_fd, finish,
+                              progress)
+        return
     stop = threading.Event()
 
     def one(entry: dict) -> None:
@@ -95,7 +96,7 @@ def _small(client: Client, name: str, fd: int | None, size: int, etag: str | Non
     view = memoryview(_buffer())[:size]
     client.read(name, etag, view, None, stop)
     if fd is not None:
-        _write_all(fd, view, 0)
+        writeback.write_all(fd, view, 0)
     sha = hashlib.sha256(view)
     if progress:
         progress(size)
@@ -132,8 +133,9 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
             got = client.read(name, etag=etags.get(entry["path"]), view=view, start=offset, stop=stopped)
         else:
             view = None
-            got = client.stream(name, etags.get(entry["path"]), offset, length, memoryview(_buffer())[:WRITE],
-                                lambda piece, at: _write_all(fd, piece, at), stopped)
+            piece = memoryview(_buffer())[:writeback.WRITE]
+            got = client.stream(name, etags.get(entry["path"]), offset, length, piece,
+                                lambda piece, at: writeback.write_all(fd, piece, at), stopped)
         if got != length:
             raise CheckFailed(f"{name} ended early: {offset + got} of {entry['size']} bytes")
         return view
@@ -203,3 +205,4 @@ def _windowed(jobs: list, begin, fetch, digest, window: int) -> None:
     finally:
         stopped.set()
         _join(pool)  # before the caller closes a file: nothing is written into a descriptor closed or reused
+

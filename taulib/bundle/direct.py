@@ -1,0 +1,117 @@
+"""tau-bundle-fetch's small blobs over a direct connection to Blob storage (no proxy applies): every GET
+multiplexed in the main thread by `taulib.bundle.wire`, each file checked, fsynced and closed by a few threads that
+wait on the disk. Measured on 2,000 blobs of 1-64 KiB against Azurite on the same 2 cores: a thread per transfer
+made ~97 futex calls a blob (the interpreter lock handed around every recv and write) and ~1.6 CPU-ms a blob; here
+~0.8, leaving the CPU to the storage endpoint.
+
+Reads: blobs, through `wire`. Writes: the files the caller's open_fd opens; nothing else. Promises, as
+`transfer.download_many`'s for its small entries: WORKERS GETs at a time, each blob whole into its connection's
+buffer (pinned to its listed etag, exactly its listed size), then its file opened, written and hashed from that
+buffer, and handed to finish(entry, sha256, fd), which checks it, fsyncs it and closes it, on FSYNCS threads with
+OPEN_FILES waiting at most. The first failure stops the rest; when this returns or raises nothing writes into a
+file any more and every file it opened is closed, a stop signal or two notwithstanding.
+Memory: a RANGE buffer per connection (anonymous memory: only the pages a blob filled are resident).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+from taulib import signals
+from taulib.bundle import wire
+from taulib.bundle.blob import RANGE, WORKERS, _held_lock
+from taulib.bundle.rest import Client
+from taulib.fs import writeback
+
+FSYNCS = 4  # threads that check, fsync and close finished files (a fsync waits on the disk)
+OPEN_FILES = 64  # finished files waiting for their fsync, at most, before the transfer waits for the oldest
+
+
+def download_small(client: Client, prefix: str, entries: list[dict], etags: dict, open_fd, finish,
+                   progress) -> None:
+    """The small entries (at most RANGE bytes each) of `transfer.download_many` into files, WORKERS at a time over
+    `wire`, each one GET into its connection's buffer, then written, hashed and handed to finish() (check, fsync,
+    close) on FSYNCS threads."""
+    closing = _Closing(finish)
+    engine = wire.Engine(client, WORKERS, RANGE)
+
+    def wholes():
+        for entry in entries:
+            name = f"{prefix}/{entry['path']}" if prefix else entry["path"]
+            yield _Whole(entry, name, etags.get(entry["path"]), open_fd, closing, progress)
+
+    try:
+        engine.run(wholes(), WORKERS)
+        closing.wait()
+    finally:
+        with signals.deferred():  # nothing is written into a stage after this returns
+            engine.close()
+            closing.join()
+
+
+class _Whole(wire.Get):
+    """A small blob, read whole into the connection's buffer, then written, hashed and handed to finish()."""
+
+    def __init__(self, entry: dict, name: str, etag: str | None, open_fd, closing: _Closing, progress) -> None:
+        super().__init__(name, etag, None, entry["size"])
+        self.entry, self.open_fd, self.closing, self.progress = entry, open_fd, closing, progress
+
+    def into(self, scratch: memoryview, got: int) -> memoryview:
+        return scratch[got:self.length]
+
+    def ended(self, scratch: memoryview, got: int) -> None:
+        view = scratch[:self.length]
+        sha = hashlib.sha256(view).hexdigest()
+        fd = self.open_fd(self.entry)
+        try:
+            writeback.write_all(fd, view, 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.closing.add(self.entry, sha, fd)
+        if self.progress:
+            self.progress(self.length)
+
+
+class _Closing:
+    """finish(entry, sha256, fd) of the files a transfer finished, on FSYNCS threads, OPEN_FILES waiting at most;
+    the first failure is raised by the next `add` or by `wait`. `join` after a failure only closes the files still
+    waiting."""
+
+    def __init__(self, finish) -> None:
+        self.finish, self.pending, self.failed, self.stopping = finish, deque(), [], False
+        self.pool = ThreadPoolExecutor(max_workers=FSYNCS)
+
+    def add(self, entry: dict, sha: str, fd: int) -> None:
+        done = _held_lock()  # released by the thread once the file is closed
+
+        def run() -> None:
+            try:
+                if self.stopping or self.failed:
+                    os.close(fd)
+                else:
+                    self.finish(entry, sha, fd)
+            except BaseException as exc:  # noqa: BLE001 - raised by the transfer's thread
+                self.failed.append(exc)
+            finally:
+                done.release()
+
+        self.pending.append(done)
+        self.pool.submit(run)
+        while len(self.pending) > OPEN_FILES:
+            self.pending.popleft().acquire()
+        if self.failed:
+            raise self.failed[0]
+
+    def wait(self) -> None:
+        while self.pending:
+            self.pending.popleft().acquire()
+        if self.failed:
+            raise self.failed[0]
+
+    def join(self) -> None:
+        self.stopping = True
+        self.pool.shutdown(wait=True)

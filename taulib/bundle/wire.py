@@ -1,0 +1,354 @@
+"""Many GETs of one Blob storage endpoint at once, multiplexed over keep-alive connections in the calling thread:
+the bulk of tau-bundle-fetch's bytes, without a thread per transfer.
+
+Reads: blobs (whole, or ranges) from the endpoint of a `rest.Client`. Writes: nothing (each `Get` puts its bytes
+where they belong). Why: with a thread per transfer, every recv and write hands the interpreter lock to another
+thread (a 2,000-blob fetch made ~97 futex calls a blob, and used more CPU than the storage endpoint beside it);
+here non-blocking sockets are multiplexed with `selectors`, so the only waits are for the network.
+
+The rules are `rest.Client`'s, the same as for every other request tau makes: its headers and signature
+(`Client.headers`), its checks of a body's length (`Client.check_length`) and its words and exit codes for an
+answer that is not 200/206 (`Client.refuse`); TAU_BLOB_RETRIES more tries of a GET after a connection failure,
+a body cut short, a read that timed out, 408 or a 5xx other than 501 and 505, backoff from about a second; a range
+resumes where it was cut, a whole blob starts again; 5 s to connect, TAU_BLOB_READ_TIMEOUT without a byte while an
+answer is awaited. A connection kept alive that the endpoint closed meanwhile is replaced once, without a try
+counted. Used only for a direct connection (no proxy applies to the endpoint; through a proxy `rest.Client`'s
+connection pool is used); https with the certificates requests would trust (`Client.verify`).
+Signals: the loop runs in the main thread, so a stop signal's exception leaves it at once; `close` then closes
+every connection.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import selectors
+import socket
+import ssl
+import time
+from urllib.parse import urlsplit
+
+from taulib.bundle.rest import Again, Client
+from taulib.errors import Unavailable
+
+HEAD_LIMIT = 64 << 10  # bytes of status line and headers accepted in one answer
+CONNECT_TIMEOUT = 5.0
+TICK = 0.2  # longest wait without looking at deadlines and retries
+RECV = 256 << 10  # bytes asked of the socket at a time while reading an answer's head
+
+
+class Get:
+    """One GET of blob `name`: bytes start .. start + length (a range; fewer only past the blob's end), or with
+    start None the whole blob, which must have exactly `length` bytes. A subclass says where the body goes:
+    into(scratch, got) gives the buffer for the bytes from `got` on (scratch: the connection's own buffer, at
+    least `length - got` long for a whole blob), arrived(view, got) is told of each piece, in order, each byte once
+    (a whole blob tried again starts again from 0), ended(scratch, got) of the end."""
+
+    def __init__(self, name: str, etag: str | None, start: int | None, length: int) -> None:
+        self.name, self.etag, self.start, self.length = name, etag, start, length
+        self.got = 0  # body bytes arrived so far
+        self.tries = 0  # failed tries so far
+        self.not_before = 0.0
+
+    def into(self, scratch: memoryview, got: int) -> memoryview:
+        raise NotImplementedError
+
+    def arrived(self, view: memoryview, got: int) -> None:
+        pass
+
+    def ended(self, scratch: memoryview, got: int) -> None:
+        pass
+
+
+class _Failed(Exception):
+    """A try of a GET failed in a way another try may not (the reason, for the error once the tries are spent);
+    `stale`: a kept-alive connection closed before any byte of the answer."""
+
+    def __init__(self, reason: str, stale: bool = False) -> None:
+        super().__init__(reason)
+        self.stale = stale
+
+
+class _Theirs(Exception):
+    """What a Get's own code raised (a full disk, a file that cannot be made): never the network's, never tried
+    again."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+
+def _theirs(call, *args):
+    try:
+        return call(*args)
+    except BaseException as exc:
+        raise _Theirs(exc) from None
+
+
+class _Conn:
+    __slots__ = ("sock", "state", "out", "head", "get", "left", "close_after", "reused", "deadline", "scratch",
+                 "auth", "error")
+
+    def __init__(self, sock: socket.socket, scratch: memoryview) -> None:
+        self.sock, self.scratch = sock, scratch
+        self.state = "connect"  # connect, handshake, send, head, body, idle
+        self.out, self.head, self.get, self.left = b"", bytearray(), None, 0
+        self.close_after = self.reused = False
+        self.deadline, self.auth, self.error = time.monotonic() + CONNECT_TIMEOUT, "", 0
+
+
+class Engine:
+    """GETs of `client`'s endpoint over at most `connections` connections, each with a scratch buffer of
+    `scratch` bytes (anonymous memory: only the pages a body fills are resident)."""
+
+    def __init__(self, client: Client, connections: int, scratch: int) -> None:
+        import mmap
+
+        self.client, self.limit = client, connections
+        url = urlsplit(client.account_url)
+        self.tls = url.scheme == "https"
+        self.host, self.port = url.hostname or "", url.port or (443 if self.tls else 80)
+        default = (443 if self.tls else 80) == self.port
+        self.host_header = (f"[{self.host}]" if ":" in self.host else self.host) + ("" if default else f":{self.port}")
+        self.context = _context(client.verify) if self.tls else None
+        self.addresses: list | None = None
+        self.selector = selectors.DefaultSelector()
+        self.conns: list[_Conn] = []
+        self.buffers = [memoryview(mmap.mmap(-1, scratch)) for _ in range(connections)]
+        self.read_timeout = float(client.read_timeout)
+
+    def close(self) -> None:
+        for conn in list(self.conns):
+            self._drop(conn)
+        self.selector.close()
+
+    def run(self, gets, limit: int) -> None:
+        """Every Get of the iterable `gets`, at most `limit` at a time, taken from it in order as connections
+        free up; returns when all ended, raises the first failure that is not tried again."""
+        source, exhausted = iter(gets), False
+        retries: list[Get] = []  # GETs waiting for their next try, the soonest first
+        busy = 0
+        while True:
+            now = time.monotonic()
+            while busy < min(limit, self.limit):
+                get = retries.pop(0) if retries and retries[0].not_before <= now else None
+                if get is None and not exhausted:
+                    get = next(source, None)
+                    exhausted = get is None
+                if get is None:
+                    break
+                self._start(get, now)
+                busy += 1
+            if not busy and exhausted and not retries:
+                return
+            wake = min([c.deadline for c in self.conns if c.get is not None] + [g.not_before for g in retries]
+                       + [now + TICK])
+            for key, _ in self.selector.select(max(0.0, min(TICK, wake - now))):
+                conn = key.data
+                try:
+                    if self._advance(conn):
+                        busy -= 1
+                except _Failed as failed:
+                    busy -= 1
+                    self._retry(conn, failed, retries)
+            now = time.monotonic()
+            for conn in [c for c in self.conns if c.get is not None and c.deadline < now]:
+                busy -= 1
+                self._retry(conn, _Failed("Blob storage cannot be reached (ReadTimeoutError)" if conn.state in
+                                          ("head", "body") else "Blob storage cannot be reached (ConnectTimeoutError)"),
+                            retries)
+
+    # -- one GET on one connection ---------------------------------------------------------------------------------
+    def _start(self, get: Get, now: float) -> None:
+        conn = next((c for c in self.conns if c.state == "idle"), None)
+        if conn is None:
+            conn = self._connect()
+        conn.get = get
+        if get.start is None:
+            get.got = 0  # a whole blob is read again from its start
+        span = None if get.start is None else (get.start + get.got, get.length - get.got)
+        what = f"downloading {get.name}"
+        path = self.client.blob_path(get.name)
+        headers = self.client.headers(what, path, None, get.etag, span)
+        conn.auth = headers.get("Authorization", "")
+        lines = [f"GET {path} HTTP/1.1", f"Host: {self.host_header}", "Accept-Encoding: identity"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        conn.out = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        conn.head, conn.close_after = bytearray(), False
+        if conn.state == "idle":
+            conn.state, conn.reused = "send", True
+            conn.deadline = now + self.read_timeout
+            self.selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
+
+    def _connect(self) -> _Conn:
+        if self.addresses is None:
+            try:
+                self.addresses = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                raise Unavailable(f"Blob storage cannot be reached ({type(exc).__name__})") from None
+        family, kind, proto, _, address = self.addresses[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        code = sock.connect_ex(address)
+        conn = _Conn(sock, self.buffers.pop())
+        self.conns.append(conn)
+        self.selector.register(sock, selectors.EVENT_WRITE, conn)
+        if code not in (0, errno.EINPROGRESS):
+            conn.error = code  # said when the socket is next ready (a failed socket is)
+        return conn
+
+    def _drop(self, conn: _Conn) -> None:
+        self.selector.unregister(conn.sock)
+        conn.sock.close()
+        self.conns.remove(conn)
+        self.buffers.append(conn.scratch)
+
+    def _retry(self, conn: _Conn, failed: _Failed, retries: list) -> None:
+        """The try of conn's GET failed: the connection is closed; the GET goes back to wait for its next try,
+        or its failure is raised when its tries are spent."""
+        get, stale = conn.get, failed.stale and conn.reused
+        self._drop(conn)
+        if not stale:
+            get.tries += 1
+            if get.tries >= self.client.tries:
+                raise Unavailable(f"downloading {get.name}: {failed}")
+            get.not_before = time.monotonic() + random.uniform(0.5, 1.5) * 2 ** (get.tries - 1)
+        retries.append(get)
+        retries.sort(key=lambda g: g.not_before)
+
+    def _advance(self, conn: _Conn) -> bool:
+        """Do what conn is ready for; whether its GET ended."""
+        try:
+            if conn.state == "idle":  # the endpoint closed a connection kept alive, or said what was not asked
+                self._drop(conn)
+                return False
+            if conn.state == "connect":
+                code = conn.error or conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if code:
+                    raise OSError(code, os.strerror(code))
+                if self.tls:
+                    conn.sock = self.context.wrap_socket(conn.sock, server_hostname=self.host,
+                                                         do_handshake_on_connect=False)
+                    self.selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
+                    conn.state = "handshake"
+                else:
+                    conn.state = "send"
+            if conn.state == "handshake":
+                conn.sock.do_handshake()
+                conn.state = "send"
+            if conn.state == "send":
+                while conn.out:
+                    conn.out = conn.out[conn.sock.send(conn.out):]
+                conn.state, conn.deadline = "head", time.monotonic() + self.read_timeout
+                self.selector.modify(conn.sock, selectors.EVENT_READ, conn)
+                return False
+            return self._receive(conn)
+        except _Theirs as theirs:
+            raise theirs.error from None
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError) as want:
+            self.selector.modify(conn.sock, selectors.EVENT_READ if isinstance(want, ssl.SSLWantReadError)
+                                 else selectors.EVENT_WRITE, conn)
+            return False
+        except BlockingIOError:
+            return False
+        except ssl.SSLError:
+            raise _Failed("Blob storage cannot be reached (SSLError)") from None
+        except OSError as exc:
+            stale = conn.state == "head" and not conn.head
+            raise _Failed(f"Blob storage cannot be reached ({type(exc).__name__})", stale) from None
+
+    def _receive(self, conn: _Conn) -> bool:
+        get = conn.get
+        while True:
+            if conn.state == "head":
+                data = conn.sock.recv(RECV)
+                if not data:
+                    raise _Failed("Blob storage cannot be reached (ProtocolError)", stale=not conn.head)
+                conn.head += data
+                if not self._parsed(conn):
+                    continue
+                if conn.state == "body" and not conn.left:
+                    return self._ended(conn)
+                continue
+            view = _theirs(get.into, conn.scratch, get.got)[:conn.left]
+            n = conn.sock.recv_into(view)
+            if not n:
+                raise _Failed("Blob storage cannot be reached (IncompleteRead)")
+            self._deliver(conn, view[:n])
+            if not conn.left:
+                return self._ended(conn)
+
+    def _deliver(self, conn: _Conn, view: memoryview) -> None:
+        get = conn.get
+        _theirs(get.arrived, view, get.got)
+        get.got += len(view)
+        conn.left -= len(view)
+        conn.deadline = time.monotonic() + self.read_timeout
+
+    def _parsed(self, conn: _Conn) -> bool:
+        """Whether conn's answer head is complete (then checked, and the body bytes that came with it given)."""
+        end = conn.head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(conn.head) > HEAD_LIMIT:
+                raise Unavailable(f"downloading {conn.get.name}: Blob storage answered a head of more than "
+                                  f"{HEAD_LIMIT} bytes")
+            return False
+        head, rest = bytes(conn.head[:end]).decode("latin-1"), memoryview(bytes(conn.head[end + 4:]))
+        lines = head.split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            raise _Failed("Blob storage cannot be reached (ProtocolError)")
+        status, reason = int(parts[1]), parts[2] if len(parts) > 2 else ""
+        fields: dict[str, str] = {}
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
+            if colon:
+                fields[name.strip().lower()] = value.strip()
+        if 100 <= status < 200:  # an interim answer: the real one follows
+            conn.head = bytearray(rest)
+            return self._parsed(conn)
+        get, what = conn.get, f"downloading {conn.get.name}"
+        conn.close_after = fields.get("connection", "").lower() == "close" or parts[0] == "HTTP/1.0"
+        if status not in (200, 206):
+            try:
+                self.client.refuse(what, status, reason, {"Authorization": conn.auth})
+            except Again as again:
+                raise _Failed(str(again)) from None
+        length = fields.get("content-length")
+        available = int(length) if length and length.isdigit() and "transfer-encoding" not in fields else None
+        conn.left = self.client.check_length(available, what, get.name, get.length - get.got, get.start is None)
+        conn.state = "body"
+        if len(rest) > conn.left:
+            raise _Failed("Blob storage cannot be reached (ProtocolError)")
+        while rest:
+            view = _theirs(get.into, conn.scratch, get.got)[:len(rest)]
+            view[:] = rest[:len(view)]
+            rest = rest[len(view):]
+            self._deliver(conn, view)
+        return True
+
+    def _ended(self, conn: _Conn) -> bool:
+        get = conn.get
+        conn.get, conn.state = None, "idle"
+        if conn.close_after:
+            self._drop(conn)
+        _theirs(get.ended, conn.scratch, get.got)
+        return True
+
+
+def _context(verify) -> ssl.SSLContext:
+    """The TLS context requests would use for `verify` (True: certifi's certificates; a path: that file or folder
+    of certificates, as REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE named it)."""
+    context = ssl.create_default_context()
+    if verify is True:
+        from requests.utils import DEFAULT_CA_BUNDLE_PATH
+
+        context.load_verify_locations(cafile=DEFAULT_CA_BUNDLE_PATH)
+    elif isinstance(verify, str):
+        if os.path.isdir(verify):
+            context.load_verify_locations(capath=verify)
+        else:
+            context.load_verify_locations(cafile=verify)
+    return context
