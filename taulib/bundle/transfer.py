@@ -39,6 +39,7 @@ SPAN = 64 << 20  # bytes per ranged GET into a file: fewer requests cost the sto
 # ranged GETs into files in flight: 4 of 64 MiB beat 8 of 32 in 5 of 5 rounds on one 1 GiB blob (median 2.50 s
 # against 2.97; fewer threads hand the GIL around less) and matched them on the checkpoint mix
 SPANS = 4
+TAIL = 16 << 20  # bytes per range of a file's last SPANS ranges (see `spans`)
 READ = 1 << 20  # bytes per read-back for hashing: stays in the CPU's cache between the copy and the hash
 _local = threading.local()  # each thread's buffer
 
@@ -109,10 +110,11 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
     in this thread in that order."""
     if not entries:
         return
-    span = RANGE if open_fd is None else SPAN
-    jobs = [(entry, offset, min(span, entry["size"] - offset)) for entry in entries
-            for offset in range(0, entry["size"], span)]
+    jobs = [(entry, offset, length) for entry in entries
+            for offset, length in spans(entry["size"], RANGE if open_fd is None else SPAN)]
     state: dict[str, list] = {}  # path: [fd, sha256]
+    written: dict[tuple, int] = {}  # (path, offset) of a range into a file: its bytes in the file so far
+    hashed: dict[tuple, int] = {}  # (path, offset): its bytes hashed so far (in order)
     spare: queue.SimpleQueue = queue.SimpleQueue()  # the in-memory ranges' buffers, reused
     readback = memoryview(bytearray(READ))
 
@@ -132,13 +134,35 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
             view = memoryview(buffer)[:length]
             got = client.read(name, etag=etags.get(entry["path"]), view=view, start=offset, stop=stopped)
         else:
-            view = None
-            piece = memoryview(_buffer())[:writeback.WRITE]
-            got = client.stream(name, etags.get(entry["path"]), offset, length, piece,
-                                lambda piece, at: writeback.write_all(fd, piece, at), stopped)
+            view, key = None, (entry["path"], offset)
+
+            def sink(piece, at) -> None:
+                writeback.write_all(fd, piece, at)
+                written[key] = at + len(piece) - offset
+
+            got = client.stream(name, etags.get(entry["path"]), offset, length,
+                                memoryview(_buffer())[:writeback.WRITE], sink, stopped)
         if got != length:
             raise CheckFailed(f"{name} ended early: {offset + got} of {entry['size']} bytes")
         return view
+
+    def catch_up(job) -> bool:
+        """Hash what has arrived of the range being waited for; whether there was any."""
+        entry, offset, length = job
+        key = (entry["path"], offset)
+        end = offset + written.get(key, 0)
+        at = offset + hashed.get(key, 0)
+        if end - at < READ:
+            return False
+        fd, sha = state[entry["path"]]
+        while end - at >= READ:
+            n = os.preadv(fd, [readback], at)
+            if n <= 0:
+                raise CheckFailed(f"{entry['path']} is shorter on disk than what arrived ({at} bytes)")
+            sha.update(readback[:n])
+            at += n
+        hashed[key] = at - offset
+        return True
 
     def digest(job, view) -> None:
         entry, offset, length = job
@@ -147,7 +171,8 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
             sha.update(view)
             spare.put(view.obj)
         else:
-            at, end = offset, offset + length
+            at, end = offset + hashed.pop((entry["path"], offset), 0), offset + length
+            written.pop((entry["path"], offset), None)
             while at < end:
                 n = os.preadv(fd, [readback[:min(READ, end - at)]], at)
                 if n <= 0:
@@ -163,14 +188,28 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
             finish(entry, sha.hexdigest(), fd)
 
     try:
-        _windowed(jobs, begin, fetch, digest, WINDOW if open_fd is None else SPANS)
+        _windowed(jobs, begin, fetch, digest, WINDOW if open_fd is None else SPANS,
+                  None if open_fd is None else catch_up)
     finally:
         for fd, _ in state.values():  # the files whose transfer did not finish
             if fd is not None and close:
                 os.close(fd)
 
 
-def _windowed(jobs: list, begin, fetch, digest, window: int) -> None:
+def spans(size: int, span: int) -> list[tuple[int, int]]:
+    """The (offset, length) of the ranged GETs of a blob of `size` bytes: `span` bytes each, except that into a
+    file the last SPANS * TAIL bytes go in ranges of TAIL bytes, so that what is still to hash when the last byte
+    arrives (the ranges in flight beside the one being hashed) is small."""
+    tail = min(size, SPANS * TAIL) if span == SPAN else 0
+    out, offset = [], 0
+    while offset < size:
+        length = min(span, size - tail - offset) if offset < size - tail else min(TAIL, size - offset)
+        out.append((offset, length))
+        offset += length
+    return out
+
+
+def _windowed(jobs: list, begin, fetch, digest, window: int, partial=None) -> None:
     """fetch(job, stopped) for every job on up to `window` threads, at most `window` jobs ahead of digest(job, what
     fetch returned), which runs in this thread in the jobs' order; begin(job) runs here before a job is handed
     out."""
@@ -196,9 +235,12 @@ def _windowed(jobs: list, begin, fetch, digest, window: int) -> None:
                 begin(jobs[submitted])
                 pool.submit(run, submitted)
                 submitted += 1
-            while not ended[i].acquire(timeout=0.2):
+            while not ended[i].acquire(timeout=0.2 if partial is None else 0.005):
                 if failed:  # a later job failed: no need to wait for this one
                     raise failed[min(failed)]
+                if partial is not None:
+                    while partial(job) and not failed:
+                        pass
             if i in failed:
                 raise failed[i]
             digest(job, arrived.pop(i))

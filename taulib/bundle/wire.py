@@ -194,16 +194,25 @@ class Engine:
         code = sock.connect_ex(address)
         conn = _Conn(sock, self.buffers.pop())
         self.conns.append(conn)
-        self.selector.register(sock, selectors.EVENT_WRITE, conn)
+        try:
+            self.selector.register(sock, selectors.EVENT_WRITE, conn)
+        except BaseException:
+            self._drop(conn)
+            raise
         if code not in (0, errno.EINPROGRESS):
             conn.error = code  # said when the socket is next ready (a failed socket is)
         return conn
 
     def _drop(self, conn: _Conn) -> None:
-        self.selector.unregister(conn.sock)
+        """Close conn; again after a stop signal cut a first call short, it does what is left."""
+        if conn in self.conns:
+            self.conns.remove(conn)
+            self.buffers.append(conn.scratch)
+        try:
+            self.selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
         conn.sock.close()
-        self.conns.remove(conn)
-        self.buffers.append(conn.scratch)
 
     def _retry(self, conn: _Conn, failed: _Failed, retries: list) -> None:
         """The try of conn's GET failed: the connection is closed; the GET goes back to wait for its next try,
