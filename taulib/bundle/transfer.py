@@ -11,8 +11,8 @@ Writes: the file descriptors the caller opened (positional writes); nothing else
   arrive. Without a file (verify), ranges of RANGE bytes are held in memory (WINDOW buffers at most) and hashed
   from there;
 - then the blobs of up to RANGE bytes, WORKERS at a time, each one GET into a buffer, written and hashed from
-  there: into files over a direct connection, all in this thread (`taulib.bundle.direct`, no thread per blob);
-  through a proxy, or without a file, a transfer thread each;
+  there: over a direct connection all in this thread (`taulib.bundle.direct`, no thread per blob); through a
+  proxy a transfer thread each;
 - every request carries the blob's listed etag (If-Match); the blob must have exactly its listed size;
 - transfer threads are joined before a call returns or raises, a stop signal or two notwithstanding; the first
   failure stops the rest, and no retry is waited for after it; a file the caller opened is closed by `finish`, or
@@ -71,7 +71,7 @@ def download_many(client: Client, prefix: str, entries: list[dict], etags: dict[
     (open for reading and writing), or open_fd is None: hash only; finish(entry, sha256, fd) checks and closes it.
     The first failure stops the rest."""
     _large(client, prefix, [e for e in entries if e["size"] > RANGE], etags, open_fd, finish, progress)
-    if open_fd is not None and not getattr(client, "proxied", True):  # no thread per blob: `taulib.bundle.direct`
+    if not getattr(client, "proxied", True):  # no thread per blob: `taulib.bundle.direct`
         from taulib.bundle import direct
 
         direct.download_small(client, prefix, [e for e in entries if e["size"] <= RANGE], etags, open_fd, finish,

@@ -1,9 +1,9 @@
-"""tau-bundle-fetch's small blobs over a direct connection (taulib.bundle.wire: every GET multiplexed in one
-thread) against a real Azurite, behind a front of this module's that misbehaves as a storage endpoint or a network
-can: answers 503, 412, 404, 403 or garbage instead of a blob, cuts an answer in its middle, stalls it past the read
-timeout, closes every connection after one answer, or sends a head that never ends. Each case checks the exit
-code, the one JSON error's words, that a fetch that succeeds has every byte, and that one that fails leaves
-nothing beside the destination; the front counts what was asked, so a retry is seen, not assumed.
+"""The small blobs of tau-bundle-fetch and tau-bundle-verify --deep over a direct connection (taulib.bundle.wire: every
+GET multiplexed in one thread) against a real Azurite, behind a front of this module's that misbehaves as a storage
+endpoint or a network can: answers 503, 412, 404, 403 or garbage instead of a blob, cuts an answer in its middle,
+stalls it past the read timeout, closes every connection after one answer, or sends a head that never ends. Each
+case checks the exit code, the one JSON error's words, that a fetch that succeeds has every byte, and that one that
+fails leaves nothing beside the destination; the front counts what was asked, so a retry is seen, not assumed.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ class Front:
     except where `act(path, seen)` (seen: how many times that path was asked before) returns something else than
     None: bytes to answer instead; ("cut", n): relay the answer's first n bytes and close; ("stall", seconds):
     relay the head, wait, then the body; ("close",): relay the answer, then close the connection; ("interim",):
-    an interim "100 Continue" answer first, then the answer."""
+    an interim "100 Continue" answer first, then the answer; ("alter",): the answer with every byte of its body
+    replaced (its length kept)."""
 
     def __init__(self, act) -> None:
         self.act, self.asked, self.connections, self.lock = act, {}, 0, threading.Lock()
@@ -77,6 +78,8 @@ class Front:
                     upstream = socket.create_connection(("127.0.0.1", az.PORT))
                 upstream.sendall(request)
                 answer_head, body = _answer(upstream)
+                if action and action[0] == "alter":
+                    body = bytes(255 - c for c in body)
                 if action and action[0] == "cut":
                     client.sendall((answer_head + body)[:action[1]])
                     return
@@ -317,3 +320,29 @@ def test_a_file_that_cannot_be_written_is_the_callers_error_never_retried_as_the
         front.close()
     assert {front.times(p) for p in first_payload(front)} == {1}  # asked once each at most: never tried again
     assert len(entries) == len(digests)
+
+
+def test_deep_verify_reads_small_blobs_over_the_same_wire_retrying_and_naming_a_blob_whose_bytes_differ(box, tmp_path):
+    digests, prefix = bundle(box, tmp_path, "wverify/out", small=30)
+    altered, busy = sorted(digests)[7], sorted(digests)[3]
+
+    def act(path, seen):
+        if path.endswith(altered):
+            return ("alter",)
+        if path.endswith(busy) and not seen:
+            return canned("500 Internal Server Error")
+        return None
+
+    front = Front(act)
+    try:
+        env = az.env(TAU_TRUSTED_BLOB_ENDPOINTS=front.origin)
+        env["AZURE_STORAGE_CONNECTION_STRING"] = az.connection_string().replace(az.ORIGIN, front.origin)
+        proc = tau("tau-bundle-verify", f"{front.origin}/{az.ACCOUNT}/{box}/{prefix}", "--generation", "g1",
+                   "--deep", env=env)
+    finally:
+        front.close()
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["digest_mismatch"] == [altered] and report["problems"] == [], report
+    assert front.times(next(p for p in front.asked if p.endswith(busy))) == 2
+    assert sum(front.times(p) for p in first_payload(front)) == len(digests) + 1
