@@ -17,7 +17,9 @@ bytes); retries as `blob.container`'s (TAU_BLOB_RETRIES more tries after a conne
 or a 5xx other than 501 and 505, backoff from about a second; a stream resumes where it was cut), 5 s to connect,
 TAU_BLOB_READ_TIMEOUT per read; and `blob.translated`'s exit codes and words: 401/403 or no token refused (77), 404
 not found (66), 412 the blob changed (1), the rest unavailable (69). Connections: a pool of at most `connections`,
-shared by the threads of one transfer (size it to their number: none is opened and dropped per request).
+shared by the threads of one transfer (size it to their number: none is opened and dropped per request). The small
+blobs of a fetch go over `taulib.bundle.wire` instead when no proxy applies (`proxied`), with this client's
+headers, length checks and answers (`headers`, `check_length`, `refuse`).
 """
 
 from __future__ import annotations

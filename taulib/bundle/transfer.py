@@ -3,13 +3,14 @@
 
 Reads: blobs, through `taulib.bundle.rest`; and the ranges of a staged file just written, to hash them in order.
 Writes: the file descriptors the caller opened (positional writes); nothing else. Promises:
-- the large blobs first: ranged GETs of SPAN bytes, SPANS at a time over all the large blobs in turn, each
-  streamed from the socket into its file `writeback.WRITE` bytes at a time by its transfer thread; this thread
-  reads each range back in order (the page cache) and hashes it, so the digest is that of the bytes in the file,
-  then has the kernel start writing that range to disk (so the caller's fsync has little left to wait for); a
-  blob is finished (checked, fsynced by the caller) when its last range is hashed, while the next blob's ranges
-  arrive. Without a file (verify), ranges of RANGE bytes are held in memory (WINDOW buffers at most) and hashed
-  from there;
+- the large blobs first: ranged GETs of SPAN bytes (a file's last SPANS ranges TAIL bytes: `spans`), SPANS at a
+  time over all the large blobs in turn, each streamed from the socket into its file `writeback.WRITE` bytes at
+  a time by its transfer thread; this thread reads back, in order, what the range it waits for has written so
+  far (the page cache), READ bytes at a time while the range arrives, and hashes it, so the digest is that of
+  the bytes in the file, then has the kernel start writing each hashed range to disk (so the caller's fsync has
+  little left to wait for); a blob is finished (checked, fsynced by the caller) when its last range is hashed,
+  while the next blob's ranges arrive. Without a file (verify), ranges of RANGE bytes are held in memory (WINDOW
+  buffers at most) and hashed from there;
 - then the blobs of up to RANGE bytes, WORKERS at a time, each one GET into a buffer, written and hashed from
   there: over a direct connection all in this thread (`taulib.bundle.direct`, no thread per blob); through a
   proxy a transfer thread each;
