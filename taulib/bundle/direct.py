@@ -35,6 +35,8 @@ def download_small(client: Client, prefix: str, entries: list[dict], etags: dict
     """The small entries (at most RANGE bytes each) of `transfer.download_many`, WORKERS at a time over `wire`,
     each one GET into its connection's buffer, then written, hashed and handed to finish() (check, fsync, close)
     on FSYNCS threads; with open_fd None only hashed, and finish(entry, sha256, None) called in this thread."""
+    if not entries:
+        return
     closing = _Closing(finish)
     engine = wire.Engine(client, WORKERS, RANGE)
 

@@ -88,10 +88,10 @@ def _theirs(call, *args):
 
 class _Conn:
     __slots__ = ("sock", "state", "out", "head", "get", "left", "close_after", "reused", "deadline", "scratch",
-                 "auth", "error")
+                 "auth", "error", "address")
 
-    def __init__(self, sock: socket.socket, scratch: memoryview) -> None:
-        self.sock, self.scratch = sock, scratch
+    def __init__(self, scratch: memoryview) -> None:
+        self.sock, self.scratch, self.address = None, scratch, 0
         self.state = "connect"  # connect, handshake, send, head, body, idle
         self.out, self.head, self.get, self.left = b"", bytearray(), None, 0
         self.close_after = self.reused = False
@@ -154,6 +154,9 @@ class Engine:
                     self._retry(conn, failed, retries)
             now = time.monotonic()
             for conn in [c for c in self.conns if c.get is not None and c.deadline < now]:
+                if conn.state == "connect" and conn.address + 1 < len(self.addresses):
+                    self._dial(conn, conn.address + 1)
+                    continue
                 busy -= 1
                 self._retry(conn, _Failed("Blob storage cannot be reached (ReadTimeoutError)" if conn.state in
                                           ("head", "body") else "Blob storage cannot be reached (ConnectTimeoutError)"),
@@ -187,32 +190,44 @@ class Engine:
                 self.addresses = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
             except OSError as exc:
                 raise Unavailable(f"Blob storage cannot be reached ({type(exc).__name__})") from None
-        family, kind, proto, _, address = self.addresses[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        code = sock.connect_ex(address)
-        conn = _Conn(sock, self.buffers.pop())
+        conn = _Conn(self.buffers.pop())
         self.conns.append(conn)
         try:
-            self.selector.register(sock, selectors.EVENT_WRITE, conn)
+            self._dial(conn, 0)
         except BaseException:
             self._drop(conn)
             raise
+        return conn
+
+    def _dial(self, conn: _Conn, index: int) -> None:
+        """Start connecting conn to the endpoint's address `index` (as create_connection does, the next address is
+        tried when one cannot be reached), its earlier socket closed."""
+        if conn.sock is not None:
+            self.selector.unregister(conn.sock)
+            conn.sock.close()
+            conn.sock = None
+        family, kind, proto, _, address = self.addresses[index]
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sock, conn.address, conn.error = sock, index, 0
+        conn.deadline = time.monotonic() + CONNECT_TIMEOUT
+        code = sock.connect_ex(address)
+        self.selector.register(sock, selectors.EVENT_WRITE, conn)
         if code not in (0, errno.EINPROGRESS):
             conn.error = code  # said when the socket is next ready (a failed socket is)
-        return conn
 
     def _drop(self, conn: _Conn) -> None:
         """Close conn; again after a stop signal cut a first call short, it does what is left."""
         if conn in self.conns:
             self.conns.remove(conn)
             self.buffers.append(conn.scratch)
-        try:
-            self.selector.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
-        conn.sock.close()
+        if conn.sock is not None:
+            try:
+                self.selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.sock.close()
 
     def _retry(self, conn: _Conn, failed: _Failed, retries: list) -> None:
         """The try of conn's GET failed: the connection is closed; the GET goes back to wait for its next try,
@@ -235,6 +250,9 @@ class Engine:
                 return False
             if conn.state == "connect":
                 code = conn.error or conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if code and conn.address + 1 < len(self.addresses):
+                    self._dial(conn, conn.address + 1)
+                    return False
                 if code:
                     raise OSError(code, os.strerror(code))
                 if self.tls:

@@ -346,3 +346,64 @@ def test_deep_verify_reads_small_blobs_over_the_same_wire_retrying_and_naming_a_
     assert report["digest_mismatch"] == [altered] and report["problems"] == [], report
     assert front.times(next(p for p in front.asked if p.endswith(busy))) == 2
     assert sum(front.times(p) for p in first_payload(front)) == len(digests) + 1
+
+
+def test_an_address_that_refuses_is_passed_over_for_the_next_one_the_name_resolves_to(box, tmp_path, monkeypatch):
+    import hashlib
+    import socket as sockets
+
+    from taulib.bundle import blob, direct, endpoint
+    from taulib.errors import Unavailable
+
+    digests, prefix = bundle(box, tmp_path, "waddr/out", small=20)
+    closed = sockets.socket()
+    closed.bind(("127.0.0.1", 0))
+    refusing = closed.getsockname()  # bound, never listening: connections to it are refused
+    front = Front(lambda path, seen: None)
+    real = sockets.getaddrinfo
+
+    def resolve(host, port, *args, **kwargs):
+        answers = real(host, port, *args, **kwargs)
+        if port == front.port:  # the front's name resolves to a refusing address first, as a broken IPv6 would
+            return [(sockets.AF_INET, sockets.SOCK_STREAM, 6, "", refusing)] + answers
+        return answers
+
+    monkeypatch.setattr(sockets, "getaddrinfo", resolve)
+    got = {}
+    try:
+        env = az.env(TAU_TRUSTED_BLOB_ENDPOINTS=front.origin, TAU_BLOB_RETRIES="0")
+        env["AZURE_STORAGE_CONNECTION_STRING"] = az.connection_string().replace(az.ORIGIN, front.origin)
+        client = blob.reader(endpoint.parse(f"{front.origin}/{az.ACCOUNT}/{box}/{prefix}", env), env)
+        listing = blob.list_prefix(client, prefix)
+        entries = [{"path": p, "size": s} for p, (s, _) in listing.items() if not p.startswith(".tau/")]
+        etags = {p: e for p, (_, e) in listing.items()}
+        folder = tmp_path / "got"
+        folder.mkdir()
+
+        def open_fd(entry):
+            return os.open(folder / entry["path"].replace("/", "_"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+
+        def finish(entry, sha, fd):
+            os.close(fd)
+            got[entry["path"]] = sha
+
+        direct.download_small(client, prefix, entries, etags, open_fd, finish, None)
+        assert got == digests
+        assert {p: hashlib.sha256((folder / p.replace("/", "_")).read_bytes()).hexdigest() for p in got} == digests
+
+        def refused(host, port, *args, **kwargs):
+            if port == front.port:
+                return [(sockets.AF_INET, sockets.SOCK_STREAM, 6, "", refusing)]
+            return real(host, port, *args, **kwargs)
+
+        monkeypatch.setattr(sockets, "getaddrinfo", refused)
+        try:
+            direct.download_small(client, prefix, entries, etags, lambda entry: None, finish, None)
+        except Unavailable as exc:
+            assert exc.message.endswith(": Blob storage cannot be reached (ConnectionRefusedError)"), exc.message
+        else:
+            raise AssertionError("no address answered, yet the download succeeded")
+        client.close()
+    finally:
+        front.close()
+        closed.close()
