@@ -280,8 +280,10 @@ class Engine:
             return False
         except BlockingIOError:
             return False
-        except ssl.SSLError:
-            raise _Failed("Blob storage cannot be reached (SSLError)") from None
+        except ssl.SSLError as exc:  # an end of the connection where an answer should begin is a stale one too
+            stale = isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError)) and conn.state == "head" \
+                and not conn.head
+            raise _Failed("Blob storage cannot be reached (SSLError)", stale) from None
         except OSError as exc:
             stale = conn.state == "head" and not conn.head
             raise _Failed(f"Blob storage cannot be reached ({type(exc).__name__})", stale) from None
