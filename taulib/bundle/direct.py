@@ -46,7 +46,7 @@ def download_small(client: Client, prefix: str, entries: list[dict], etags: dict
             yield _Whole(entry, name, etags.get(entry["path"]), open_fd, closing, progress)
 
     try:
-        engine.run(wholes(), WORKERS)
+        engine.run(wholes())
         closing.wait()
     finally:
         with signals.deferred():  # nothing is written into a stage after this returns
@@ -58,27 +58,21 @@ class _Whole(wire.Get):
     """A small blob, read whole into the connection's buffer, then written, hashed and handed to finish()."""
 
     def __init__(self, entry: dict, name: str, etag: str | None, open_fd, closing: _Closing, progress) -> None:
-        super().__init__(name, etag, None, entry["size"])
+        super().__init__(name, etag, entry["size"])
         self.entry, self.open_fd, self.closing, self.progress = entry, open_fd, closing, progress
 
-    def into(self, scratch: memoryview, got: int) -> memoryview:
-        return scratch[got:self.length]
-
-    def ended(self, scratch: memoryview, got: int) -> None:
-        view = scratch[:self.length]
-        sha = hashlib.sha256(view).hexdigest()
+    def ended(self, body: memoryview) -> None:
+        sha = hashlib.sha256(body).hexdigest()
         if self.open_fd is None:  # only hashed (tau-bundle-verify --deep): nothing to fsync
             self.closing.finish(self.entry, sha, None)
-            if self.progress:
-                self.progress(self.length)
-            return
-        fd = self.open_fd(self.entry)
-        try:
-            writeback.write_all(fd, view, 0)
-        except BaseException:
-            os.close(fd)
-            raise
-        self.closing.add(self.entry, sha, fd)
+        else:
+            fd = self.open_fd(self.entry)
+            try:
+                writeback.write_all(fd, body, 0)
+            except BaseException:
+                os.close(fd)
+                raise
+            self.closing.add(self.entry, sha, fd)
         if self.progress:
             self.progress(self.length)
 

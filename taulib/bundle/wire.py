@@ -1,21 +1,20 @@
-"""Many GETs of one Blob storage endpoint at once, multiplexed over keep-alive connections in the calling thread:
-the bulk of tau-bundle-fetch's bytes, without a thread per transfer.
+"""Many GETs of whole blobs of one Blob storage endpoint at once, multiplexed over keep-alive connections in the
+calling thread: the small blobs of tau-bundle-fetch and tau-bundle-verify --deep, without a thread per transfer.
 
-Reads: blobs (whole, or ranges) from the endpoint of a `rest.Client`. Writes: nothing (each `Get` puts its bytes
-where they belong). Why: with a thread per transfer, every recv and write hands the interpreter lock to another
-thread (a 2,000-blob fetch made ~97 futex calls a blob, and used more CPU than the storage endpoint beside it);
-here non-blocking sockets are multiplexed with `selectors`, so the only waits are for the network.
+Reads: blobs from the endpoint of a `rest.Client`, each into its connection's buffer. Writes: nothing (each `Get`
+puts its body where it belongs). Why: with a thread per transfer, every recv and write hands the interpreter lock to
+another thread (a 2,000-blob fetch made ~97 futex calls a blob, and used more CPU than the storage endpoint beside
+it); here non-blocking sockets are multiplexed with `selectors`, so the only waits are for the network.
 
 The rules are `rest.Client`'s, the same as for every other request tau makes: its headers and signature
-(`Client.headers`), its checks of a body's length (`Client.check_length`) and its words and exit codes for an
-answer that is not 200/206 (`Client.refuse`); TAU_BLOB_RETRIES more tries of a GET after a connection failure,
-a body cut short, a read that timed out, 408 or a 5xx other than 501 and 505, backoff from about a second; a range
-resumes where it was cut, a whole blob starts again; 5 s to connect, TAU_BLOB_READ_TIMEOUT without a byte while an
-answer is awaited. A connection kept alive that the endpoint closed meanwhile is replaced once, without a try
-counted. Used only for a direct connection (no proxy applies to the endpoint; through a proxy `rest.Client`'s
-connection pool is used); https with the certificates requests would trust (`Client.verify`).
-Signals: the loop runs in the main thread, so a stop signal's exception leaves it at once; `close` then closes
-every connection.
+(`Client.headers`), its checks of a body's length (`Client.check_length`) and its words and exit codes for an answer
+that is not 200/206 (`Client.refuse`); TAU_BLOB_RETRIES more tries of a GET after a connection failure, a body cut
+short, a read that timed out, 408 or a 5xx other than 501 and 505, backoff from about a second; a blob is read again
+from its start; 5 s to connect, TAU_BLOB_READ_TIMEOUT without a byte while an answer is awaited. A connection kept
+alive that the endpoint closed meanwhile is replaced once, without a try counted (the endpoint closed it while
+idle). Used only for a direct connection (no proxy applies to the endpoint; through a proxy `rest.Client`'s
+connection pool is used); https with the certificates requests would trust (`Client.verify`). Signals: the loop runs
+in the main thread, so a stop signal's exception leaves it at once; `close` then closes every connection.
 """
 
 from __future__ import annotations
@@ -39,25 +38,17 @@ RECV = 256 << 10  # bytes asked of the socket at a time while reading an answer'
 
 
 class Get:
-    """One GET of blob `name`: bytes start .. start + length (a range; fewer only past the blob's end), or with
-    start None the whole blob, which must have exactly `length` bytes. A subclass says where the body goes:
-    into(scratch, got) gives the buffer for the bytes from `got` on (scratch: the connection's own buffer, at
-    least `length - got` long for a whole blob), arrived(view, got) is told of each piece, in order, each byte once
-    (a whole blob tried again starts again from 0), ended(scratch, got) of the end."""
+    """One GET of the whole blob `name`, which must have exactly `length` bytes (at most the engine's scratch
+    size). Its body arrives into the connection's buffer (a try after a failure starts again from 0), and
+    ended(body) is given it whole; what ended raises is the caller's, never tried again."""
 
-    def __init__(self, name: str, etag: str | None, start: int | None, length: int) -> None:
-        self.name, self.etag, self.start, self.length = name, etag, start, length
+    def __init__(self, name: str, etag: str | None, length: int) -> None:
+        self.name, self.etag, self.length = name, etag, length
         self.got = 0  # body bytes arrived so far
         self.tries = 0  # failed tries so far
         self.not_before = 0.0
 
-    def into(self, scratch: memoryview, got: int) -> memoryview:
-        raise NotImplementedError
-
-    def arrived(self, view: memoryview, got: int) -> None:
-        pass
-
-    def ended(self, scratch: memoryview, got: int) -> None:
+    def ended(self, body: memoryview) -> None:
         pass
 
 
@@ -123,15 +114,15 @@ class Engine:
             self._drop(conn)
         self.selector.close()
 
-    def run(self, gets, limit: int) -> None:
-        """Every Get of the iterable `gets`, at most `limit` at a time, taken from it in order as connections
+    def run(self, gets) -> None:
+        """Every Get of the iterable `gets`, one per connection at a time, taken from it in order as connections
         free up; returns when all ended, raises the first failure that is not tried again."""
         source, exhausted = iter(gets), False
         retries: list[Get] = []  # GETs waiting for their next try, the soonest first
         busy = 0
         while True:
             now = time.monotonic()
-            while busy < min(limit, self.limit):
+            while busy < self.limit:
                 get = retries.pop(0) if retries and retries[0].not_before <= now else None
                 if get is None and not exhausted:
                     get = next(source, None)
@@ -167,13 +158,10 @@ class Engine:
         conn = next((c for c in self.conns if c.state == "idle"), None)
         if conn is None:
             conn = self._connect()
-        conn.get = get
-        if get.start is None:
-            get.got = 0  # a whole blob is read again from its start
-        span = None if get.start is None else (get.start + get.got, get.length - get.got)
+        conn.get, get.got = get, 0  # a blob tried again is read again from its start
         what = f"downloading {get.name}"
         path = self.client.blob_path(get.name)
-        headers = self.client.headers(what, path, None, get.etag, span)
+        headers = self.client.headers(what, path, None, get.etag, None)
         conn.auth = headers.get("Authorization", "")
         lines = [f"GET {path} HTTP/1.1", f"Host: {self.host_header}", "Accept-Encoding: identity"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
@@ -301,19 +289,16 @@ class Engine:
                 if conn.state == "body" and not conn.left:
                     return self._ended(conn)
                 continue
-            view = _theirs(get.into, conn.scratch, get.got)[:conn.left]
-            n = conn.sock.recv_into(view)
+            n = conn.sock.recv_into(conn.scratch[get.got:get.got + conn.left])
             if not n:
                 raise _Failed("Blob storage cannot be reached (IncompleteRead)")
-            self._deliver(conn, view[:n])
+            self._received(conn, n)
             if not conn.left:
                 return self._ended(conn)
 
-    def _deliver(self, conn: _Conn, view: memoryview) -> None:
-        get = conn.get
-        _theirs(get.arrived, view, get.got)
-        get.got += len(view)
-        conn.left -= len(view)
+    def _received(self, conn: _Conn, n: int) -> None:
+        conn.get.got += n
+        conn.left -= n
         conn.deadline = time.monotonic() + self.read_timeout
 
     def _parsed(self, conn: _Conn) -> bool:
@@ -347,15 +332,12 @@ class Engine:
                 raise _Failed(str(again)) from None
         length = fields.get("content-length")
         available = int(length) if length and length.isdigit() and "transfer-encoding" not in fields else None
-        conn.left = self.client.check_length(available, what, get.name, get.length - get.got, get.start is None)
+        conn.left = self.client.check_length(available, what, get.name, get.length, True)
         conn.state = "body"
         if len(rest) > conn.left:
             raise _Failed("Blob storage cannot be reached (ProtocolError)")
-        while rest:
-            view = _theirs(get.into, conn.scratch, get.got)[:len(rest)]
-            view[:] = rest[:len(view)]
-            rest = rest[len(view):]
-            self._deliver(conn, view)
+        conn.scratch[:len(rest)] = rest  # the body's first bytes came with the head
+        self._received(conn, len(rest))
         return True
 
     def _ended(self, conn: _Conn) -> bool:
@@ -363,7 +345,7 @@ class Engine:
         conn.get, conn.state = None, "idle"
         if conn.close_after:
             self._drop(conn)
-        _theirs(get.ended, conn.scratch, get.got)
+        _theirs(get.ended, conn.scratch[:get.length])
         return True
 
 
