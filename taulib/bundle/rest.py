@@ -14,7 +14,7 @@ connection's proxy and certificate settings are the ones requests takes from the
 account key signs each request as SharedKey; an identity's token goes as Bearer, only over https, as that module
 decides; none: anonymous); a blob read carries the etag it is pinned to (If-Match: a changed blob is 412, never other
 bytes); retries as `blob.container`'s (TAU_BLOB_RETRIES more tries after a connection failure, a body cut short, 408
-or a 5xx other than 501 and 505, backoff from about a second; a stream resumes where it was cut), 5 s to connect,
+or a 5xx other than 501 and 505, backoff from about a second; a range resumes where it was cut), 5 s to connect,
 TAU_BLOB_READ_TIMEOUT per read; and `blob.translated`'s exit codes and words: 401/403 or no token refused (77), 404
 not found (66), 412 the blob changed (1), the rest unavailable (69). Connections: a pool of at most `connections`,
 shared by the threads of one transfer (size it to their number: none is opened and dropped per request). The small
@@ -49,7 +49,8 @@ class Again(Exception):
 
 
 class _Sunk(Exception):
-    """What the sink of a stream raised (a full disk, say): the caller's, never the network's, never tried again."""
+    """What a caller's callback raised while a body arrived (a full disk, say): the caller's, never the network's,
+    never tried again."""
 
     def __init__(self, error: BaseException) -> None:
         super().__init__()
@@ -153,31 +154,32 @@ class Client:
         return self._tried(f"downloading {name}", self.blob_path(name), None, etag,
                            None if start is None else (start, len(view)), stop, fill)
 
-    def stream(self, name: str, etag: str | None, start: int, length: int, buffer, sink,
-               stop: threading.Event | None = None) -> int:
-        """Bytes start .. start + length of blob `name`, through `buffer` (a writable buffer): sink(view, offset)
-        is called with each piece as it arrives, in order, each byte once (a try after a failure resumes where the
-        last piece ended). Returns how many arrived (fewer than length only past the blob's end)."""
-        whole = memoryview(buffer)
+    def fill(self, name: str, etag: str | None, start: int, view: memoryview, arrived=None,
+             stop: threading.Event | None = None) -> int:
+        """Bytes start .. start + len(view) of blob `name` into `view`, each where it belongs, read from the socket
+        straight into it; arrived(n) is called after every read with the bytes in `view` so far (a try after a
+        failure resumes where the last one stopped, so n only grows). Returns how many arrived (fewer than len(view)
+        only past the blob's end). What arrived() raises is the caller's, never tried again."""
         done = 0
 
         def pipe(response, what: str) -> int:
             nonlocal done
-            available = self.check_length(response.length_remaining, what, name, length - done, False)
+            available = self.check_length(response.length_remaining, what, name, len(view) - done, False)
             body, end = response._fp, done + available
             while done < end:
-                n = body.readinto(whole[:min(len(whole), end - done)])
+                n = body.readinto(view[done:end])
                 if not n:
                     raise http.client.IncompleteRead(b"", end - done)
-                try:
-                    sink(whole[:n], start + done)
-                except BaseException as exc:
-                    raise _Sunk(exc) from None
                 done += n
+                if arrived is not None:
+                    try:
+                        arrived(done)
+                    except BaseException as exc:
+                        raise _Sunk(exc) from None
             return done
 
         return self._tried(f"downloading {name}", self.blob_path(name), None, etag,
-                           lambda: (start + done, length - done), stop, pipe)
+                           lambda: (start + done, len(view) - done), stop, pipe)
 
     # -- one request, tried again ---------------------------------------------------------------------------------
     def blob_path(self, name: str) -> str:

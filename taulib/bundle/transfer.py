@@ -1,16 +1,18 @@
 """Downloading the blobs of a bundle into staged files (tau-bundle-fetch), or only hashing them (tau-bundle-verify
 --deep): the sha256 of every byte, in order, however the bytes arrive.
 
-Reads: blobs, through `taulib.bundle.rest`; and the ranges of a staged file just written, to hash them in order.
-Writes: the file descriptors the caller opened (positional writes); nothing else. Promises:
-- the large blobs first: ranged GETs of SPAN bytes (a file's last SPANS ranges TAIL bytes: `spans`), SPANS at a
-  time over all the large blobs in turn, each streamed from the socket into its file `writeback.WRITE` bytes at
-  a time by its transfer thread; this thread reads back, in order, what the range it waits for has written so
-  far (the page cache), READ bytes at a time while the range arrives, and hashes it, so the digest is that of
-  the bytes in the file, then has the kernel start writing each hashed range to disk (so the caller's fsync has
-  little left to wait for); a blob is finished (checked, fsynced by the caller) when its last range is hashed,
-  while the next blob's ranges arrive. Without a file (verify), ranges of RANGE bytes are held in memory (WINDOW
-  buffers at most) and hashed from there;
+Reads: blobs, through `taulib.bundle.rest` (and `taulib.bundle.direct`). Writes: the file descriptors the caller
+opened (positional writes); nothing else. Promises:
+- the large blobs first (over RANGE bytes): ranged GETs of SPAN bytes, over all the large blobs in turn, SPANS at a
+  time, each on a transfer thread, received from the socket straight into a buffer of its own; the thread writes
+  each PIECE of its range into the file as soon as it has arrived; this thread hashes the ranges in their order from
+  those buffers (the one it waits for while it arrives), so no byte is read back; a buffer is reused once its range
+  is hashed and written, and at most BUFFERS ranges are held, so memory is bounded whatever the sizes. A staged
+  file on a local block file system is written with direct I/O (`fs.writeback.direct`: no copy into the page cache,
+  nothing evicted, nothing left for the final fsync to write; its last block padded with zeros, then the file cut
+  to its size); on any other file system through the page cache, each hashed range handed to writeback and dropped
+  from the cache. A file is finished (checked, fsynced by the caller) when its last range is hashed, while the next
+  file's ranges arrive;
 - then the blobs of up to RANGE bytes, WORKERS at a time, each one GET into a buffer, written and hashed from
   there: over a direct connection all in this thread (`taulib.bundle.direct`, no thread per blob); through a
   proxy a transfer thread each;
@@ -18,8 +20,8 @@ Writes: the file descriptors the caller opened (positional writes); nothing else
 - transfer threads are joined before a call returns or raises, a stop signal or two notwithstanding; the first
   failure stops the rest, and no retry is waited for after it; a file the caller opened is closed by `finish`, or
   here when its transfer failed.
-Memory: a buffer per transfer thread (only the pages a blob filled are resident), WINDOW of RANGE bytes without a
-file.
+Memory: BUFFERS buffers of SPAN bytes, and a RANGE buffer per small-blob transfer thread (anonymous memory: only the
+pages a body filled are resident).
 """
 
 from __future__ import annotations
@@ -27,21 +29,19 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
-import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from taulib.bundle.blob import RANGE, WINDOW, WORKERS, _held_lock, _join, run_all
+from taulib.bundle.blob import RANGE, WORKERS, _held_lock, _join, run_all
 from taulib.bundle.rest import Client
 from taulib.errors import CheckFailed
 from taulib.fs import writeback
 
-SPAN = 64 << 20  # bytes per ranged GET into a file: fewer requests cost the storage endpoint less CPU (Azurite)
-# ranged GETs into files in flight: 4 of 64 MiB beat 8 of 32 in 5 of 5 rounds on one 1 GiB blob (median 2.50 s
-# against 2.97; fewer threads hand the GIL around less) and matched them on the checkpoint mix
-SPANS = 4
-TAIL = 16 << 20  # bytes per range of a file's last SPANS ranges (see `spans`)
-READ = 1 << 20  # bytes per read-back for hashing: stays in the CPU's cache between the copy and the hash
+SPAN = 16 << 20  # bytes per ranged GET of a large blob, each into a buffer of its own
+SPANS = 4  # ranged GETs in flight, a transfer thread each
+BUFFERS = SPANS + 2  # ranges held at most: those in flight, and a finished one or two waiting for their hash
+PIECE = 4 << 20  # bytes of an arriving range written at a time
+READ = 1 << 20  # bytes of the range being waited for hashed at a time while it arrives
 _local = threading.local()  # each thread's buffer
 
 
@@ -55,22 +55,22 @@ def _buffer() -> mmap.mmap:
 
 
 def download(client: Client, name: str, fd: int | None, size: int, etag: str | None, progress=None) -> str:
-    """Read blob `name` (into fd with positional writes, fd readable too; or nowhere when fd is None) and return
-    its sha256. The blob must keep its etag and have exactly `size` bytes."""
+    """Read blob `name` (into fd with positional writes through the page cache; or nowhere when fd is None) and
+    return its sha256. The blob must keep its etag and have exactly `size` bytes."""
     if size <= RANGE:
         return _small(client, name, fd, size, etag, progress, None)
     digests = {}
     _large(client, "", [{"path": name, "size": size}], {name: etag},
            None if fd is None else lambda entry: fd, lambda entry, sha, _fd: digests.update(sha=sha), progress,
-           close=False)
+           own=False)
     return digests["sha"]
 
 
 def download_many(client: Client, prefix: str, entries: list[dict], etags: dict[str, str], open_fd, finish,
                   progress=None) -> None:
-    """Download manifest entries, the large ones first. open_fd(entry) gives the file descriptor to write into
-    (open for reading and writing), or open_fd is None: hash only; finish(entry, sha256, fd) checks and closes it.
-    The first failure stops the rest."""
+    """Download manifest entries, the large ones first. open_fd(entry) gives a new file descriptor to write into,
+    this transfer's own (direct I/O may be turned on for it), or open_fd is None: hash only; finish(entry, sha256,
+    fd) checks and closes it. The first failure stops the rest."""
     _large(client, prefix, [e for e in entries if e["size"] > RANGE], etags, open_fd, finish, progress)
     if not getattr(client, "proxied", True):  # no thread per blob: `taulib.bundle.direct`
         from taulib.bundle import direct
@@ -106,146 +106,122 @@ def _small(client: Client, name: str, fd: int | None, size: int, etag: str | Non
 
 
 def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_fd, finish, progress,
-           close: bool = True) -> None:
-    """The large entries' ranges, SPANS (into files) or WINDOW (into memory) at a time in their order, each digested
-    in this thread in that order."""
+           own: bool = True) -> None:
+    """The large entries' ranges, SPANS in flight and BUFFERS held at most, in their order, each hashed in this
+    thread in that order. `own`: the descriptors open_fd gives are this transfer's (direct I/O may be turned on,
+    and one whose file did not finish is closed here)."""
     if not entries:
         return
-    jobs = [(entry, offset, length) for entry in entries
-            for offset, length in spans(entry["size"], RANGE if open_fd is None else SPAN)]
-    state: dict[str, list] = {}  # path: [fd, sha256]
-    written: dict[tuple, int] = {}  # (path, offset) of a range into a file: its bytes in the file so far
-    hashed: dict[tuple, int] = {}  # (path, offset): its bytes hashed so far (in order)
-    spare: queue.SimpleQueue = queue.SimpleQueue()  # the in-memory ranges' buffers, reused
-    readback = memoryview(bytearray(READ))
+    jobs = [(entry, offset, length) for entry in entries for offset, length in spans(entry["size"])]
+    files: dict[str, list] = {}  # path: [fd or None, sha256, whether direct I/O is on]
+    held: dict[int, mmap.mmap] = {}  # job: its buffer, from its hand-out to its digest
+    spare: list[mmap.mmap] = []  # buffers of digested jobs, for the next ones
+    arrived = [0] * len(jobs)  # bytes of each job's range in its buffer so far (written by its transfer thread)
+    hashed = [0] * len(jobs)  # bytes of each job's range hashed so far
 
-    def begin(job) -> None:
-        entry, offset, _ = job
+    def begin(i: int) -> None:
+        entry, offset, _ = jobs[i]
         if offset == 0:
-            state[entry["path"]] = [open_fd(entry) if open_fd else None, hashlib.sha256()]
+            fd = open_fd(entry) if open_fd else None
+            files[entry["path"]] = [fd, hashlib.sha256(), own and fd is not None and writeback.direct(fd)]
+        held[i] = spare.pop() if spare else mmap.mmap(-1, SPAN)
 
-    def fetch(job, stopped: threading.Event):
-        entry, offset, length = job
-        name, fd = f"{prefix}/{entry['path']}" if prefix else entry["path"], state[entry["path"]][0]
-        if fd is None:
-            try:
-                buffer = spare.get_nowait()
-            except queue.Empty:
-                buffer = mmap.mmap(-1, RANGE)
-            view = memoryview(buffer)[:length]
-            got = client.read(name, etag=etags.get(entry["path"]), view=view, start=offset, stop=stopped)
-        else:
-            view, key = None, (entry["path"], offset)
+    def fetch(i: int, stopped: threading.Event) -> None:
+        entry, offset, length = jobs[i]
+        name = f"{prefix}/{entry['path']}" if prefix else entry["path"]
+        fd, _, direct = files[entry["path"]]
+        buffer = held[i]
+        whole = memoryview(buffer)
+        written = 0
 
-            def sink(piece, at) -> None:
-                writeback.write_all(fd, piece, at)
-                written[key] = at + len(piece) - offset
+        def landed(n: int) -> None:
+            nonlocal written
+            arrived[i] = n
+            while fd is not None and (n - written >= PIECE or (n == length and written < length)):
+                end = min(written + PIECE, n)
+                if not direct:
+                    writeback.write_all(fd, whole[written:end], offset + written)
+                else:
+                    padded = -(-(end - written) // writeback.ALIGN) * writeback.ALIGN
+                    if written + padded > end:  # the blob's last bytes: the file is cut to its size once whole
+                        buffer[end:written + padded] = bytes(written + padded - end)
+                    writeback.write_direct(fd, whole[written:written + padded], offset + written)
+                written = end
 
-            got = client.stream(name, etags.get(entry["path"]), offset, length,
-                                memoryview(_buffer())[:writeback.WRITE], sink, stopped)
+        got = client.fill(name, etags.get(entry["path"]), offset, whole[:length], landed, stopped)
         if got != length:
             raise CheckFailed(f"{name} ended early: {offset + got} of {entry['size']} bytes")
-        return view
 
-    def catch_up(job) -> bool:
+    def partial(i: int) -> bool:
         """Hash what has arrived of the range being waited for; whether there was any."""
-        entry, offset, length = job
-        key = (entry["path"], offset)
-        end = offset + written.get(key, 0)
-        at = offset + hashed.get(key, 0)
+        end, at = arrived[i], hashed[i]
         if end - at < READ:
             return False
-        fd, sha = state[entry["path"]]
-        while end - at >= READ:
-            n = os.preadv(fd, [readback], at)
-            if n <= 0:
-                raise CheckFailed(f"{entry['path']} is shorter on disk than what arrived ({at} bytes)")
-            sha.update(readback[:n])
-            at += n
-        hashed[key] = at - offset
+        files[jobs[i][0]["path"]][1].update(memoryview(held[i])[at:end])
+        hashed[i] = end
         return True
 
-    def digest(job, view) -> None:
-        entry, offset, length = job
-        fd, sha = state[entry["path"]]
-        if view is not None:
-            sha.update(view)
-            spare.put(view.obj)
-        else:
-            at, end = offset + hashed.pop((entry["path"], offset), 0), offset + length
-            written.pop((entry["path"], offset), None)
-            while at < end:
-                n = os.preadv(fd, [readback[:min(READ, end - at)]], at)
-                if n <= 0:
-                    raise CheckFailed(f"{entry['path']} is shorter on disk than what arrived ({at} bytes)")
-                sha.update(readback[:n])
-                at += n
-            # the range is hashed: its pages go to disk now, and the final fsync has less to wait for
+    def digest(i: int) -> None:
+        entry, offset, length = jobs[i]
+        fd, sha, direct = files[entry["path"]]
+        sha.update(memoryview(held[i])[hashed[i]:length])
+        spare.append(held.pop(i))
+        if fd is not None and not direct:  # hashed: its pages go to disk now, the final fsync has less to wait for
             writeback.release(fd, offset, length)
         if progress:
             progress(length)
         if offset + length == entry["size"]:
-            del state[entry["path"]]
+            del files[entry["path"]]
+            if direct and entry["size"] % writeback.ALIGN:
+                os.ftruncate(fd, entry["size"])  # the padding of its last block
             finish(entry, sha.hexdigest(), fd)
 
     try:
-        _windowed(jobs, begin, fetch, digest, WINDOW if open_fd is None else SPANS,
-                  None if open_fd is None else catch_up)
+        _windowed(len(jobs), begin, fetch, digest, partial)
     finally:
-        for fd, _ in state.values():  # the files whose transfer did not finish
-            if fd is not None and close:
+        for fd, _, _ in files.values():  # the files whose transfer did not finish
+            if fd is not None and own:
                 os.close(fd)
 
 
-def spans(size: int, span: int) -> list[tuple[int, int]]:
-    """The (offset, length) of the ranged GETs of a blob of `size` bytes: `span` bytes each, except that into a
-    file the last SPANS * TAIL bytes go in ranges of TAIL bytes, so that what is still to hash when the last byte
-    arrives (the ranges in flight beside the one being hashed) is small."""
-    tail = min(size, SPANS * TAIL) if span == SPAN else 0
-    out, offset = [], 0
-    while offset < size:
-        length = min(span, size - tail - offset) if offset < size - tail else min(TAIL, size - offset)
-        out.append((offset, length))
-        offset += length
-    return out
+def spans(size: int, span: int = SPAN) -> list[tuple[int, int]]:
+    """The (offset, length) of the ranged GETs of a blob of `size` bytes: `span` bytes each, the last one less."""
+    return [(offset, min(span, size - offset)) for offset in range(0, size, span)]
 
 
-def _windowed(jobs: list, begin, fetch, digest, window: int, partial=None) -> None:
-    """fetch(job, stopped) for every job on up to `window` threads, at most `window` jobs ahead of digest(job, what
-    fetch returned), which runs in this thread in the jobs' order; begin(job) runs here before a job is handed
-    out."""
-    arrived: dict[int, object] = {}
+def _windowed(count: int, begin, fetch, digest, partial) -> None:
+    """fetch(i, stopped) for i in range(count) on SPANS threads, at most BUFFERS ahead of digest(i), which runs in
+    this thread in order, after fetch(i) returned; begin(i) runs here before i is handed out; while it waits for
+    fetch(i), partial(i) is called until it says there was nothing to do."""
     failed: dict[int, BaseException] = {}
-    ended = [_held_lock() for _ in jobs]  # released by the job's thread when it ends
+    ended = [_held_lock() for _ in range(count)]  # released by the job's thread when it ends
     stopped = threading.Event()
 
     def run(i: int) -> None:
         try:
             if not stopped.is_set():
-                arrived[i] = fetch(jobs[i], stopped)
+                fetch(i, stopped)
         except BaseException as exc:  # noqa: BLE001 - raised by the caller's thread, below
             failed[i] = exc
         finally:
             ended[i].release()
 
-    pool = ThreadPoolExecutor(max_workers=min(window, len(jobs)))
+    pool = ThreadPoolExecutor(max_workers=min(SPANS, count))
     submitted = 0
     try:
-        for i, job in enumerate(jobs):
-            while submitted < len(jobs) and submitted - i < window:
-                begin(jobs[submitted])
+        for i in range(count):
+            while submitted < count and submitted - i < BUFFERS:
+                begin(submitted)
                 pool.submit(run, submitted)
                 submitted += 1
-            while not ended[i].acquire(timeout=0.2 if partial is None else 0.005):
+            while not ended[i].acquire(timeout=0.005):
                 if failed:  # a later job failed: no need to wait for this one
                     raise failed[min(failed)]
-                if partial is not None:
-                    while partial(job) and not failed:
-                        pass
+                while partial(i) and not failed:
+                    pass
             if i in failed:
                 raise failed[i]
-            digest(job, arrived.pop(i))
+            digest(i)
     finally:
         stopped.set()
         _join(pool)  # before the caller closes a file: nothing is written into a descriptor closed or reused
-
