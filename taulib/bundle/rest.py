@@ -9,17 +9,24 @@ over azure-core's pipeline over requests) ~1.3 ms of Python per request with thr
 a fraction of each, and copies each byte once. Uploads stay with the SDK (`taulib.bundle.upload`).
 
 What the SDK's clients promised, kept: the host is the Location's, which `taulib.bundle.endpoint` checked; the
-connection's proxy and certificate settings are the ones requests takes from the environment for that URL
-(HTTPS_PROXY, NO_PROXY, REQUESTS_CA_BUNDLE ...), computed once; the credential is `taulib.bundle.credentials`' (the
-account key signs each request as SharedKey; an identity's token goes as Bearer, only over https, as that module
-decides; none: anonymous); a blob read carries the etag it is pinned to (If-Match: a changed blob is 412, never other
-bytes); retries as `blob.container`'s (TAU_BLOB_RETRIES more tries after a connection failure, a body cut short, 408
-or a 5xx other than 501 and 505, backoff from about a second; a range resumes where it was cut), 5 s to connect,
-TAU_BLOB_READ_TIMEOUT per read; and `blob.translated`'s exit codes and words: 401/403 or no token refused (77), 404
-not found (66), 412 the blob changed (1), the rest unavailable (69). Connections: a pool of at most `connections`,
-shared by the threads of one transfer (size it to their number: none is opened and dropped per request). The small
-blobs of a fetch go over `taulib.bundle.wire` instead when no proxy applies (`proxied`), with this client's
-headers, length checks and answers (`headers`, `check_length`, `refuse`).
+credential is `taulib.bundle.credentials`' (the account key signs each request as SharedKey; an identity's token
+goes as Bearer, only over https, as that module decides; none: anonymous); a blob read carries the etag it is
+pinned to (If-Match: a changed blob is 412, never other bytes); retries as `blob.container`'s (TAU_BLOB_RETRIES more
+tries after a connection failure, a body cut short, 408 or a 5xx other than 501 and 505, backoff from about a
+second; a range resumes where it was cut), 5 s to connect, TAU_BLOB_READ_TIMEOUT per read; and `blob.translated`'s
+exit codes and words: 401/403 or no token refused (77), 404 not found (66), 412 the blob changed (1), the rest
+unavailable (69).
+Connections, two ways, decided once per client:
+- no proxy variable in the environment (no HTTP(S)_PROXY or ALL_PROXY, any case: `proxy_named`): connections of
+  this client's own (http.client), kept alive and shared by the threads of one transfer, one per request at a time;
+  one the endpoint closed while it was idle is opened again without a try counted; https with the certificates
+  requests would trust (REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE, else certifi's: `tls_context`). requests and urllib3
+  are not imported (~40 ms of every fetch and verify). The small blobs of a fetch then go over
+  `taulib.bundle.wire`, with this client's headers, length checks and answers (`headers`, `check_length`,
+  `refuse`);
+- a proxy variable set: requests decides, as it always has, which proxy applies (or none, NO_PROXY) and which
+  certificates are trusted, and urllib3's pool of at most `connections` sends the requests (`proxied`: whether a
+  proxy applies, else `wire` still connects directly).
 """
 
 from __future__ import annotations
@@ -28,10 +35,12 @@ import base64
 import hashlib
 import hmac
 import http.client
+import os
 import random
+import select
 import threading
 from email.utils import formatdate
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlsplit
 
 from taulib import __version__, env
 from taulib.bundle.credentials import STORAGE_SCOPE, denied_to, what_to_set
@@ -42,19 +51,11 @@ API_VERSION = "2025-01-05"  # Blob storage's REST version asked for (TAU_BLOB_AP
 RETRIED = frozenset({408, 500, 502, 503, 504})  # what the SDK's StorageRetryPolicy retries (5xx but 501 and 505)
 USER_AGENT = f"tau/{__version__}"
 LIST_PAGE = 5000  # blobs per List Blobs answer (the service's most)
+CONNECT_TIMEOUT = 5.0
 
 
 class Again(Exception):
     """A failure that another try may not meet: the reason, for the error once the tries are spent."""
-
-
-class _Sunk(Exception):
-    """What a caller's callback raised while a body arrived (a full disk, say): the caller's, never the network's,
-    never tried again."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__()
-        self.error = error
 
 
 class Client:
@@ -62,11 +63,6 @@ class Client:
     token credential, or None), over a pool of `connections`."""
 
     def __init__(self, location: Location, credential, connections: int, environ: dict | None = None) -> None:
-        import requests
-        from requests.adapters import HTTPAdapter
-        from requests.utils import select_proxy
-        from urllib3.util.timeout import Timeout
-
         self.account, self.key, self.token = location.account, None, None
         if isinstance(credential, dict):
             self.account, self.key = credential["account_name"], base64.b64decode(credential["account_key"])
@@ -76,9 +72,30 @@ class Client:
         self.api_version = env.get("TAU_BLOB_API_VERSION", environ) or API_VERSION
         self.tries = 1 + env.get("TAU_BLOB_RETRIES", environ)
         self.read_timeout = env.get("TAU_BLOB_READ_TIMEOUT", environ)
-        self.timeout = Timeout(connect=5, read=self.read_timeout)
         self.stopped = threading.Event()  # set by close(): no more retries are waited for
         root = f"{location.account_url}/{location.container}/"
+        self.pool = None  # urllib3's pool, through a proxy
+        if proxy_named(urlsplit(root).scheme):
+            self._through_proxy(root, connections)
+            return
+        # no proxy variable: what requests would do, without importing it (~40 ms): a direct connection, the
+        # certificates of REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE, else certifi's
+        self.proxied = False
+        self.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+        self.container_path = urlsplit(root).path  # /CONTAINER/, or /ACCOUNT/CONTAINER/ at a trusted endpoint
+        self._idle: list[http.client.HTTPConnection] = []  # kept-alive connections of the direct transport
+        self._lock = threading.Lock()
+        self._context = tls_context(self.verify) if location.account_url.startswith("https:") else None
+
+    def _through_proxy(self, root: str, connections: int) -> None:
+        """The environment names a proxy: requests decides, as it always has, which one applies to `root` (or none,
+        NO_PROXY) and which certificates are trusted; its urllib3 pool sends the requests."""
+        import requests
+        from requests.adapters import HTTPAdapter
+        from requests.utils import select_proxy
+        from urllib3.util.timeout import Timeout
+
+        self.timeout = Timeout(connect=CONNECT_TIMEOUT, read=self.read_timeout)
         with requests.Session() as session:  # the environment's proxy and certificates, as requests sees them
             settings = session.merge_environment_settings(root, {}, True, True, None)
         self._adapter = HTTPAdapter(pool_connections=1, pool_maxsize=connections)
@@ -92,7 +109,13 @@ class Client:
 
     def close(self) -> None:
         self.stopped.set()
-        self._adapter.close()
+        if self.pool is not None:
+            self._adapter.close()
+            return
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
     # -- what the commands ask --------------------------------------------------------------------------------------
     def list_prefix(self, prefix: str) -> dict[str, tuple[int, str]]:
@@ -106,7 +129,7 @@ class Client:
             if marker:
                 query["marker"] = marker
             body = self._tried(f"listing {prefix}/", self.container_path[:-1], query, None, None, None,
-                               lambda response, what: response.read())
+                               lambda response, length, what: response.read())
             root = ElementTree.fromstring(body)
             for item in root.iterfind("Blobs/Blob"):
                 element = item.find("Name")
@@ -122,8 +145,8 @@ class Client:
     def read_small(self, name: str, limit: int) -> bytes | None:
         """The bytes of blob `name`, None when it does not exist; CheckFailed when it has more than `limit`."""
 
-        def whole(response, what: str) -> bytes:
-            if (response.length_remaining or 0) > limit:
+        def whole(response, length: int | None, what: str) -> bytes:
+            if (length or 0) > limit:
                 raise CheckFailed(f"{name} is larger than {limit} bytes")
             data = response.read(limit + 1)
             if len(data) > limit:
@@ -141,41 +164,34 @@ class Client:
         which must then have exactly len(view) bytes. Returns how many arrived (fewer than len(view) only for a
         range past the blob's end). Once `stop` is set, a failure is not tried again."""
 
-        def fill(response, what: str) -> int:
-            length = self.check_length(response.length_remaining, what, name, len(view), start is None)
-            body, got = response._fp, 0  # http.client's response: readinto fills the view from the socket
+        def whole(response, available: int | None, what: str) -> int:
+            length = self.check_length(available, what, name, len(view), start is None)
+            got = 0
             while got < length:
-                n = body.readinto(view[got:length])
+                n = response.readinto(view[got:length])  # from the socket straight into the view
                 if not n:
                     raise http.client.IncompleteRead(b"", length - got)
                 got += n
             return got
 
         return self._tried(f"downloading {name}", self.blob_path(name), None, etag,
-                           None if start is None else (start, len(view)), stop, fill)
+                           None if start is None else (start, len(view)), stop, whole)
 
-    def fill(self, name: str, etag: str | None, start: int, view: memoryview, arrived=None,
+    def fill(self, name: str, etag: str | None, start: int, view: memoryview,
              stop: threading.Event | None = None) -> int:
-        """Bytes start .. start + len(view) of blob `name` into `view`, each where it belongs, read from the socket
-        straight into it; arrived(n) is called after every read with the bytes in `view` so far (a try after a
-        failure resumes where the last one stopped, so n only grows). Returns how many arrived (fewer than len(view)
-        only past the blob's end). What arrived() raises is the caller's, never tried again."""
+        """Bytes start .. start + len(view) of blob `name` into `view`, read from the socket straight into it; a try
+        after a failure resumes where the last one stopped. Returns how many arrived (fewer than len(view) only past
+        the blob's end). Once `stop` is set, a failure is not tried again."""
         done = 0
 
-        def pipe(response, what: str) -> int:
+        def pipe(response, length: int | None, what: str) -> int:
             nonlocal done
-            available = self.check_length(response.length_remaining, what, name, len(view) - done, False)
-            body, end = response._fp, done + available
+            end = done + self.check_length(length, what, name, len(view) - done, False)
             while done < end:
-                n = body.readinto(view[done:end])
+                n = response.readinto(view[done:end])
                 if not n:
                     raise http.client.IncompleteRead(b"", end - done)
                 done += n
-                if arrived is not None:
-                    try:
-                        arrived(done)
-                    except BaseException as exc:
-                        raise _Sunk(exc) from None
             return done
 
         return self._tried(f"downloading {name}", self.blob_path(name), None, etag,
@@ -198,34 +214,34 @@ class Client:
         return available
 
     def _tried(self, what: str, path: str, query: dict | None, etag: str | None, span, stop, consume):
-        """consume(response, what) of a GET of `path`, tried up to TAU_BLOB_RETRIES more times; `span` is None
+        """consume(response, length, what) of a GET of `path` (response: http.client's, its body to read; length:
+        the body's bytes, None when the answer did not say), tried up to TAU_BLOB_RETRIES more times; `span` is None
         (all of it), (start, length), or a function giving them afresh for each try."""
         for attempt in range(self.tries):
             try:
                 return self._once(what, path, query, etag, span() if callable(span) else span, consume)
-            except _Sunk as sunk:
-                raise sunk.error from None
             except Again as again:
                 if attempt + 1 == self.tries or (stop or self.stopped).wait(random.uniform(0.5, 1.5) * 2 ** attempt):
                     raise Unavailable(f"{what}: {again}") from None
         raise AssertionError("unreachable")
 
     def _once(self, what: str, path: str, query: dict | None, etag: str | None, span, consume):
+        headers = self.headers(what, path, query, etag, span)
+        if query:
+            path += "?" + "&".join(f"{k}={quote(v, safe='')}" for k, v in query.items())
+        if self.pool is None:
+            return self._direct(what, path, headers, consume)
         from urllib3.exceptions import HTTPError
 
-        headers = self.headers(what, path, query, etag, span)
-        url = self.request_base + path
-        if query:
-            url += "?" + "&".join(f"{k}={quote(v, safe='')}" for k, v in query.items())
         response = None
         try:
-            response = self.pool.urlopen("GET", url, headers=headers, retries=False, redirect=False,
-                                         preload_content=False, decode_content=False, release_conn=False,
-                                         assert_same_host=False, timeout=self.timeout)
+            response = self.pool.urlopen("GET", self.request_base + path, headers=headers, retries=False,
+                                         redirect=False, preload_content=False, decode_content=False,
+                                         release_conn=False, assert_same_host=False, timeout=self.timeout)
             if response.status not in (200, 206):
                 response.drain_conn()
                 self.refuse(what, response.status, response.reason, headers)
-            result = consume(response, what)
+            result = consume(response._fp, response.length_remaining, what)
             response.release_conn()
             response = None
             return result
@@ -235,6 +251,42 @@ class Client:
             if response is not None:  # failed part way: the connection is closed, never reused mid-body
                 response.close()
                 response.release_conn()
+
+    def _direct(self, what: str, target: str, headers: dict, consume):
+        """One GET over a kept-alive connection of this client's own (http.client), given back to the idle ones once
+        its answer was read whole; closed when it was not."""
+        conn = self._take()
+        whole = False
+        try:
+            conn.request("GET", target, headers=headers)
+            response = conn.getresponse()
+            if response.status not in (200, 206):
+                response.read(HEAD_LIMIT)  # an error's short body; a longer one closes the connection below
+                whole = response.isclosed()
+                self.refuse(what, response.status, response.reason, headers)
+            result = consume(response, response.length, what)
+            whole = response.isclosed() and not response.will_close
+            return result
+        except (http.client.HTTPException, OSError) as exc:
+            raise Again(f"Blob storage cannot be reached ({_named(exc)})") from None
+        finally:
+            if not whole:
+                conn.close()
+            with self._lock:
+                self._idle.append(conn)
+
+    def _take(self) -> http.client.HTTPConnection:
+        """An idle connection whose endpoint has not closed it meanwhile (a closed one opens again when used)."""
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            url = urlsplit(self.account_url)
+            if self._context is None:
+                return _Plain(url.hostname, url.port, self.read_timeout)
+            return _Secure(url.hostname, url.port, self.read_timeout, self._context)
+        if conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
+            conn.close()  # readable while idle: the endpoint closed it (or said what was not asked)
+        return conn
 
     def headers(self, what: str, path: str, query: dict | None, etag: str | None, span) -> dict:
         """The headers of a GET of `path` (span: None, or (start, length) of a range), signed."""
@@ -274,3 +326,70 @@ class Client:
                 headers["Authorization"] = f"Bearer {self.token.get_token(STORAGE_SCOPE).token}"
             except ClientAuthenticationError:
                 raise Refused(f"{what}: the Azure identity gave no new token; {what_to_set('https://')}") from None
+
+
+HEAD_LIMIT = 64 << 10  # bytes of an error answer's body read before its connection is given back
+
+
+class _ConnectTimeout(OSError):
+    """No connection within CONNECT_TIMEOUT."""
+
+
+def _named(exc: BaseException) -> str:
+    """The failure's name in an error's words (a timeout named as urllib3 and `wire` name it)."""
+    if isinstance(exc, _ConnectTimeout):
+        return "ConnectTimeoutError"
+    if isinstance(exc, TimeoutError):
+        return "ReadTimeoutError"
+    return type(exc).__name__
+
+
+class _Timed:
+    """A connection made within CONNECT_TIMEOUT, then waiting at most its `read_timeout` for a byte."""
+
+    read_timeout: float
+
+    def connect(self) -> None:
+        try:
+            super().connect()
+        except TimeoutError:
+            raise _ConnectTimeout() from None
+        self.sock.settimeout(self.read_timeout)
+
+
+class _Plain(_Timed, http.client.HTTPConnection):
+    def __init__(self, host: str, port: int | None, read_timeout: float) -> None:
+        super().__init__(host, port, timeout=CONNECT_TIMEOUT)
+        self.read_timeout = read_timeout
+
+
+class _Secure(_Timed, http.client.HTTPSConnection):
+    """Over TLS, with `context`'s certificates and the endpoint's host name checked."""
+
+    def __init__(self, host: str, port: int | None, read_timeout: float, context) -> None:
+        super().__init__(host, port, timeout=CONNECT_TIMEOUT, context=context)
+        self.read_timeout = read_timeout
+
+
+def proxy_named(scheme: str) -> bool:
+    """Whether the environment names a proxy that may apply to URLs of `scheme` (HTTPS_PROXY, ALL_PROXY ..., any
+    case, as urllib reads them): then requests decides, as it always has, whether and which."""
+    return any(value and name.lower() in (f"{scheme}_proxy", "all_proxy") for name, value in os.environ.items())
+
+
+def tls_context(verify):
+    """The TLS context requests would use for `verify` (True: certifi's certificates; a path: that file or folder
+    of certificates, as REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE named it)."""
+    import ssl
+
+    context = ssl.create_default_context()
+    if verify is True:
+        import certifi
+
+        context.load_verify_locations(cafile=certifi.where())
+    elif isinstance(verify, str):
+        if os.path.isdir(verify):
+            context.load_verify_locations(capath=verify)
+        else:
+            context.load_verify_locations(cafile=verify)
+    return context

@@ -4,10 +4,10 @@
 Reads: blobs, through `taulib.bundle.rest` (and `taulib.bundle.direct`). Writes: the file descriptors the caller
 opened (positional writes); nothing else. Promises:
 - the large blobs first (over RANGE bytes): ranged GETs of SPAN bytes, over all the large blobs in turn, SPANS at a
-  time, each on a transfer thread, received from the socket straight into a buffer of its own; the thread writes
-  each PIECE of its range into the file as soon as it has arrived; this thread hashes the ranges in their order from
-  those buffers (the one it waits for while it arrives), so no byte is read back; a buffer is reused once its range
-  is hashed and written, and at most BUFFERS ranges are held, so memory is bounded whatever the sizes. A staged
+  time, each on a transfer thread, received from the socket straight into a buffer of its own, then written into
+  its file by that thread; this thread hashes the ranges in their order from those buffers, so no byte is read
+  back; a buffer is reused once its range is hashed and written, and at most BUFFERS ranges are held (SPANS in
+  flight, the others arrived and waiting for the one before them), so memory is bounded whatever the sizes. A staged
   file on a local block file system is written with direct I/O (`fs.writeback.direct`: no copy into the page cache,
   nothing evicted, nothing left for the final fsync to write; its last block padded with zeros, then the file cut
   to its size); on any other file system through the page cache, each hashed range handed to writeback and dropped
@@ -40,8 +40,6 @@ from taulib.fs import writeback
 SPAN = 16 << 20  # bytes per ranged GET of a large blob, each into a buffer of its own
 SPANS = 4  # ranged GETs in flight, a transfer thread each
 BUFFERS = SPANS + 2  # ranges held at most: those in flight, and a finished one or two waiting for their hash
-PIECE = 4 << 20  # bytes of an arriving range written at a time
-READ = 1 << 20  # bytes of the range being waited for hashed at a time while it arrives
 _local = threading.local()  # each thread's buffer
 
 
@@ -116,8 +114,6 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
     files: dict[str, list] = {}  # path: [fd or None, sha256, whether direct I/O is on]
     held: dict[int, mmap.mmap] = {}  # job: its buffer, from its hand-out to its digest
     spare: list[mmap.mmap] = []  # buffers of digested jobs, for the next ones
-    arrived = [0] * len(jobs)  # bytes of each job's range in its buffer so far (written by its transfer thread)
-    hashed = [0] * len(jobs)  # bytes of each job's range hashed so far
 
     def begin(i: int) -> None:
         entry, offset, _ = jobs[i]
@@ -129,42 +125,24 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
     def fetch(i: int, stopped: threading.Event) -> None:
         entry, offset, length = jobs[i]
         name = f"{prefix}/{entry['path']}" if prefix else entry["path"]
-        fd, _, direct = files[entry["path"]]
         buffer = held[i]
-        whole = memoryview(buffer)
-        written = 0
-
-        def landed(n: int) -> None:
-            nonlocal written
-            arrived[i] = n
-            while fd is not None and (n - written >= PIECE or (n == length and written < length)):
-                end = min(written + PIECE, n)
-                if not direct:
-                    writeback.write_all(fd, whole[written:end], offset + written)
-                else:
-                    padded = -(-(end - written) // writeback.ALIGN) * writeback.ALIGN
-                    if written + padded > end:  # the blob's last bytes: the file is cut to its size once whole
-                        buffer[end:written + padded] = bytes(written + padded - end)
-                    writeback.write_direct(fd, whole[written:written + padded], offset + written)
-                written = end
-
-        got = client.fill(name, etags.get(entry["path"]), offset, whole[:length], landed, stopped)
+        got = client.fill(name, etags.get(entry["path"]), offset, memoryview(buffer)[:length], stopped)
         if got != length:
             raise CheckFailed(f"{name} ended early: {offset + got} of {entry['size']} bytes")
-
-    def partial(i: int) -> bool:
-        """Hash what has arrived of the range being waited for; whether there was any."""
-        end, at = arrived[i], hashed[i]
-        if end - at < READ:
-            return False
-        files[jobs[i][0]["path"]][1].update(memoryview(held[i])[at:end])
-        hashed[i] = end
-        return True
+        fd, _, direct = files[entry["path"]]
+        if fd is None:
+            return
+        if not direct:
+            writeback.write_all(fd, memoryview(buffer)[:length], offset)
+            return
+        padded = -(-length // writeback.ALIGN) * writeback.ALIGN
+        buffer[length:padded] = bytes(padded - length)  # the blob's last block: the file is cut to its size after
+        writeback.write_direct(fd, memoryview(buffer)[:padded], offset)
 
     def digest(i: int) -> None:
         entry, offset, length = jobs[i]
         fd, sha, direct = files[entry["path"]]
-        sha.update(memoryview(held[i])[hashed[i]:length])
+        sha.update(memoryview(held[i])[:length])
         spare.append(held.pop(i))
         if fd is not None and not direct:  # hashed: its pages go to disk now, the final fsync has less to wait for
             writeback.release(fd, offset, length)
@@ -177,7 +155,7 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
             finish(entry, sha.hexdigest(), fd)
 
     try:
-        _windowed(len(jobs), begin, fetch, digest, partial)
+        _windowed(len(jobs), begin, fetch, digest)
     finally:
         for fd, _, _ in files.values():  # the files whose transfer did not finish
             if fd is not None and own:
@@ -189,10 +167,9 @@ def spans(size: int, span: int = SPAN) -> list[tuple[int, int]]:
     return [(offset, min(span, size - offset)) for offset in range(0, size, span)]
 
 
-def _windowed(count: int, begin, fetch, digest, partial) -> None:
+def _windowed(count: int, begin, fetch, digest) -> None:
     """fetch(i, stopped) for i in range(count) on SPANS threads, at most BUFFERS ahead of digest(i), which runs in
-    this thread in order, after fetch(i) returned; begin(i) runs here before i is handed out; while it waits for
-    fetch(i), partial(i) is called until it says there was nothing to do."""
+    this thread in order, after fetch(i) returned; begin(i) runs here before i is handed out."""
     failed: dict[int, BaseException] = {}
     ended = [_held_lock() for _ in range(count)]  # released by the job's thread when it ends
     stopped = threading.Event()
@@ -214,11 +191,9 @@ def _windowed(count: int, begin, fetch, digest, partial) -> None:
                 begin(submitted)
                 pool.submit(run, submitted)
                 submitted += 1
-            while not ended[i].acquire(timeout=0.005):
+            while not ended[i].acquire(timeout=0.2):
                 if failed:  # a later job failed: no need to wait for this one
                     raise failed[min(failed)]
-                while partial(i) and not failed:
-                    pass
             if i in failed:
                 raise failed[i]
             digest(i)

@@ -28,7 +28,7 @@ import ssl
 import time
 from urllib.parse import urlsplit
 
-from taulib.bundle.rest import Again, Client
+from taulib.bundle.rest import Again, Client, tls_context
 from taulib.errors import Unavailable
 
 HEAD_LIMIT = 64 << 10  # bytes of status line and headers accepted in one answer
@@ -102,7 +102,7 @@ class Engine:
         self.host, self.port = url.hostname or "", url.port or (443 if self.tls else 80)
         default = (443 if self.tls else 80) == self.port
         self.host_header = (f"[{self.host}]" if ":" in self.host else self.host) + ("" if default else f":{self.port}")
-        self.context = _context(client.verify) if self.tls else None
+        self.context = tls_context(client.verify) if self.tls else None
         self.addresses: list | None = None
         self.selector = selectors.DefaultSelector()
         self.conns: list[_Conn] = []
@@ -347,19 +347,3 @@ class Engine:
             self._drop(conn)
         _theirs(get.ended, conn.scratch[:get.length])
         return True
-
-
-def _context(verify) -> ssl.SSLContext:
-    """The TLS context requests would use for `verify` (True: certifi's certificates; a path: that file or folder
-    of certificates, as REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE named it)."""
-    context = ssl.create_default_context()
-    if verify is True:
-        from requests.utils import DEFAULT_CA_BUNDLE_PATH
-
-        context.load_verify_locations(cafile=DEFAULT_CA_BUNDLE_PATH)
-    elif isinstance(verify, str):
-        if os.path.isdir(verify):
-            context.load_verify_locations(capath=verify)
-        else:
-            context.load_verify_locations(cafile=verify)
-    return context
