@@ -16,10 +16,14 @@ process (interpreter start and imports included) into a fresh folder that is rem
           `download_blob(max_concurrency=8).readinto(open(file, "wb"))`: no hashing, no fsync, no staging
 After each client the folder is removed and the file system synced (os.sync) outside the timing, so that what the
 removal costs (on a file system mounted with `discard`, the discards of the freed blocks, which the next fsync or
-journal commit pays) is billed to no client.
-Each child's wall time, and from its rusage (os.wait4) its peak RSS and its CPU seconds (user + system). Prints per
-workload the median seconds, MB/s, peak RSS, CPU seconds per GiB and per file, and the speed ratios tau/rclone
-(goal, issue 13: at least 1.0x on every workload) and tau/plain; then one JSON line. rclone is for this benchmark
+journal commit pays) is billed to no client. Before each client Azurite is started again on the same data
+(BENCH_FRESH_AZURITE=0: once for the whole run), so that every client meets the same server: one Azurite process
+grows slower over its life (measured: 1 GiB served for 0.9-1.1 CPU-s when fresh, 2.1-2.5 after five or six such
+downloads, its garbage collector's threads the difference), which billed each client for the ones before it.
+Each child's wall time, and from its rusage (os.wait4) its peak RSS and its CPU seconds (user + system), and the
+CPU seconds Azurite spent meanwhile (/proc). Prints per workload the median seconds, MB/s, peak RSS, CPU seconds per
+GiB and per file, Azurite's CPU seconds, and the speed ratios tau/rclone (goal, issue 13: at least 1.0x on every
+workload) and tau/plain; then one JSON line. rclone is for this benchmark
 only (`apt-get install rclone`); without it the rclone rows are skipped and said to be. Run it alone on the machine
 (`flock /tmp/tau-bench.lock .venv/bin/python bench/bundle_fetch.py`): the storage endpoint shares its cores.
 """
@@ -48,6 +52,7 @@ CKPT_COUNT = int(os.environ.get("BENCH_CKPT_COUNT", "4"))
 CKPT_MIB = int(os.environ.get("BENCH_CKPT_MIB", "200"))
 MIX_FILES = int(os.environ.get("BENCH_MIX_FILES", "500"))
 WORKLOADS = [w for w in os.environ.get("BENCH_WORKLOADS", "big,small,mix").split(",") if w]
+FRESH = os.environ.get("BENCH_FRESH_AZURITE", "1") != "0"
 ORIGIN = f"http://127.0.0.1:{PORT}"
 ACCOUNT = "devstoreaccount1"
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -136,18 +141,42 @@ class Failed(Exception):
     """A client that did not finish."""
 
 
-def measure(argv: list[str], env: dict) -> dict:
-    """Wall seconds, peak RSS (bytes) and CPU seconds (user + system) of a child process."""
+def measure(argv: list[str], env: dict, server: int | None = None) -> dict:
+    """Wall seconds, peak RSS (bytes) and CPU seconds (user + system) of a child process, and the CPU seconds the
+    process `server` (Azurite) spent meanwhile."""
     with tempfile.TemporaryFile() as err:
+        before = cpu_of(server)
         start = time.perf_counter()
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
         _, status, usage = os.wait4(proc.pid, 0)
         took = time.perf_counter() - start
+        served = cpu_of(server) - before
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             err.seek(0)
             raise Failed(f"{argv[0]} failed ({proc.returncode}): {err.read().decode(errors='replace')[-2000:]}")
-    return {"s": took, "rss": usage.ru_maxrss * 1024, "cpu": usage.ru_utime + usage.ru_stime}
+    return {"s": took, "rss": usage.ru_maxrss * 1024, "cpu": usage.ru_utime + usage.ru_stime, "server": served}
+
+
+def cpu_of(pid: int | None) -> float:
+    """CPU seconds (user + system, all threads) process `pid` has spent; 0 without one."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def azurite(env: dict, location: Path, start: bool = True) -> int | None:
+    """Stop this benchmark's Azurite (by its PID file), then start it again on the same data when `start`; its
+    PID."""
+    subprocess.run([str(ROOT / "contrib/azure/azurite-down.sh")], env=env, capture_output=True)
+    if not start:
+        return None
+    up = subprocess.run([str(ROOT / "contrib/azure/azurite-up.sh")], capture_output=True, text=True,
+                        env={**env, "AZURITE_LOCATION": str(location)})
+    if up.returncode != 0:
+        raise SystemExit(f"bench: Azurite did not start on port {PORT}: {up.stderr}")
+    return int((ROOT / ".azurite" / f"azurite-{PORT}.pid").read_text())
 
 
 def main() -> int:
@@ -161,10 +190,7 @@ def main() -> int:
     samples: dict[str, dict[str, list[dict]]] = {}
     with tempfile.TemporaryDirectory(prefix="tau-bench-fetch-", dir=os.environ.get("BENCH_DIR")) as tmp:
         work = Path(tmp)
-        up = subprocess.run([str(ROOT / "contrib/azure/azurite-up.sh")], capture_output=True, text=True,
-                            env={**azurite_env, "AZURITE_LOCATION": str(work / "azurite")})
-        if up.returncode != 0:
-            raise SystemExit(f"bench: Azurite did not start on port {PORT}: {up.stderr}")
+        server = azurite(azurite_env, work / "azurite")
         try:
             rclone_env = {**os.environ, **setup()}
             for workload in WORKLOADS:
@@ -190,36 +216,40 @@ def main() -> int:
                 for n in range(ROUNDS):
                     for name, (argv, env) in cases.items():
                         dest = work / f"dest-{workload}-{name}-{n}"
-                        samples[workload][name].append(measure(argv(str(dest)), env))
+                        if FRESH:
+                            server = azurite(azurite_env, work / "azurite")
+                        samples[workload][name].append(measure(argv(str(dest)), env, server))
                         shutil.rmtree(dest)
                         os.sync()  # the removal's writes and discards are not billed to the next client
         except Failed as exc:
             raise SystemExit(f"bench: {exc}") from None
         finally:
-            subprocess.run([str(ROOT / "contrib/azure/azurite-down.sh")], env=azurite_env, capture_output=True)
+            azurite(azurite_env, work / "azurite", start=False)
     return report(shapes, samples)
 
 
 def report(shapes: dict, samples: dict) -> int:
-    print(f"bundle fetch benchmark: {ROUNDS} interleaved rounds, whole processes, one Azurite on this machine")
-    out = {"benchmark": "bundle_fetch", "rounds": ROUNDS, "workloads": {}}
+    print(f"bundle fetch benchmark: {ROUNDS} interleaved rounds, whole processes, one Azurite on this machine"
+          + (", started again before each run" if FRESH else ""))
+    out = {"benchmark": "bundle_fetch", "rounds": ROUNDS, "fresh_azurite": FRESH, "workloads": {}}
     for workload, cases in samples.items():
         files, size, what = shapes[workload]
         mb, gib = size / 1e6, size / (1 << 30)
         print(f"\n{workload}: {what} ({files} files, {size / (1 << 20):.0f} MiB)")
         print(f"{'client':8} {'median s':>9} {'MB/s':>7} {'peak RSS MiB':>13} {'CPU s':>6} {'CPU s/GiB':>10} "
-              f"{'CPU ms/file':>12}")
+              f"{'CPU ms/file':>12} {'Azurite CPU s':>14}")
         results = {}
         for name, values in cases.items():
             median = statistics.median(v["s"] for v in values)
             cpu = statistics.median(v["cpu"] for v in values)
+            served = statistics.median(v["server"] for v in values)
             rss = max(v["rss"] for v in values)
             results[name] = {"median_s": round(median, 2), "best_s": round(min(v["s"] for v in values), 2),
                              "mb_per_s": round(mb / median, 1), "peak_rss_mib": round(rss / (1 << 20), 1),
                              "cpu_s": round(cpu, 2), "cpu_s_per_gib": round(cpu / gib, 2),
-                             "cpu_ms_per_file": round(1000 * cpu / files, 2)}
+                             "cpu_ms_per_file": round(1000 * cpu / files, 2), "server_cpu_s": round(served, 2)}
             print(f"{name:8} {median:9.2f} {mb / median:7.1f} {rss / (1 << 20):13.0f} {cpu:6.2f} {cpu / gib:10.2f} "
-                  f"{1000 * cpu / files:12.2f}")
+                  f"{1000 * cpu / files:12.2f} {served:14.2f}")
         ratios = {f"tau/{other}": round(results[other]["median_s"] / results["tau"]["median_s"], 2)
                   for other in ("rclone", "plain") if other in results}
         print("speed " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
