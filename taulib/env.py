@@ -99,6 +99,9 @@ VARS: dict[str, Var] = {v.name: v for v in (
     Var("TAU_BLOB_RETRIES", 2, _count, "retries of one Blob storage request", strict=True),
     Var("TAU_BLOB_READ_TIMEOUT", 60.0, _seconds, "seconds one Blob storage read may take", strict=True),
     Var("TAU_BLOB_API_VERSION", None, _text, "the Blob storage API version to ask for (for emulators)"),
+    Var("REQUESTS_CA_BUNDLE", None, _text, "certificates to trust for Blob storage instead of certifi's (as requests "
+        "reads it)"),
+    Var("CURL_CA_BUNDLE", None, _text, "the same, when REQUESTS_CA_BUNDLE is unset (as requests reads it)"),
     Var("KUBECONFIG", None, _text, "the kubeconfig file (else ~/.kube/config, else the in-cluster account)"),
     # set inside an allocation by the executor
     Var("TAU_LOCAL_JOB_ID", None, _text, "the local executor's job id (its submission id)", "allocation"),
@@ -147,6 +150,13 @@ def get(name: str, env: Mapping[str, str] | None = None) -> object:
             detail = str(exc) if str(exc).startswith("holds") else f"holds {text[:100]!r}, which does not parse"
             raise UsageError(f"{name} {detail}") from None
         return var.default
+
+
+def proxy_named(scheme: str, env: Mapping[str, str] | None = None) -> bool:
+    """Whether the environment names a proxy that may apply to URLs of `scheme`: SCHEME_PROXY or ALL_PROXY, in any
+    case, with a value (as urllib reads them; which one applies, if any, is then the requests package's choice)."""
+    wanted = (f"{scheme.lower()}_proxy", "all_proxy")
+    return any(value and name.lower() in wanted for name, value in (os.environ if env is None else env).items())
 
 
 def allocators(env: Mapping[str, str] | None = None, jemalloc: bool = True) -> dict[str, str]:

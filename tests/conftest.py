@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 from pathlib import Path
@@ -6,6 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "integration"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "adversarial"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
@@ -50,3 +52,62 @@ def nolink_workspace(nolink_fs, request) -> Path:
     ws = nolink_fs / re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:100]
     ws.mkdir(mode=0o700)
     return ws
+
+
+SLURM_MODULES = ("tests/integration/test_slurm_", "tests/integration/test_demo.py")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """make check runs the tests on pytest-xdist workers (`-n 2 --dist loadgroup`, tests/run-all.sh): each module
+    whole on one worker, so its module fixtures are made once, and every module that drives the one Slurm test
+    cluster on the same worker, one after another (some of them stop its daemons)."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        group = "slurm" if module.startswith(SLURM_MODULES) else module
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+# -- the adversarial suite's report (its counts are in tests/adversarial/harness.py) ----------------------------------
+
+def pytest_sessionfinish(session) -> None:
+    """On a pytest-xdist worker: its part of the report, for the controller (pytest_testnodedown)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        from harness import EXERCISED, REPORT
+
+        output["adversity"] = json.dumps({"report": dict(REPORT), "exercised": sorted(EXERCISED)})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """On the pytest-xdist controller: a worker's part of the report added to the whole."""
+    part = getattr(node, "workeroutput", {}).get("adversity")
+    if part:
+        from harness import EXERCISED, REPORT
+
+        part = json.loads(part)
+        REPORT.update(part["report"])
+        EXERCISED.update(tuple(pair) for pair in part["exercised"])
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The adversarial suite's report at the end of the run (and into TAU_ADVERSITY_REPORT when that names a file)."""
+    from harness import EXERCISED, REPORT, SCALE
+
+    if not REPORT and not EXERCISED:
+        return
+    from taulib import failpoints
+
+    reached = {name for _, name in EXERCISED}
+    line = (f"adversarial suite: {REPORT['cases']} generated cases tried, {REPORT['misbehaved']} misbehaved; "
+            f"failpoints: {len(failpoints.NAMES)} total, {len(reached)} exercised in {len(EXERCISED)} "
+            f"(command, failpoint) crashes; {REPORT['race_rounds']} race rounds; scale {SCALE}")
+    terminalreporter.write_line(line)
+    target = os.environ.get("TAU_ADVERSITY_REPORT")
+    if target:
+        with open(target, "w") as fh:
+            json.dump({"cases": REPORT["cases"], "misbehaved": REPORT["misbehaved"],
+                       "failpoints_total": len(failpoints.NAMES), "failpoints_exercised": sorted(reached),
+                       "crashes": sorted(f"{c} {n}" for c, n in EXERCISED), "race_rounds": REPORT["race_rounds"],
+                       "scale": SCALE}, fh, indent=1)

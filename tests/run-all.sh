@@ -31,7 +31,10 @@ if ! (exec 3<>"/dev/tcp/127.0.0.1/$TAU_TEST_AZURITE_PORT") 2>/dev/null; then
   fi
 fi
 
-.venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$out/pytest.xml" tests
+# On TAU_TEST_WORKERS pytest-xdist workers (default 2): a module runs whole on one worker, the Slurm modules all on
+# the same one (tests/conftest.py groups them); much of the suite waits on processes, so two share the two cores.
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "${TAU_TEST_WORKERS:-2}" --dist loadgroup \
+  --junitxml="$out/pytest.xml" tests
 pytest_rc=$?
 
 bats --tap tests/bats | tee "$out/bats.tap"

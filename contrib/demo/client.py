@@ -8,6 +8,8 @@ dataset is byte-for-byte reproducible.
   --fail-first SHARD_ID   exit 3 on that shard's first attempt (repeatable), to show a failure and its retry
   --rows-per-file N       split the shard's output into files of N rows (default 1000)
   --sleep S               sleep S seconds before writing (to watch a run in progress)
+  --wait-for FILE         wait until FILE exists before writing (the attempts stay live until something lets
+                          them go: a person, or a test that must see them running)
 """
 
 import argparse
@@ -39,12 +41,15 @@ def main() -> int:
     parser.add_argument("--fail-first", action="append", default=[], metavar="SHARD_ID")
     parser.add_argument("--rows-per-file", type=int, default=1000)
     parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--wait-for", default=None, metavar="FILE")
     args = parser.parse_args()
     start, end = int(os.environ["TAU_RECORD_START"]), int(os.environ["TAU_RECORD_END"])
     out = os.environ["TAU_OUTPUT_DIR"]
     shard, ordinal = os.environ["TAU_SHARD_ID"], int(os.environ["TAU_ATTEMPT_ORDINAL"])
     if args.sleep:
         time.sleep(args.sleep)
+    while args.wait_for and not os.path.exists(args.wait_for):
+        time.sleep(0.05)
     if shard in args.fail_first and ordinal == 1:
         print(f"demo client: failing {shard} on its first attempt, as asked", file=sys.stderr)
         return 3

@@ -17,16 +17,15 @@ second; a range resumes where it was cut), 5 s to connect, TAU_BLOB_READ_TIMEOUT
 exit codes and words: 401/403 or no token refused (77), 404 not found (66), 412 the blob changed (1), the rest
 unavailable (69).
 Connections, two ways, decided once per client:
-- no proxy variable in the environment (no HTTP(S)_PROXY or ALL_PROXY, any case: `proxy_named`): connections of
-  this client's own (http.client), kept alive and shared by the threads of one transfer, one per request at a time;
-  one the endpoint closed while it was idle is opened again without a try counted; https with the certificates
-  requests would trust (REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE, else certifi's: `tls_context`). requests and urllib3
-  are not imported (~40 ms of every fetch and verify). The small blobs of a fetch then go over
-  `taulib.bundle.wire`, with this client's headers, length checks and answers (`headers`, `check_length`,
-  `refuse`);
+- no proxy variable in the environment (no HTTP(S)_PROXY or ALL_PROXY, any case: `env.proxy_named`): connections of
+  this client's own (`taulib.bundle.connections`), kept alive and shared by the threads of one transfer, one per
+  request at a time; https with the certificates requests would trust (REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE, else
+  certifi's). requests and urllib3 are not imported (~40 ms of every fetch and verify). The small blobs of a fetch
+  then go over `taulib.bundle.wire`, with this client's headers, length checks and answers (`headers`,
+  `check_length`, `refuse`);
 - a proxy variable set: requests decides, as it always has, which proxy applies (or none, NO_PROXY) and which
-  certificates are trusted, and urllib3's pool of at most `connections` sends the requests (`proxied`: whether a
-  proxy applies, else `wire` still connects directly).
+  certificates are trusted, and urllib3's pool of at most `pool_size` connections sends the requests (`proxied`:
+  whether a proxy applies, else `wire` still connects directly).
 """
 
 from __future__ import annotations
@@ -35,14 +34,13 @@ import base64
 import hashlib
 import hmac
 import http.client
-import os
 import random
-import select
 import threading
 from email.utils import formatdate
 from urllib.parse import quote, unquote, urlsplit
 
 from taulib import __version__, env
+from taulib.bundle import connections
 from taulib.bundle.credentials import STORAGE_SCOPE, denied_to, what_to_set
 from taulib.bundle.endpoint import Location
 from taulib.errors import CheckFailed, NotFound, Refused, Unavailable
@@ -51,7 +49,6 @@ API_VERSION = "2025-01-05"  # Blob storage's REST version asked for (TAU_BLOB_AP
 RETRIED = frozenset({408, 500, 502, 503, 504})  # what the SDK's StorageRetryPolicy retries (5xx but 501 and 505)
 USER_AGENT = f"tau/{__version__}"
 LIST_PAGE = 5000  # blobs per List Blobs answer (the service's most)
-CONNECT_TIMEOUT = 5.0
 
 
 class Again(Exception):
@@ -60,9 +57,9 @@ class Again(Exception):
 
 class Client:
     """Requests to the container of `location` with `credential` (`credentials.credential`'s: the key's fields, a
-    token credential, or None), over a pool of `connections`."""
+    token credential, or None); through a proxy over a pool of at most `pool_size` connections."""
 
-    def __init__(self, location: Location, credential, connections: int, environ: dict | None = None) -> None:
+    def __init__(self, location: Location, credential, pool_size: int, environ: dict | None = None) -> None:
         self.account, self.key, self.token = location.account, None, None
         if isinstance(credential, dict):
             self.account, self.key = credential["account_name"], base64.b64decode(credential["account_key"])
@@ -75,19 +72,17 @@ class Client:
         self.stopped = threading.Event()  # set by close(): no more retries are waited for
         root = f"{location.account_url}/{location.container}/"
         self.pool = None  # urllib3's pool, through a proxy
-        if proxy_named(urlsplit(root).scheme):
-            self._through_proxy(root, connections)
+        if env.proxy_named(urlsplit(root).scheme):
+            self._through_proxy(root, pool_size)
             return
         # no proxy variable: what requests would do, without importing it (~40 ms): a direct connection, the
         # certificates of REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE, else certifi's
         self.proxied = False
-        self.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+        self.verify = env.get("REQUESTS_CA_BUNDLE") or env.get("CURL_CA_BUNDLE") or True
         self.container_path = urlsplit(root).path  # /CONTAINER/, or /ACCOUNT/CONTAINER/ at a trusted endpoint
-        self._idle: list[http.client.HTTPConnection] = []  # kept-alive connections of the direct transport
-        self._lock = threading.Lock()
-        self._context = tls_context(self.verify) if location.account_url.startswith("https:") else None
+        self.direct = connections.Pool(location.account_url, self.verify, self.read_timeout)
 
-    def _through_proxy(self, root: str, connections: int) -> None:
+    def _through_proxy(self, root: str, pool_size: int) -> None:
         """The environment names a proxy: requests decides, as it always has, which one applies to `root` (or none,
         NO_PROXY) and which certificates are trusted; its urllib3 pool sends the requests."""
         import requests
@@ -95,10 +90,10 @@ class Client:
         from requests.utils import select_proxy
         from urllib3.util.timeout import Timeout
 
-        self.timeout = Timeout(connect=CONNECT_TIMEOUT, read=self.read_timeout)
+        self.timeout = Timeout(connect=connections.CONNECT_TIMEOUT, read=self.read_timeout)
         with requests.Session() as session:  # the environment's proxy and certificates, as requests sees them
             settings = session.merge_environment_settings(root, {}, True, True, None)
-        self._adapter = HTTPAdapter(pool_connections=1, pool_maxsize=connections)
+        self._adapter = HTTPAdapter(pool_connections=1, pool_maxsize=pool_size)
         prepared = requests.Request("GET", root).prepare()
         self.pool = self._adapter.get_connection_with_tls_context(prepared, settings["verify"], settings["proxies"])
         self.container_path = prepared.path_url  # /CONTAINER/, or /ACCOUNT/CONTAINER/ at a trusted endpoint
@@ -111,11 +106,14 @@ class Client:
         self.stopped.set()
         if self.pool is not None:
             self._adapter.close()
-            return
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        else:
+            self.direct.close()
+
+    def interrupt(self) -> None:
+        """Cut the connections requests are using now, so that a thread waiting on one wakes at once (its request
+        fails; a transfer that stops does not wait for a read to time out). Through a proxy: nothing is cut."""
+        if self.pool is None:
+            self.direct.interrupt()
 
     # -- what the commands ask --------------------------------------------------------------------------------------
     def list_prefix(self, prefix: str) -> dict[str, tuple[int, str]]:
@@ -253,40 +251,23 @@ class Client:
                 response.release_conn()
 
     def _direct(self, what: str, target: str, headers: dict, consume):
-        """One GET over a kept-alive connection of this client's own (http.client), given back to the idle ones once
-        its answer was read whole; closed when it was not."""
-        conn = self._take()
+        """One GET over a kept-alive connection of this client's own, given back once its answer was read whole."""
+        conn = self.direct.take()
         whole = False
         try:
             conn.request("GET", target, headers=headers)
             response = conn.getresponse()
             if response.status not in (200, 206):
-                response.read(HEAD_LIMIT)  # an error's short body; a longer one closes the connection below
+                response.read(connections.ERROR_BODY)  # an error's short body; a longer one closes the connection
                 whole = response.isclosed()
                 self.refuse(what, response.status, response.reason, headers)
             result = consume(response, response.length, what)
             whole = response.isclosed() and not response.will_close
             return result
         except (http.client.HTTPException, OSError) as exc:
-            raise Again(f"Blob storage cannot be reached ({_named(exc)})") from None
+            raise Again(f"Blob storage cannot be reached ({connections.named(exc)})") from None
         finally:
-            if not whole:
-                conn.close()
-            with self._lock:
-                self._idle.append(conn)
-
-    def _take(self) -> http.client.HTTPConnection:
-        """An idle connection whose endpoint has not closed it meanwhile (a closed one opens again when used)."""
-        with self._lock:
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            url = urlsplit(self.account_url)
-            if self._context is None:
-                return _Plain(url.hostname, url.port, self.read_timeout)
-            return _Secure(url.hostname, url.port, self.read_timeout, self._context)
-        if conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
-            conn.close()  # readable while idle: the endpoint closed it (or said what was not asked)
-        return conn
+            self.direct.give(conn, whole)
 
     def headers(self, what: str, path: str, query: dict | None, etag: str | None, span) -> dict:
         """The headers of a GET of `path` (span: None, or (start, length) of a range), signed."""
@@ -326,70 +307,3 @@ class Client:
                 headers["Authorization"] = f"Bearer {self.token.get_token(STORAGE_SCOPE).token}"
             except ClientAuthenticationError:
                 raise Refused(f"{what}: the Azure identity gave no new token; {what_to_set('https://')}") from None
-
-
-HEAD_LIMIT = 64 << 10  # bytes of an error answer's body read before its connection is given back
-
-
-class _ConnectTimeout(OSError):
-    """No connection within CONNECT_TIMEOUT."""
-
-
-def _named(exc: BaseException) -> str:
-    """The failure's name in an error's words (a timeout named as urllib3 and `wire` name it)."""
-    if isinstance(exc, _ConnectTimeout):
-        return "ConnectTimeoutError"
-    if isinstance(exc, TimeoutError):
-        return "ReadTimeoutError"
-    return type(exc).__name__
-
-
-class _Timed:
-    """A connection made within CONNECT_TIMEOUT, then waiting at most its `read_timeout` for a byte."""
-
-    read_timeout: float
-
-    def connect(self) -> None:
-        try:
-            super().connect()
-        except TimeoutError:
-            raise _ConnectTimeout() from None
-        self.sock.settimeout(self.read_timeout)
-
-
-class _Plain(_Timed, http.client.HTTPConnection):
-    def __init__(self, host: str, port: int | None, read_timeout: float) -> None:
-        super().__init__(host, port, timeout=CONNECT_TIMEOUT)
-        self.read_timeout = read_timeout
-
-
-class _Secure(_Timed, http.client.HTTPSConnection):
-    """Over TLS, with `context`'s certificates and the endpoint's host name checked."""
-
-    def __init__(self, host: str, port: int | None, read_timeout: float, context) -> None:
-        super().__init__(host, port, timeout=CONNECT_TIMEOUT, context=context)
-        self.read_timeout = read_timeout
-
-
-def proxy_named(scheme: str) -> bool:
-    """Whether the environment names a proxy that may apply to URLs of `scheme` (HTTPS_PROXY, ALL_PROXY ..., any
-    case, as urllib reads them): then requests decides, as it always has, whether and which."""
-    return any(value and name.lower() in (f"{scheme}_proxy", "all_proxy") for name, value in os.environ.items())
-
-
-def tls_context(verify):
-    """The TLS context requests would use for `verify` (True: certifi's certificates; a path: that file or folder
-    of certificates, as REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE named it)."""
-    import ssl
-
-    context = ssl.create_default_context()
-    if verify is True:
-        import certifi
-
-        context.load_verify_locations(cafile=certifi.where())
-    elif isinstance(verify, str):
-        if os.path.isdir(verify):
-            context.load_verify_locations(capath=verify)
-        else:
-            context.load_verify_locations(cafile=verify)
-    return context

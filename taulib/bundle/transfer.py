@@ -18,7 +18,9 @@ opened (positional writes); nothing else. Promises:
   proxy a transfer thread each;
 - every request carries the blob's listed etag (If-Match); the blob must have exactly its listed size;
 - transfer threads are joined before a call returns or raises, a stop signal or two notwithstanding; the first
-  failure stops the rest, and no retry is waited for after it; a file the caller opened is closed by `finish`, or
+  failure (or a stop signal) stops the rest, no retry is waited for after it, and over a direct connection the
+  connections the large blobs' threads are reading are cut (`rest.Client.interrupt`), so that none waits for its
+  read to time out; a file the caller opened is closed by `finish`, or
   here when its transfer failed.
 Memory: BUFFERS buffers of SPAN bytes, and a RANGE buffer per small-blob transfer thread (anonymous memory: only the
 pages a body filled are resident).
@@ -32,6 +34,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from taulib import signals
 from taulib.bundle.blob import RANGE, WORKERS, _held_lock, _join, run_all
 from taulib.bundle.rest import Client
 from taulib.errors import CheckFailed
@@ -155,7 +158,7 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
             finish(entry, sha.hexdigest(), fd)
 
     try:
-        _windowed(len(jobs), begin, fetch, digest)
+        _windowed(len(jobs), begin, fetch, digest, getattr(client, "interrupt", None))
     finally:
         for fd, _, _ in files.values():  # the files whose transfer did not finish
             if fd is not None and own:
@@ -167,9 +170,10 @@ def spans(size: int, span: int = SPAN) -> list[tuple[int, int]]:
     return [(offset, min(span, size - offset)) for offset in range(0, size, span)]
 
 
-def _windowed(count: int, begin, fetch, digest) -> None:
+def _windowed(count: int, begin, fetch, digest, interrupt=None) -> None:
     """fetch(i, stopped) for i in range(count) on SPANS threads, at most BUFFERS ahead of digest(i), which runs in
-    this thread in order, after fetch(i) returned; begin(i) runs here before i is handed out."""
+    this thread in order, after fetch(i) returned; begin(i) runs here before i is handed out. On a failure (or a
+    stop signal), interrupt() cuts what the threads are waiting on before they are joined."""
     failed: dict[int, BaseException] = {}
     ended = [_held_lock() for _ in range(count)]  # released by the job's thread when it ends
     stopped = threading.Event()
@@ -197,6 +201,12 @@ def _windowed(count: int, begin, fetch, digest) -> None:
             if i in failed:
                 raise failed[i]
             digest(i)
+    except BaseException:
+        stopped.set()
+        if interrupt is not None:
+            with signals.deferred():
+                interrupt()
+        raise
     finally:
         stopped.set()
         _join(pool)  # before the caller closes a file: nothing is written into a descriptor closed or reused

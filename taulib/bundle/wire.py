@@ -28,7 +28,8 @@ import ssl
 import time
 from urllib.parse import urlsplit
 
-from taulib.bundle.rest import Again, Client, tls_context
+from taulib.bundle.connections import tls_context
+from taulib.bundle.rest import Again, Client
 from taulib.errors import Unavailable
 
 HEAD_LIMIT = 64 << 10  # bytes of status line and headers accepted in one answer

@@ -79,13 +79,17 @@ class Life:
         raise AssertionError("observe | reconcile did not succeed in 4 tries")
 
     def live(self) -> None:
+        gate = self.ws / "go"
         doc = plan(records=20, shards=2, fail_first=("shard-00001",), retry={"max_attempts": 6})
-        doc["command"] += ["--sleep", "1"]  # every attempt is seen live, then ended: the same trace on a busy machine
+        # the first attempts wait until a reconcile has seen them live: the same trace however busy the machine
+        doc["command"] += ["--wait-for", str(gate)]
         self.step("tau-init", str(self.run_dir), input=json.dumps(doc))
         self.step("tau-submit", str(self.run_dir))
         deadline = time.monotonic() + 180
         while True:
             status = self.status()
+            if not gate.exists():
+                gate.touch()
             if status["state"] == "succeeded":
                 break
             assert time.monotonic() < deadline, status

@@ -7,15 +7,18 @@ block file system, through the page cache on tmpfs), byte for byte at a size tha
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import azurite as az
 import pytest
-from helpers import env_for_tests, error_of, tau
+from helpers import BIN, env_for_tests, error_of, tau
 from test_azurite_wire import Front, canned, fetch
 
 from taulib.bundle import transfer
@@ -117,6 +120,34 @@ def test_a_large_file_of_odd_size_arrives_byte_for_byte_with_direct_io_and_throu
     finally:
         for parent in targets[1:]:
             shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_a_sigterm_while_a_range_is_stalled_ends_the_fetch_at_once_and_leaves_nothing(box, tmp_path):
+    odd_bundle(box, tmp_path, "rsig/out")
+    front = Front(lambda path, seen: ("stall", 40) if is_range(path) else None)
+    parent = tmp_path / "fetched"
+    parent.mkdir(mode=0o700)
+    env = env_for_tests(az.env(TAU_TRUSTED_BLOB_ENDPOINTS=front.origin))
+    env["AZURE_STORAGE_CONNECTION_STRING"] = az.connection_string().replace(az.ORIGIN, front.origin)
+    try:
+        proc = subprocess.Popen([str(BIN / "tau-bundle-fetch"), f"{front.origin}/{az.ACCOUNT}/{box}/rsig/out",
+                                 "--generation", "g1", "--destination", str(parent / "d")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 30
+        while sum(front.times(p) for p in list(front.asked) if is_range(p)) < 3:  # every range asked, and stalled
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)  # the stall lasts 40 s: only a cut connection ends it sooner
+    finally:
+        front.close()
+    assert proc.returncode == 143, err
+    assert time.monotonic() - started < 5
+    assert out == ""
+    assert json.loads(err)["message"] == "tau-bundle-fetch: interrupted by SIGTERM"
+    assert os.listdir(parent) == []
 
 
 WATCH = """

@@ -1,0 +1,128 @@
+"""The connections of rest.Client's direct transport (no proxy applies): http.client connections to one Blob storage
+endpoint, kept alive between requests and shared by the threads of a transfer, one request on a connection at a
+time.
+
+Reads and Writes: sockets to the endpoint; the certificate files named. Promises: a connection is made within
+CONNECT_TIMEOUT, then each read waits at most the read timeout (a timeout is named as urllib3 and `wire` name it:
+`named`); an idle connection the endpoint closed meanwhile is found before it is used and opened again, without a
+try counted; https with `tls_context`'s certificates and the endpoint's host name checked; `interrupt` cuts the
+connections requests are using, so that the threads reading them wake at once.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import select
+import socket
+import threading
+from urllib.parse import urlsplit
+
+CONNECT_TIMEOUT = 5.0
+ERROR_BODY = 64 << 10  # bytes of an error answer's body read before its connection is given back
+
+
+class Pool:
+    """Kept-alive connections to `account_url` (http or https; `verify` as `tls_context` takes it)."""
+
+    def __init__(self, account_url: str, verify, read_timeout: float) -> None:
+        url = urlsplit(account_url)
+        self.host, self.port, self.read_timeout = url.hostname, url.port, read_timeout
+        self.context = tls_context(verify) if url.scheme == "https" else None
+        self.idle: list[http.client.HTTPConnection] = []
+        self.busy: set[http.client.HTTPConnection] = set()  # those a request is using now
+        self.lock = threading.Lock()
+
+    def take(self) -> http.client.HTTPConnection:
+        """An idle connection whose endpoint has not closed it meanwhile (a closed one opens again when used), or a
+        new one."""
+        with self.lock:
+            conn = self.idle.pop() if self.idle else None
+        if conn is None:
+            conn = (_Plain(self.host, self.port, self.read_timeout) if self.context is None
+                    else _Secure(self.host, self.port, self.read_timeout, self.context))
+        elif conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
+            conn.close()  # readable while idle: the endpoint closed it (or said what was not asked)
+        with self.lock:
+            self.busy.add(conn)
+        return conn
+
+    def give(self, conn: http.client.HTTPConnection, whole: bool) -> None:
+        """conn back, its answer read `whole` (else it is closed: a connection is never reused mid-body)."""
+        if not whole:
+            conn.close()
+        with self.lock:
+            self.busy.discard(conn)
+            self.idle.append(conn)
+
+    def interrupt(self) -> None:
+        """Cut the connections requests are using now: a thread waiting on one wakes at once, its request failed."""
+        with self.lock:
+            socks = [conn.sock for conn in self.busy if conn.sock is not None]
+        for sock in socks:
+            try:  # the socket's own shutdown, also under TLS (SSLSocket's would drop its state under the reader)
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        with self.lock:
+            idle, self.idle = self.idle, []
+        for conn in idle:
+            conn.close()
+
+
+class _ConnectTimeout(OSError):
+    """No connection within CONNECT_TIMEOUT."""
+
+
+def named(exc: BaseException) -> str:
+    """A failure's name in an error's words (a timeout named as urllib3 and `wire` name it)."""
+    if isinstance(exc, _ConnectTimeout):
+        return "ConnectTimeoutError"
+    if isinstance(exc, TimeoutError):
+        return "ReadTimeoutError"
+    return type(exc).__name__
+
+
+class _Timed:
+    """A connection made within CONNECT_TIMEOUT, then waiting at most its `read_timeout` for a byte."""
+
+    read_timeout: float
+
+    def connect(self) -> None:
+        try:
+            super().connect()
+        except TimeoutError:
+            raise _ConnectTimeout() from None
+        self.sock.settimeout(self.read_timeout)
+
+
+class _Plain(_Timed, http.client.HTTPConnection):
+    def __init__(self, host: str, port: int | None, read_timeout: float) -> None:
+        super().__init__(host, port, timeout=CONNECT_TIMEOUT)
+        self.read_timeout = read_timeout
+
+
+class _Secure(_Timed, http.client.HTTPSConnection):
+    def __init__(self, host: str, port: int | None, read_timeout: float, context) -> None:
+        super().__init__(host, port, timeout=CONNECT_TIMEOUT, context=context)
+        self.read_timeout = read_timeout
+
+
+def tls_context(verify):
+    """The TLS context requests would use for `verify` (True: certifi's certificates; a path: that file or folder
+    of certificates, as REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE named it)."""
+    import ssl
+
+    context = ssl.create_default_context()
+    if verify is True:
+        import certifi
+
+        context.load_verify_locations(cafile=certifi.where())
+    elif isinstance(verify, str):
+        if os.path.isdir(verify):
+            context.load_verify_locations(capath=verify)
+        else:
+            context.load_verify_locations(cafile=verify)
+    return context
