@@ -92,7 +92,10 @@ def test_a_running_attempt_shows_the_progress_its_client_reports_and_its_heartbe
 def test_an_attempt_that_stops_heartbeating_is_shown_stalled_and_recovers(workspace):
     run_dir = init_run(workspace, plan_doc=run_plan("--sleep", "30", records=10, shards=1))
     assert tau("tau-submit", str(run_dir)).returncode == 0
-    wait_for(lambda: status(run_dir)["counts"]["running"] == 1, what="a running shard")
+    # the shard is running as soon as its task process is; its first readiness comes once tau-attempt has started,
+    # and a process frozen before that has no heartbeat whose age could be told
+    wait_for(lambda: ((status(run_dir)["shards"][0]["progress"] or {}).get("state") == "running"),
+             what="a running client")
     task = json.loads((run_dir / "submissions/submission-0001/local/task-00000.json").read_text())
     os.killpg(task["pid"], signal.SIGSTOP)  # tau-attempt and its client, frozen: no heartbeat
     try:
