@@ -10,6 +10,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "integration"))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "adversarial"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+# Under a bare `pytest -n N` (tests/run-all.sh exports the port of the one Azurite it started for all), each
+# pytest-xdist worker has Azurite ports of its own, so that no two start a session Azurite on the same one.
+if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw") and "TAU_TEST_AZURITE_PORT" not in os.environ:
+    os.environ["TAU_TEST_AZURITE_PORT"] = str(10100 + 10 * int(os.environ["PYTEST_XDIST_WORKER"][2:]))
+
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:

