@@ -3,6 +3,7 @@ folder's ext4), never elsewhere (tmpfs, a FUSE file system), and writes through 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
@@ -37,13 +38,33 @@ def test_direct_io_is_turned_on_for_a_file_on_a_local_block_file_system_and_writ
         assert o_direct(fd)
         buffer = mmap.mmap(-1, 3 * writeback.ALIGN)
         buffer[:] = bytes(range(256)) * (3 * writeback.ALIGN // 256)
-        writeback.write_direct(fd, memoryview(buffer)[writeback.ALIGN:], writeback.ALIGN)
-        writeback.write_direct(fd, memoryview(buffer)[:writeback.ALIGN], 0)
-        with pytest.raises(OSError):  # what direct I/O refuses: a length that is not a multiple of ALIGN
-            writeback.write_direct(fd, memoryview(buffer)[:100], 3 * writeback.ALIGN)
+        writeback.write_direct(fd, memoryview(buffer)[writeback.ALIGN:], writeback.ALIGN, 2 * writeback.ALIGN)
+        writeback.write_direct(fd, memoryview(buffer)[:writeback.ALIGN], 0, writeback.ALIGN)
+        assert o_direct(fd)
     finally:
         os.close(fd)
     assert (tmp_path / "f.bin").read_bytes() == bytes(buffer)
+
+
+def test_a_direct_write_the_file_system_refuses_goes_through_the_page_cache_without_its_padding(tmp_path):
+    if writeback.fstype(os.stat(tmp_path).st_dev) not in writeback.DIRECT_TYPES:
+        pytest.skip("the test folder is not on a local block file system")
+    fd = new_file(tmp_path)
+    try:
+        assert writeback.direct(fd) is True
+        buffer = mmap.mmap(-1, 3 * writeback.ALIGN)
+        buffer[:] = bytes(range(251)) * (3 * writeback.ALIGN // 251) + bytes(3 * writeback.ALIGN % 251)
+        # a view whose address is not aligned: what direct I/O refuses (EINVAL), as a file system wanting a larger
+        # alignment would; its last 1000 bytes stand for the padding of a blob's last block
+        view = memoryview(buffer)[1:1 + 2 * writeback.ALIGN]
+        writeback.write_direct(fd, view, 0, 2 * writeback.ALIGN - 1000)
+        assert not o_direct(fd)
+        with pytest.raises(OSError) as refused:  # a write the page cache refuses too is the caller's error
+            writeback.write_direct(fd, memoryview(buffer)[:10], -1, 10)
+        assert refused.value.errno == errno.EINVAL
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f.bin").read_bytes() == bytes(buffer)[1:1 + 2 * writeback.ALIGN - 1000]
 
 
 def test_a_file_on_tmpfs_keeps_the_page_cache():

@@ -72,13 +72,13 @@ class Client:
         self.stopped = threading.Event()  # set by close(): no more retries are waited for
         root = f"{location.account_url}/{location.container}/"
         self.pool = None  # urllib3's pool, through a proxy
-        if env.proxy_named(urlsplit(root).scheme):
+        if env.proxy_named(urlsplit(root).scheme, environ):
             self._through_proxy(root, pool_size)
             return
         # no proxy variable: what requests would do, without importing it (~40 ms): a direct connection, the
         # certificates of REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE, else certifi's
         self.proxied = False
-        self.verify = env.get("REQUESTS_CA_BUNDLE") or env.get("CURL_CA_BUNDLE") or True
+        self.verify = env.get("REQUESTS_CA_BUNDLE", environ) or env.get("CURL_CA_BUNDLE", environ) or True
         self.container_path = urlsplit(root).path  # /CONTAINER/, or /ACCOUNT/CONTAINER/ at a trusted endpoint
         self.direct = connections.Pool(location.account_url, self.verify, self.read_timeout)
 

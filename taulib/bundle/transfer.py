@@ -140,7 +140,7 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
             return
         padded = -(-length // writeback.ALIGN) * writeback.ALIGN
         buffer[length:padded] = bytes(padded - length)  # the blob's last block: the file is cut to its size after
-        writeback.write_direct(fd, memoryview(buffer)[:padded], offset)
+        writeback.write_direct(fd, memoryview(buffer)[:padded], offset, length)
 
     def digest(i: int) -> None:
         entry, offset, length = jobs[i]

@@ -5,7 +5,7 @@ takes it, not going through the page cache at all (direct I/O).
 
 Reads: /proc/self/mountinfo (which file system a descriptor is on). Writes: bytes the caller gives at the offsets it
 gives, into descriptors it holds (`write_all`, WRITE bytes a call; `write_direct`, aligned); otherwise only advice
-to the kernel about those descriptors, and their O_DIRECT flag (`direct`).
+to the kernel about those descriptors, and their O_DIRECT flag (`direct`, `undirect`).
 Promises: `Behind.wrote(end)` after every write (end: the bytes now surely in the file): each STEP-byte block is
 handed to writeback once it is complete, and dropped from the page cache LAG blocks later (POSIX_FADV_DONTNEED,
 which on Linux starts writing a range back and drops only the pages that are clean). `direct(fd)` turns direct I/O
@@ -17,6 +17,7 @@ the advice does not exist it does nothing.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from functools import lru_cache
@@ -36,11 +37,33 @@ def write_all(fd: int, view: memoryview, offset: int) -> None:
         view, offset = view[written:], offset + written
 
 
-def write_direct(fd: int, view: memoryview, offset: int) -> None:
-    """All of `view` into fd (O_DIRECT set) at `offset`: view's address, offset and length multiples of ALIGN."""
+def write_direct(fd: int, view: memoryview, offset: int, length: int) -> None:
+    """The first `length` bytes of `view` into fd (O_DIRECT set) at `offset`: view's address, offset and len(view)
+    multiples of ALIGN (its bytes past `length` are padding, written too; the caller cuts the file to its size).
+    Where the file system refuses a direct write after all (EINVAL: an alignment it wants larger; or a short
+    write that left the rest unaligned), direct I/O is turned off for fd and the rest goes through the page cache,
+    without its padding."""
+    end = offset + length
     while view:
-        written = os.pwrite(fd, view, offset)
+        try:
+            written = os.pwrite(fd, view, offset)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            undirect(fd)  # (another thread writing into fd may have done it already)
+            write_all(fd, view[:max(0, end - offset)], offset)
+            return
         view, offset = view[written:], offset + written
+
+
+def undirect(fd: int) -> bool:
+    """Turn direct I/O off for fd; whether it was on."""
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    o_direct = getattr(os, "O_DIRECT", 0)
+    if not flags & o_direct:
+        return False
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~o_direct)
+    return True
 
 
 def direct(fd: int) -> bool:
