@@ -101,6 +101,10 @@ def test_reconcile_as_a_table_has_a_header_and_one_line_per_shard(settled):
     assert lines[1] == "degraded: shard-00001 failed: the client exited with status 3"
     assert lines[2] == ("budget: 1 failed attempts, 1 failed shards (stops past 10 attempts and 10% of the shards); "
                         "3 attempts a shard")
+    # then the estimate, when the mean of the finished attempts rounds to a second or more (a busy machine's)
+    header = lines.index("") + 1
+    assert all(line.startswith("estimated time left: ") for line in lines[3:header - 1]) and header - 1 <= 4
+    lines = lines[header - 4:]  # the header line as the fifth, whether or not an estimate was printed
     assert lines[4].split() == ["SHARD", "STATE", "ATTEMPT", "WINNER", "TRIES", "SCHEDULER", "PROGRESS", "REASON"]
     assert [line.split()[:5] for line in lines[5:]] == [
         ["shard-00000", "succeeded", "attempt-0001", "attempt-0001", "1/3"],

@@ -4,10 +4,12 @@ time.
 
 Reads and Writes: sockets to the endpoint; the certificate files named. Promises: a connection is made within
 CONNECT_TIMEOUT, then each read waits at most the read timeout (a timeout is named as urllib3 and `wire` name it:
-`named`); an idle connection the endpoint closed meanwhile is found before it is used and opened again, without a
-try counted; https with `tls_context`'s certificates and the endpoint's host name checked; `interrupt` cuts the
-connections requests are using, so that the threads reading them wake at once; the reader of a long body is woken
-per LOW_WATER bytes, not per packet (`low_water`: ~0.2 CPU-s less for each GiB read).
+`named`); an idle connection the endpoint closed meanwhile is found before it is used and opened again, without a try
+counted (one whose close was still on the way fails its request before any answer: `rest.Client` sends it again over a
+`take(new=True)` connection, without a try counted either); https with `tls_context`'s certificates and the endpoint's
+host name checked; `interrupt` cuts the connections requests are using, so that the threads reading them wake at once,
+and no request waits for an answer after it; the reader of a long body is woken per LOW_WATER bytes, not per packet
+(`low_water`: ~0.2 CPU-s less for each GiB read).
 """
 
 from __future__ import annotations
@@ -34,13 +36,14 @@ class Pool:
         self.context = tls_context(verify) if url.scheme == "https" else None
         self.idle: list[http.client.HTTPConnection] = []
         self.busy: set[http.client.HTTPConnection] = set()  # those a request is using now
+        self.cut = False  # interrupted: no request is to wait for an answer any more
         self.lock = threading.Lock()
 
-    def take(self) -> http.client.HTTPConnection:
-        """An idle connection whose endpoint has not closed it meanwhile (a closed one opens again when used), or a
-        new one."""
+    def take(self, new: bool = False) -> http.client.HTTPConnection:
+        """An idle connection whose endpoint has not closed it meanwhile, as far as can be seen (a closed one opens
+        again when used), or a new one (always, when `new`)."""
         with self.lock:
-            conn = self.idle.pop() if self.idle else None
+            conn = self.idle.pop() if self.idle and not new else None
         if conn is None:
             conn = (_Plain(self.host, self.port, self.read_timeout) if self.context is None
                     else _Secure(self.host, self.port, self.read_timeout, self.context))
@@ -59,14 +62,22 @@ class Pool:
             self.idle.append(conn)
 
     def interrupt(self) -> None:
-        """Cut the connections requests are using now: a thread waiting on one wakes at once, its request failed."""
+        """Cut the connections requests are using now: a thread waiting on one wakes at once, its request failed.
+        Until `resume`, every request fails before it waits for its answer (`cut`, which a request checks once it
+        is sent: a connection made after the sockets were cut is never waited on)."""
         with self.lock:
+            self.cut = True
             socks = [conn.sock for conn in self.busy if conn.sock is not None]
         for sock in socks:
             try:  # the socket's own shutdown, also under TLS (SSLSocket's would drop its state under the reader)
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def resume(self) -> None:
+        """Requests wait for their answers again (the threads of the transfer that was interrupted have ended)."""
+        with self.lock:
+            self.cut = False
 
     def close(self) -> None:
         with self.lock:

@@ -55,6 +55,10 @@ class Again(Exception):
     """A failure that another try may not meet: the reason, for the error once the tries are spent."""
 
 
+class _Stale(Exception):
+    """A kept-alive connection found closed by the endpoint before any of the answer came."""
+
+
 class Client:
     """Requests to the container of `location` with `credential` (`credentials.credential`'s: the key's fields, a
     token credential, or None); through a proxy over a pool of at most `pool_size` connections."""
@@ -114,6 +118,11 @@ class Client:
         fails; a transfer that stops does not wait for a read to time out). Through a proxy: nothing is cut."""
         if self.pool is None:
             self.direct.interrupt()
+
+    def resume(self) -> None:
+        """After `interrupt`, once the threads that used the connections have ended: requests wait again."""
+        if self.pool is None:
+            self.direct.resume()
 
     # -- what the commands ask --------------------------------------------------------------------------------------
     def list_prefix(self, prefix: str) -> dict[str, tuple[int, str]]:
@@ -262,12 +271,28 @@ class Client:
                 response.release_conn()
 
     def _direct(self, what: str, target: str, headers: dict, consume):
-        """One GET over a kept-alive connection of this client's own, given back once its answer was read whole."""
-        conn = self.direct.take()
-        whole = False
+        """One GET over a kept-alive connection of this client's own, given back once its answer was read whole. A
+        kept-alive connection the endpoint closed before a byte of the answer came (its close still on the way
+        when the connection was taken) is replaced by a new one, without a try counted."""
         try:
-            conn.request("GET", target, headers=headers)
-            response = conn.getresponse()
+            return self._over(self.direct.take(), what, target, headers, consume)
+        except _Stale:
+            if self.direct.cut:  # the transfer stopped (`interrupt`): its failure, not a stale connection
+                raise Again("Blob storage cannot be reached (the transfer stopped)") from None
+            return self._over(self.direct.take(new=True), what, target, headers, consume)
+
+    def _over(self, conn: http.client.HTTPConnection, what: str, target: str, headers: dict, consume):
+        reused, whole = conn.sock is not None, False
+        try:
+            try:
+                conn.request("GET", target, headers=headers)
+                if self.direct.cut:  # interrupted meanwhile, maybe before this connection was made
+                    raise Again("Blob storage cannot be reached (the transfer stopped)")
+                response = conn.getresponse()
+            except OSError as exc:  # (RemoteDisconnected is one: the answer's first line never came)
+                if reused and not isinstance(exc, TimeoutError):  # closed, reset, a TLS end: not a slow endpoint
+                    raise _Stale() from None
+                raise
             if response.status not in (200, 206):
                 response.read(connections.ERROR_BODY)  # an error's short body; a longer one closes the connection
                 whole = response.isclosed()

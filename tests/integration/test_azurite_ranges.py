@@ -64,6 +64,17 @@ def test_every_request_answered_then_closed_is_made_again_on_a_new_connection_wi
     assert front.times(next(p for p in front.asked if is_range(p))) == 3  # one GET a range, none repeated
 
 
+def test_a_kept_alive_connection_closed_as_it_is_used_again_is_replaced_without_spending_a_try(box, tmp_path):
+    # every connection answers once, then closes when the next request on it has come: with no try to spare,
+    # each request sent over a kept-alive connection is sent again over a new one, and the fetch still succeeds
+    proc, front, digests = fronted(lambda path, seen: ("drop-next",), box, tmp_path, "rdrop/out",
+                                   TAU_BLOB_RETRIES="0")
+    assert proc.returncode == 0, proc.stderr
+    assert az.tree_digests(tmp_path / "fetched" / "d") == digests
+    assert front.dropped >= 1  # the marker, the manifest, the listing and the ranges reuse the first connections
+    assert front.connections >= sum(front.asked.values()) - front.dropped  # each answer on a connection of its own
+
+
 def test_the_manifest_the_listing_and_a_range_answered_503_are_tried_again(box, tmp_path):
     busy = []
 

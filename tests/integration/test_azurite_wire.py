@@ -29,10 +29,11 @@ class Front:
     None: bytes to answer instead; ("cut", n): relay the answer's first n bytes and close; ("stall", seconds):
     relay the head, wait, then the body; ("close",): relay the answer, then close the connection; ("interim",):
     an interim "100 Continue" answer first, then the answer; ("alter",): the answer with every byte of its body
-    replaced (its length kept)."""
+    replaced (its length kept); ("drop-next",): relay the answer, then close the connection once the next request
+    on it has come, unanswered (an endpoint closing an idle connection just as the client uses it again)."""
 
     def __init__(self, act) -> None:
-        self.act, self.asked, self.connections, self.lock = act, {}, 0, threading.Lock()
+        self.act, self.asked, self.connections, self.dropped, self.lock = act, {}, 0, 0, threading.Lock()
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.origin = f"http://127.0.0.1:{self.port}"
@@ -57,7 +58,7 @@ class Front:
     def _serve(self, client: socket.socket) -> None:
         upstream = None
         try:
-            pending = b""
+            pending, drop = b"", False
             while True:
                 while b"\r\n\r\n" not in pending:
                     data = client.recv(1 << 16)
@@ -70,6 +71,10 @@ class Front:
                 with self.lock:
                     seen = self.asked.get(path, 0)
                     self.asked[path] = seen + 1
+                    if drop:
+                        self.dropped += 1
+                if drop:
+                    return
                 action = self.act(path, seen)
                 if isinstance(action, bytes):
                     client.sendall(action)
@@ -91,6 +96,7 @@ class Front:
                 client.sendall(body)
                 if action and action[0] == "close":
                     return
+                drop = bool(action) and action[0] == "drop-next"
         except OSError:
             pass
         finally:
