@@ -198,13 +198,13 @@ class Client:
             if bulk - done >= connections.LOW_WATER:
                 connections.low_water(response, True)
                 try:
-                    _read(response, view, bulk)
+                    _read(response, bulk)
                 finally:
                     connections.low_water(response, False)
-            _read(response, view, end)
+            _read(response, end)
             return done
 
-        def _read(response, view: memoryview, end: int) -> None:
+        def _read(response, end: int) -> None:
             nonlocal done
             while done < end:
                 n = response.readinto(view[done:end])
@@ -277,8 +277,6 @@ class Client:
         try:
             return self._over(self.direct.take(), what, target, headers, consume)
         except _Stale:
-            if self.direct.cut:  # the transfer stopped (`interrupt`): its failure, not a stale connection
-                raise Again("Blob storage cannot be reached (the transfer stopped)") from None
             return self._over(self.direct.take(new=True), what, target, headers, consume)
 
     def _over(self, conn: http.client.HTTPConnection, what: str, target: str, headers: dict, consume):
@@ -290,7 +288,8 @@ class Client:
                     raise Again("Blob storage cannot be reached (the transfer stopped)")
                 response = conn.getresponse()
             except OSError as exc:  # (RemoteDisconnected is one: the answer's first line never came)
-                if reused and not isinstance(exc, TimeoutError):  # closed, reset, a TLS end: not a slow endpoint
+                # closed, reset, a TLS end: not a slow endpoint, nor a connection `interrupt` cut
+                if reused and not isinstance(exc, TimeoutError) and not self.direct.cut:
                     raise _Stale() from None
                 raise
             if response.status not in (200, 206):

@@ -158,7 +158,7 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
             finish(entry, sha.hexdigest(), fd)
 
     try:
-        _windowed(len(jobs), begin, fetch, digest, getattr(client, "interrupt", None), getattr(client, "resume", None))
+        _windowed(len(jobs), begin, fetch, digest, client)
     finally:
         for fd, _, _ in files.values():  # the files whose transfer did not finish
             if fd is not None and own:
@@ -170,11 +170,11 @@ def spans(size: int, span: int = SPAN) -> list[tuple[int, int]]:
     return [(offset, min(span, size - offset)) for offset in range(0, size, span)]
 
 
-def _windowed(count: int, begin, fetch, digest, interrupt=None, resume=None) -> None:
+def _windowed(count: int, begin, fetch, digest, client: Client) -> None:
     """fetch(i, stopped) for i in range(count) on SPANS threads, at most BUFFERS ahead of digest(i), which runs in
     this thread in order, after fetch(i) returned; begin(i) runs here before i is handed out. On a failure (or a
-    stop signal), interrupt() cuts what the threads are waiting on before they are joined, and resume() undoes it
-    once they are."""
+    stop signal), client.interrupt() cuts what the threads are waiting on before they are joined, and
+    client.resume() undoes it once they are."""
     failed: dict[int, BaseException] = {}
     ended = [_held_lock() for _ in range(count)]  # released by the job's thread when it ends
     stopped = threading.Event()
@@ -204,12 +204,10 @@ def _windowed(count: int, begin, fetch, digest, interrupt=None, resume=None) -> 
             digest(i)
     except BaseException:
         stopped.set()
-        if interrupt is not None:
-            with signals.deferred():
-                interrupt()
+        with signals.deferred():
+            client.interrupt()
         raise
     finally:
         stopped.set()
         _join(pool)  # before the caller closes a file: nothing is written into a descriptor closed or reused
-        if interrupt is not None and resume is not None:
-            resume()  # the client's next requests (a caller's, after this failure) wait for their answers again
+        client.resume()  # the client's next requests (a caller's, after this failure) wait for their answers again
