@@ -256,6 +256,11 @@ def test_a_reconcile_killed_making_the_folder_of_a_pending_attempt_converges(tmp
     run_dir = init_run(ws, plan_doc=sleeping(60, records=20, shards=2, scheduler={
         "profile": "local", "local": {"max_parallel": 1}}))
     assert tau("tau-submit", str(run_dir)).returncode == 0
+    running = run_dir / "shards/shard-00000/attempts/attempt-0001/client.log"
+    deadline = time.monotonic() + 30
+    while not running.exists():  # else the crash may come making the folder of shard-00000, not of shard-00001
+        assert time.monotonic() < deadline, "shard-00000 never started"
+        time.sleep(0.1)
     pending = run_dir / "shards" / "shard-00001"  # the one slot runs shard-00000: shard-00001 has no folder yet
     observations = tau("tau-observe", str(run_dir))
     assert observations.returncode == 0 and not pending.exists(), observations.stderr
