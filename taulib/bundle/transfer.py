@@ -5,10 +5,11 @@ Reads: blobs, through `taulib.bundle.rest` (and `taulib.bundle.direct`). Writes:
 opened (positional writes); nothing else. Promises:
 - the large blobs first (over RANGE bytes): ranged GETs of SPAN bytes, over all the large blobs in turn, SPANS at a
   time, each on a transfer thread, received from the socket straight into a buffer of its own (the thread woken per
-  `connections.LOW_WATER` bytes), then written into its file by that thread; this thread hashes the ranges in their
-  order from those buffers, so no byte is read back; a buffer is reused once its range is hashed and written, and at
-  most BUFFERS ranges are held (SPANS in flight, the others arrived and waiting for the one before them), so memory
-  is bounded whatever the sizes. A staged file on a local block file system is written with direct I/O
+  `connections.LOW_WATER` bytes); the transfer thread then goes on to its next range at once. This thread takes the
+  ranges in their order: it hands each to the one writer thread, which writes it into its file, and hashes it from
+  the same buffer meanwhile, so no byte is read back and no transfer waits for the disk; a buffer is reused once its
+  range is hashed and written, and at most BUFFERS ranges are held (SPANS in flight, the others arrived and waiting
+  for the one before them, or being written), so memory is bounded whatever the sizes. A staged file on a local block file system is written with direct I/O
   (`fs.writeback.direct`: no copy into the page cache, nothing evicted, nothing left for the final fsync to write;
   its last block padded with zeros, then the file cut to its size); on any other file system through the page cache,
   each hashed range handed to writeback and dropped from the cache. A file is finished (checked, fsynced by the
@@ -17,7 +18,7 @@ opened (positional writes); nothing else. Promises:
   there: over a direct connection all in this thread (`taulib.bundle.direct`, no thread per blob); through a
   proxy a transfer thread each;
 - every request carries the blob's listed etag (If-Match); the blob must have exactly its listed size;
-- transfer threads are joined before a call returns or raises, a stop signal or two notwithstanding; the first
+- transfer threads (and the writer) are joined before a call returns or raises, a stop signal or two notwithstanding; the first
   failure (or a stop signal) stops the rest, no retry is waited for after it, and over a direct connection the
   connections the large blobs' threads are reading are cut (`rest.Client.interrupt`), so that none waits for its
   read to time out; a file the caller opened is closed by `finish`, or
@@ -128,13 +129,11 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
     def fetch(i: int, stopped: threading.Event) -> None:
         entry, offset, length = jobs[i]
         name = f"{prefix}/{entry['path']}" if prefix else entry["path"]
-        buffer = held[i]
-        got = client.fill(name, etags.get(entry["path"]), offset, memoryview(buffer)[:length], stopped)
+        got = client.fill(name, etags.get(entry["path"]), offset, memoryview(held[i])[:length], stopped)
         if got != length:
             raise CheckFailed(f"{name} ended early: {offset + got} of {entry['size']} bytes")
-        fd, _, direct = files[entry["path"]]
-        if fd is None:
-            return
+
+    def write(fd: int, direct: bool, buffer: mmap.mmap, offset: int, length: int) -> None:
         if not direct:
             writeback.write_all(fd, memoryview(buffer)[:length], offset)
             return
@@ -145,7 +144,10 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
     def digest(i: int) -> None:
         entry, offset, length = jobs[i]
         fd, sha, direct = files[entry["path"]]
-        sha.update(memoryview(held[i])[:length])
+        written = None if fd is None else writer.start(write, fd, direct, held[i], offset, length)
+        sha.update(memoryview(held[i])[:length])  # while the writer writes the same bytes
+        if written is not None:
+            writer.wait(written)
         spare.append(held.pop(i))
         if fd is not None and not direct:  # hashed: its pages go to disk now, the final fsync has less to wait for
             writeback.release(fd, offset, length)
@@ -157,12 +159,50 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
                 os.ftruncate(fd, entry["size"])  # the padding of its last block
             finish(entry, sha.hexdigest(), fd)
 
+    writer = _Writer()
     try:
         _windowed(len(jobs), begin, fetch, digest, client)
     finally:
+        writer.close()  # before a file is closed: nothing is written into a descriptor closed or reused
         for fd, _, _ in files.values():  # the files whose transfer did not finish
             if fd is not None and own:
                 os.close(fd)
+
+
+class _Writer:
+    """One thread that writes ranges into their files, one at a time, while the caller's thread hashes them."""
+
+    def __init__(self) -> None:
+        self.pool: ThreadPoolExecutor | None = None
+
+    def start(self, write, *args) -> tuple:
+        """write(*args) on the writer thread; returns what `wait` takes."""
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=1)
+        done, failed = _held_lock(), []
+
+        def run() -> None:
+            try:
+                write(*args)
+            except BaseException as exc:  # noqa: BLE001 - raised by the caller's thread, in wait
+                failed.append(exc)
+            finally:
+                done.release()
+
+        self.pool.submit(run)
+        return done, failed
+
+    @staticmethod
+    def wait(started: tuple) -> None:
+        """Until that write has ended; raises what it raised."""
+        done, failed = started
+        done.acquire()  # a lock's wait: a stop signal may cut it at any moment (`blob._held_lock`)
+        if failed:
+            raise failed[0]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            _join(self.pool)
 
 
 def spans(size: int, span: int = SPAN) -> list[tuple[int, int]]:

@@ -176,3 +176,44 @@ def test_a_blob_replaced_by_other_bytes_of_the_same_size_mid_download_fails_and_
     assert error["message"] == (f"tau-bundle-fetch: downloading {prefix}/{BIG}: the blob changed after it was "
                                 "listed")
     assert_nothing_written(parent)
+
+
+def test_a_large_file_that_cannot_be_written_fails_the_transfer_with_that_error_and_no_thread_outlives_it(box,
+                                                                                                        tmp_path):
+    """The writer thread's failure (here EBADF: a descriptor open for reading only) ends the transfer: the error is
+    the disk's, raised once; every transfer thread and the writer have ended when the call returns; the file whose
+    transfer did not finish is closed."""
+    import errno
+    import threading
+
+    from taulib.bundle import blob, endpoint, transfer
+
+    root = tmp_path / "out"
+    url = az.url(box, "wfail/out")
+    try:
+        seal_and_upload(root, url, az.env(), MID_MIB, small=2)
+        client = blob.reader(endpoint.parse(url, az.env()), az.env())
+        listing = blob.list_prefix(client, "wfail/out")
+        entries = [{"path": BIG, "size": listing[BIG][0]}]
+        target = tmp_path / "target"
+        target.write_bytes(b"")
+        opened, finished = [], []
+
+        def read_only(entry):
+            opened.append(os.open(target, os.O_RDONLY))
+            return opened[-1]
+
+        before = threading.active_count()
+        with pytest.raises(OSError) as caught:
+            transfer.download_many(client, "wfail/out", entries, {BIG: listing[BIG][1]}, read_only,
+                                   lambda *a: finished.append(a))
+        assert caught.value.errno == errno.EBADF, caught.value
+        assert threading.active_count() == before
+        assert finished == [] and len(opened) == 1
+        with pytest.raises(OSError) as closed:
+            os.fstat(opened[0])
+        assert closed.value.errno == errno.EBADF  # closed by the transfer, since its file did not finish
+        assert target.stat().st_size == 0
+        client.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
