@@ -9,20 +9,21 @@ opened (positional writes); nothing else. Promises:
   ranges in their order: it hands each to the one writer thread, which writes it into its file, and hashes it from
   the same buffer meanwhile, so no byte is read back and no transfer waits for the disk; a buffer is reused once its
   range is hashed and written, and at most BUFFERS ranges are held (SPANS in flight, the others arrived and waiting
-  for the one before them, or being written), so memory is bounded whatever the sizes. A staged file on a local block file system is written with direct I/O
-  (`fs.writeback.direct`: no copy into the page cache, nothing evicted, nothing left for the final fsync to write;
-  its last block padded with zeros, then the file cut to its size); on any other file system through the page cache,
-  each hashed range handed to writeback and dropped from the cache. A file is finished (checked, fsynced by the
-  caller) when its last range is hashed, while the next file's ranges arrive;
+  for the one before them, or being written), so memory is bounded whatever the sizes. A staged file on a local
+  block file system is written with direct I/O (`fs.writeback.direct`: no copy into the page cache, nothing
+  evicted, nothing left for the final fsync to write; its last block padded with zeros, then the file cut to its
+  size); on any other file system through the page cache, each hashed range handed to writeback and dropped from
+  the cache. A file is finished (checked, fsynced by the caller) when its last range is hashed and written, while
+  the next file's ranges arrive;
 - then the blobs of up to RANGE bytes, WORKERS at a time, each one GET into a buffer, written and hashed from
   there: over a direct connection all in this thread (`taulib.bundle.direct`, no thread per blob); through a
   proxy a transfer thread each;
 - every request carries the blob's listed etag (If-Match); the blob must have exactly its listed size;
-- transfer threads (and the writer) are joined before a call returns or raises, a stop signal or two notwithstanding; the first
-  failure (or a stop signal) stops the rest, no retry is waited for after it, and over a direct connection the
-  connections the large blobs' threads are reading are cut (`rest.Client.interrupt`), so that none waits for its
-  read to time out; a file the caller opened is closed by `finish`, or
-  here when its transfer failed.
+- transfer threads (and the writer) are joined before a call returns or raises, a stop signal or two
+  notwithstanding; the first failure (or a stop signal) stops the rest, no retry is waited for after it, and over
+  a direct connection the connections the large blobs' threads are reading are cut (`rest.Client.interrupt`), so
+  that none waits for its read to time out; a file the caller opened is closed by `finish`, or here when its
+  transfer failed.
 Memory: BUFFERS buffers of SPAN bytes, and a RANGE buffer per small-blob transfer thread (anonymous memory: only the
 pages a body filled are resident).
 """
