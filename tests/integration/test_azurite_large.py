@@ -203,12 +203,12 @@ def test_a_large_file_that_cannot_be_written_fails_the_transfer_with_that_error_
             opened.append(os.open(target, os.O_RDONLY))
             return opened[-1]
 
-        before = threading.active_count()
+        before = set(threading.enumerate())
         with pytest.raises(OSError) as caught:
             transfer.download_many(client, "wfail/out", entries, {BIG: listing[BIG][1]}, read_only,
                                    lambda *a: finished.append(a))
         assert caught.value.errno == errno.EBADF, caught.value
-        assert threading.active_count() == before
+        assert set(threading.enumerate()) - before == set()  # every thread the transfer started has ended
         assert finished == [] and len(opened) == 1
         with pytest.raises(OSError) as closed:
             os.fstat(opened[0])
