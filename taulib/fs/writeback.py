@@ -50,20 +50,15 @@ def write_direct(fd: int, view: memoryview, offset: int, length: int) -> None:
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
-            undirect(fd)  # (another thread writing into fd may have done it already)
+            undirect(fd)
             write_all(fd, view[:max(0, end - offset)], offset)
             return
         view, offset = view[written:], offset + written
 
 
-def undirect(fd: int) -> bool:
-    """Turn direct I/O off for fd; whether it was on."""
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    o_direct = getattr(os, "O_DIRECT", 0)
-    if not flags & o_direct:
-        return False
-    fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~o_direct)
-    return True
+def undirect(fd: int) -> None:
+    """Turn direct I/O off for fd (nothing when it is off)."""
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~getattr(os, "O_DIRECT", 0))
 
 
 def direct(fd: int) -> bool:
