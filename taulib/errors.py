@@ -101,3 +101,12 @@ class FailpointError(TauError):
     """Raised by a failpoint armed with `error`: behaves like an I/O failure at that step."""
 
     code = IO_ERROR
+
+
+class SubmitRefused(Unavailable):
+    """The scheduler definitely refused a submission (nothing was submitted): its journal entry is retired."""
+
+
+class Ambiguous(Busy):
+    """The scheduler may or may not have taken a submission (a timeout, a lost reply): its journal entry stays
+    PREPARED, and the next call resolves it by the job's exact name instead of submitting again."""
