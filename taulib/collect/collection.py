@@ -27,11 +27,12 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
-from taulib import env, failpoints, jsonio, signals
+from taulib import env, executor, failpoints, jsonio, signals
 from taulib.collect import job, stage, winners
 from taulib.collect.destination import authorise, open_parent, read_result, remove_stage, stage_name
 from taulib.collect.report import summary
 from taulib.errors import Busy, Conflict, Refused, TauError, UsageError
+from taulib.executor import CollectionJobs
 from taulib.fs import publish
 from taulib.rundir import locks
 from taulib.rundir.journal import COLLECTIONS, Journal
@@ -74,9 +75,10 @@ def collect(run, destination: str, wait: bool = False, fmt: str | None = None,
     on when stderr is a terminal)."""
     asked = shape(run, fmt, rows_per_partition)
     result = _once(run, destination, asked, progress)
-    if wait and result["state"] in ("submitted", "running"):
+    jobs = executor.of(run).collection_jobs()
+    if wait and jobs is not None and result["state"] in ("submitted", "running"):
         book = Journal(run, COLLECTIONS)
-        job.wait(book, result["collection_id"], lambda: _settle_gone(run, result["collection_id"]))
+        job.wait(jobs, book, result["collection_id"], lambda: _settle_gone(run, jobs, result["collection_id"]))
         result = _once(run, destination, asked, progress)
     return result
 
@@ -89,7 +91,7 @@ def _once(run, destination: str, asked: Shape, progress: bool | None) -> dict:
 
 
 def _coordinate(run, book: Journal, found: list, where, parent, asked: Shape, progress: bool | None) -> dict:
-    local = run.plan["scheduler"]["profile"] == "local"
+    jobs = executor.of(run).collection_jobs()  # None: the collection runs inline, here
     resumed = None
     entry = book.newest()
     if entry is not None and entry.status is not None and entry.status["state"] in UNFINISHED:
@@ -99,10 +101,10 @@ def _coordinate(run, book: Journal, found: list, where, parent, asked: Shape, pr
                        f"tau-collect for that destination first ({_options(plan)})",
                        collection_id=plan["collection_id"])
         _same_shape(plan, asked, "is being collected by")
-        if local:
+        if jobs is None:
             resumed = entry
         else:
-            settled = job.settle(run, book, plan, status, parent, where.name,
+            settled = job.settle(run, jobs, book, plan, status, parent, where.name,
                                  lambda p, s, r: _finish(book, p, s, r))
             if settled is not None:
                 return settled
@@ -124,8 +126,8 @@ def _coordinate(run, book: Journal, found: list, where, parent, asked: Shape, pr
         plan = _plan(run, book.next_id(), where.path, found, asked)
         status = book.open(plan, result_sha256=None)
         failpoints.hit("collect.planned")
-        if not local:
-            return job.submit(run, book, plan, status)
+        if jobs is not None:
+            return job.submit(run, jobs, book, plan, status)
     else:
         winners.check_unchanged(plan, found)
     return _work(run, book, plan, status, found, parent, where.name, progress)
@@ -210,7 +212,7 @@ def _finish(book: Journal, plan: dict, status: dict, result: dict) -> dict:
     return summary(plan, status, result, created=True)
 
 
-def _settle_gone(run, collection_id: str) -> None:
+def _settle_gone(run, jobs: CollectionJobs, collection_id: str) -> None:
     """While waiting: settle a CPU job that left the queue without finishing the collection."""
     book = Journal(run, COLLECTIONS)
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"):
@@ -218,18 +220,24 @@ def _settle_gone(run, collection_id: str) -> None:
         if status is not None and status["state"] in ("submitted", "running"):
             where = authorise(run, plan["destination"])
             with open_parent(where) as parent:
-                job.settle(run, book, plan, status, parent, where.name, lambda p, s, r: _finish(book, p, s, r))
+                job.settle(run, jobs, book, plan, status, parent, where.name, lambda p, s, r: _finish(book, p, s, r))
 
 
 def work(run_dir: str, collection_id: str, environ: dict | None = None) -> dict:
-    """The CPU job's side (`tau-collect RUN --worker ID`): fence on SLURM_JOB_ID, then stream, stage, publish."""
+    """The CPU job's side (`tau-collect RUN --worker ID`): fence on the job's id (SLURM_JOB_ID), then stream,
+    stage, publish."""
     from taulib.rundir.run import Run
 
-    job_id = env.get("SLURM_JOB_ID", environ)
-    if not job_id:
-        raise Refused("tau-collect --worker runs only inside its Slurm job (SLURM_JOB_ID is unset); on a login "
-                      "node, run tau-collect RUN --destination PATH")
+    environ = env.current() if environ is None else environ
     with Run(run_dir) as run:
+        jobs = executor.of(run).collection_jobs()
+        if jobs is None:
+            raise Refused(f"run {run.run_id!r} is collected inline by tau-collect itself, never by a worker job; run "
+                          "tau-collect RUN --destination PATH")
+        job_id = jobs.identity(environ)
+        if not job_id:
+            raise Refused("tau-collect --worker runs only inside its Slurm job (SLURM_JOB_ID is unset); on a login "
+                          "node, run tau-collect RUN --destination PATH")
         book = Journal(run, COLLECTIONS)
         plan = run.dir.require(book.plan_rel(collection_id), COLLECTIONS.plan_kind)
         job.await_binding(book, plan, job_id, time.monotonic() + env.get("TAU_BINDING_WAIT", environ))

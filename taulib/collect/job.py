@@ -1,11 +1,12 @@
-"""The collection's CPU job under Slurm: submitting it, finding out where it is, following it, and fencing it.
+"""The collection's CPU job, under an executor that runs collections as jobs of their own (Slurm): submitting it,
+finding out where it is, following it, and fencing it. The scheduler's part is the executor's `CollectionJobs`.
 
-Reads: the collection journal, squeue and sacct for the recorded job only, and the published dataset's
-`_tau_collection.json`. Writes: the journal entry's status (through `rundir.journal`; the caller holds collect.lock)
-and the job script `collections/<id>/job.sh`.
+Reads: the collection journal, the scheduler's queue and accounting for the recorded job only, and the published
+dataset's `_tau_collection.json`. Writes: the journal entry's status (through `rundir.journal`; the caller holds
+collect.lock) and, through the executor, the job script `collections/<id>/job.sh`.
 Promises:
-- the job asks for no GPU (the script pins none: `slurm.script.render_collection`) and runs
-  `tau-collect RUN --worker ID`, which writes nothing until the journal names its SLURM_JOB_ID;
+- the job asks for no GPU (under Slurm the script pins none: `slurm.script.render_collection`) and runs
+  `tau-collect RUN --worker ID`, which writes nothing until the journal names its job id;
 - a PREPARED entry (sbatch's reply was lost) is resolved by the job's exact name (`rules.journal.resolve`): adopted,
   waited for until the visibility deadline, or retired;
 - a job absent from the queue is a verdict only once accounting has it, or a minute after its last change (so
@@ -15,14 +16,13 @@ Promises:
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
-from taulib import failpoints, jsonio
+from taulib import jsonio
 from taulib.collect.destination import read_result, remove_stage, stage_name
 from taulib.collect.report import progress, summary
-from taulib.errors import Busy, CheckFailed, Conflict, Refused, Unavailable
+from taulib.errors import Busy, CheckFailed, Conflict, Refused, SubmitRefused, Unavailable
+from taulib.executor import CollectionJobs
 from taulib.rules import journal as journal_rules
 from taulib.rundir import journal
 
@@ -36,30 +36,21 @@ def job_name(run, collection_id: str) -> str:
     return journal.job_name(run, "c" + collection_id.split("-")[1])
 
 
-def submit(run, book, plan: dict, status: dict) -> dict:
+def submit(run, jobs: CollectionJobs, book, plan: dict, status: dict) -> dict:
     """Render and submit the CPU job of a PREPARED entry; returns the progress summary (state submitted)."""
-    from taulib.slurm import commands, script
-
-    text = script.render_collection(job_name=job_name(run, plan["collection_id"]), run_dir=run.path,
-                                    collection_id=plan["collection_id"], python=sys.executable,
-                                    profile=run.plan["scheduler"]["slurm"])
     try:
-        job_id = commands.sbatch_script(run, f"collections/{plan['collection_id']}/job.sh", text, pinned=True)
-    except commands.SubmitRefused as exc:
+        job_id = jobs.submit(run, plan, job_name(run, plan["collection_id"]))
+    except SubmitRefused as exc:
         book.retire(status, exc.message)
         raise
-    failpoints.hit("collect.sbatch_returned")  # the job exists, nothing records it: the lost reply
     return progress(plan, book.advance(status, state="submitted", job_id=job_id))
 
 
-def settle(run, book, plan: dict, status: dict, parent, name: str, finish) -> dict | None:
-    """Where is an unfinished Slurm collection? Its summary, or None when it failed (start a new one).
+def settle(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, name: str, finish) -> dict | None:
+    """Where is an unfinished collection job? Its summary, or None when it failed (start a new one).
     `finish(plan, status, result)` records a dataset the job published."""
-    from taulib.slurm import commands
-
-    if status["state"] == "prepared":  # sbatch's reply was lost: find the job by its exact name, or retire it
-        found = commands.find_by_name(job_name(run, plan["collection_id"]), os.getuid(),
-                                      jsonio.parse_time(plan["created_at"]))
+    if status["state"] == "prepared":  # the submission's reply was lost: find the job by its exact name, or retire
+        found = jobs.find(job_name(run, plan["collection_id"]), jsonio.parse_time(plan["created_at"]))
         verdict = journal_rules.resolve(found, {None}, jsonio.now_rfc3339() > status["deadline"],
                                         job_name(run, plan["collection_id"]))
         if verdict.action == "conflict":
@@ -72,10 +63,9 @@ def settle(run, book, plan: dict, status: dict, parent, name: str, finish) -> di
         book.retire(status, verdict.reason)
         return None
     job = status["job_id"]
-    if any(row.job_id == job for row in commands.squeue([job])):
+    if jobs.queued(job):
         return progress(plan, status)
-    rows = [r for r in commands.sacct([job], arrays=set()) if r.job_id == job]
-    accounting = rows[-1] if rows else None
+    accounting = jobs.accounted(job)
     result = read_result(parent, name)
     if result is not None and result["plan_sha256"] == jsonio.digest(plan):
         status = book.reread(status)
@@ -86,17 +76,15 @@ def settle(run, book, plan: dict, status: dict, parent, name: str, finish) -> di
     if accounting is None and jsonio.now_rfc3339() <= grace:
         return progress(plan, status)  # not in accounting yet: accounting lag, not a verdict
     remove_stage(parent, stage_name(plan))
-    verdict = accounting.raw if accounting is not None else "absent from the queue and from accounting"
+    verdict = accounting if accounting is not None else "absent from the queue and from accounting"
     book.retire(status, f"its Slurm job {job} ended ({verdict}) without publishing the dataset")
     return None
 
 
-def wait(book, collection_id: str, settle_gone) -> None:
+def wait(jobs: CollectionJobs, book, collection_id: str, settle_gone) -> None:
     """Follow a Slurm collection until it succeeds (return) or fails (CheckFailed with its reason): reads its
     status every POLL seconds, asks squeue every QUEUE_EVERY seconds, and calls `settle_gone()` once the job has
     been gone from the queue for GONE_AFTER seconds without the collection finishing."""
-    from taulib.slurm import commands
-
     gone_since = None
     next_check = time.monotonic() + QUEUE_EVERY
     while True:
@@ -110,7 +98,7 @@ def wait(book, collection_id: str, settle_gone) -> None:
             continue
         next_check = time.monotonic() + QUEUE_EVERY
         try:
-            queued = any(row.job_id == status["job_id"] for row in commands.squeue([status["job_id"]]))
+            queued = jobs.queued(status["job_id"])
         except Unavailable:
             continue
         if queued:

@@ -31,35 +31,17 @@ import time
 from contextlib import ExitStack
 
 from taulib import env as environment
-from taulib import failpoints, jsonio
+from taulib import executor, failpoints, jsonio
 from taulib.errors import BadInput, NotFound, Refused, TauError
 from taulib.lifecycle import client
 from taulib.rundir import layout, locks, state
 from taulib.rundir.journal import find_task
 from taulib.rundir.run import Run
 
+
 def allocation_identity(env: dict) -> dict:
-    """The scheduler identity this process runs under, from its environment."""
-    local_job = environment.get("TAU_LOCAL_JOB_ID", env)
-    if local_job:
-        try:
-            return {"executor": "local", "job_id": local_job,
-                    "task_index": int(environment.get("TAU_LOCAL_TASK_ID", env) or "")}
-        except ValueError:
-            raise Refused("TAU_LOCAL_TASK_ID is not a task index; tau-attempt runs only inside an allocation") \
-                from None
-    if environment.get("SLURM_JOB_ID", env):
-        job = environment.get("SLURM_ARRAY_JOB_ID", env)
-        task = environment.get("SLURM_ARRAY_TASK_ID", env)
-        if not job or task is None or not task.isdigit():
-            raise Refused("this Slurm job is not an array task (SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID unset)")
-        return {"executor": "slurm", "job_id": job, "task_index": int(task)}
-    raise Refused("not inside an allocation: neither the local executor's nor Slurm's job variables are set; "
-                  "tau-attempt run is started by the executor, not by hand")
-
-
-def _restart_count(env: dict) -> int:
-    return environment.get("SLURM_RESTART_COUNT", env)  # type: ignore[return-value]
+    """The scheduler identity this process runs under, from its environment (the executors' table asked)."""
+    return executor.identity(env)
 
 
 def _fence(run: Run, sid: str, aid: str, identity: dict, restarts: int) -> dict:
@@ -142,7 +124,7 @@ def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict,
             raise Refused(f"submission {submission_id!r} has no task {identity['task_index']}")
         sid, aid = task["shard_id"], task["attempt_id"]
         _await_binding(run, submission_id, env, stop)
-        restarts = _restart_count(env)
+        restarts = executor.get(identity["executor"]).restarts(env)
         with ExitStack() as stack:
             if run.plan["resume"] == "always":
                 stack.enter_context(locks.hold(run.dir, locks.resume_lock_name(sid)))

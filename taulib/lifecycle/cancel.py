@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 import socket
 
-from taulib import failpoints, jsonio
-from taulib.errors import Unavailable
+from taulib import executor, failpoints, jsonio
+from taulib.lifecycle.observe import by_executor
 from taulib.rundir import layout, locks, state
 
 
@@ -73,20 +73,10 @@ def _record(run, sid: str | None) -> dict:
 
 def _stop(run, attempts: list[dict], whole_run: bool) -> tuple[list[dict], str | None]:
     """Stop the live attempts through their executors; (the attempts stopped, why stopping failed or None)."""
-    local = [a for a in attempts if a["scheduler"]["executor"] == "local"]
-    slurm = [a for a in attempts if a["scheduler"]["executor"] == "slurm"]
     stopped: list[dict] = []
-    if local:
-        from taulib.local import supervisor
-
-        stopped += supervisor.stop(run, local, whole_run)
-    if slurm:
-        from taulib.slurm import commands
-
-        try:
-            commands.scancel(sorted({f"{a['scheduler']['job_id']}_{a['scheduler']['task_index']}" for a in slurm}))
-            stopped += slurm
-        except Unavailable as exc:
-            return stopped, (f"the cancellation is recorded, but stopping its Slurm tasks failed ({exc.message}); "
-                             "they stop themselves when they next look, or run tau-cancel again")
+    for name, group in by_executor(attempts).items():
+        done = executor.get(name).stop(run, group, whole_run)
+        stopped += done.attempts
+        if done.problem is not None:
+            return stopped, done.problem
     return stopped, None

@@ -27,7 +27,7 @@ import subprocess
 import time
 from typing import NamedTuple
 
-from taulib import jsonio, signals
+from taulib import executor, jsonio, signals
 from taulib.errors import Busy, TauError
 from taulib.rules import environment as environment_rules
 from taulib.rundir import layout, locks, state
@@ -178,9 +178,10 @@ def command(run, attempt: dict, environ: dict) -> tuple[list[str], dict, str | N
         return argv, {}, cwd, f"the run's working folder {cwd!r} no longer exists; the client was not started"
     if fixed is None:
         return argv, dict(environ, **run.plan["env"], **tau), cwd, None
+    allocation = executor.of_attempt(attempt).allocation_variables(environ)
     return argv, environment_rules.client_environment(path=path, env=run.plan["env"],
                                                       inherit=run.plan["inherit_env"], environ=environ,
-                                                      executor=attempt["scheduler"]["executor"], tau=tau), cwd, None
+                                                      allocation=allocation, tau=tau), cwd, None
 
 
 def run_client(run, attempt: dict, environ: dict, stop: Stop) -> ClientOutcome:

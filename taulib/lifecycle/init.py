@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-from taulib import __version__, env, failpoints, jsonio, schema
+from taulib import __version__, env, executor, failpoints, jsonio, schema
 from taulib.errors import BadInput, Conflict, NotFound, UsageError
 from taulib.fs import atomic
 from taulib.rules import plan as defaults
@@ -48,7 +48,7 @@ def resolve_plan(request: dict, run_id: str) -> dict:
     if count > MAX_SHARDS:
         raise BadInput(f"plan on standard input makes {count} shards; a run has at most {MAX_SHARDS} (use a larger "
                        "shard_size)")
-    sched = request.get("scheduler", {"profile": "local"})
+    sched = request.get("scheduler", {"profile": executor.DEFAULT})
     windows = request.get("windows", {})
     output = request.get("output", {})
     plan = {
@@ -60,11 +60,8 @@ def resolve_plan(request: dict, run_id: str) -> dict:
         "shard_size": request.get("shard_size"),
         "command": list(request["command"]),
         "resume": request.get("resume", "never"),
-        "scheduler": {
-            "profile": sched["profile"],
-            "local": {"max_parallel": sched.get("local", {}).get("max_parallel", defaults.MAX_PARALLEL)},
-            "slurm": dict(sched.get("slurm", {})),
-        },
+        "scheduler": {"profile": sched["profile"],
+                      **{name: executor.get(name).section(sched.get(name, {})) for name in executor.EXECUTORS}},
         "output": {"format": output.get("format", "parquet"),
                    "rows_per_partition": output.get("rows_per_partition", defaults.ROWS_PER_PARTITION),
                    "schema": [dict(field) for field in output["schema"]] if "schema" in output else None},
@@ -77,10 +74,8 @@ def resolve_plan(request: dict, run_id: str) -> dict:
     }
     _check_environment(plan)
     schema.validate(plan, "plan")
-    if plan["scheduler"]["profile"] == "slurm" or plan["scheduler"]["slurm"]:
-        from taulib.slurm import script
-
-        script.validate_profile(plan["scheduler"]["slurm"])
+    for name in executor.EXECUTORS:  # each section the plan carries can be submitted, whichever executor runs it
+        executor.get(name).check_section(plan["scheduler"][name])
     return plan
 
 
@@ -134,20 +129,8 @@ def init(run_dir: str, request: object, environ: dict | None = None) -> dict:
     cwd = os.getcwd()
     path = (environ if environ is not None else env.current()).get("PATH", os.defpath)
     environment = {"program": resolve_program(plan["command"][0], cwd, path), "path": path, "cwd": cwd}
-    if plan["scheduler"]["profile"] == "slurm":
-        from taulib.slurm import script
-
-        try:
-            script.check_path(os.path.abspath(run_dir), "run directory")
-        except BadInput as exc:
-            raise UsageError(f"{exc.message}: use a path of letters, digits and ._-/ only, as sbatch needs") from None
-        # every Slurm field is checked now, as the scripts will render it: a plan that can never be submitted is
-        # refused here, not at its first tau-submit
-        script.render(job_name="tau-check", run_dir=os.path.abspath(run_dir), submission_id="submission-0001",
-                      task_indices=[0], python=sys.executable, profile=plan["scheduler"]["slurm"])
-        script.render_collection(job_name="tau-check", run_dir=os.path.abspath(run_dir),
-                                 collection_id="collection-0001", python=sys.executable,
-                                 profile=plan["scheduler"]["slurm"])
+    # a plan that can never be submitted from here is refused now, not at its first tau-submit
+    executor.get(plan["scheduler"]["profile"]).preflight(plan, os.path.abspath(run_dir), sys.executable)
     plan_bytes = jsonio.canonical(plan)
     plan_sha = jsonio.sha256_hex(plan_bytes)
     _refuse_foreign_directory(run_dir)

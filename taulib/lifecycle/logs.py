@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 
+from taulib import executor
 from taulib.errors import NotFound
 from taulib.rundir import layout, state
 
@@ -34,12 +35,8 @@ def attempt_of(run, sid: str, aid: str | None) -> dict:
 
 def sources(run, attempt: dict) -> list[tuple[str, str]]:
     """(name, path relative to the run) of the attempt's output files: the client's, then the allocation's."""
-    sched = attempt["scheduler"]
-    sub, task = attempt["submission_id"], sched["task_index"]
-    own = (f"submissions/{sub}/slurm-{sched['job_id']}_{task}.out" if sched["executor"] == "slurm"
-           else f"submissions/{sub}/local/task-{task:05d}.log")
     return [("client", layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "client.log")),
-            ("allocation", own)]
+            ("allocation", executor.of_attempt(attempt).output_path(attempt))]
 
 
 def read(run, rel: str, offset: int = 0) -> bytes:
@@ -93,16 +90,5 @@ def _ended(run, attempt: dict) -> bool:
     record = state.attempt_record(run, attempt["shard_id"], attempt["attempt_id"])
     if record is None or record["state"] in ("succeeded", "failed"):
         return True
-    sched = record["scheduler"]
-    if sched["executor"] == "local":
-        from taulib.local import observe
-
-        return observe.observe(run, [record])[0]["queue"] is None
-    from taulib.errors import Unavailable
-    from taulib.slurm import commands
-
-    try:
-        rows = commands.squeue([sched["job_id"]])
-    except Unavailable:
-        return False  # cannot tell: keep following
-    return not any(r.job_id == sched["job_id"] and r.task in (sched["task_index"], None) for r in rows)
+    running = executor.of_attempt(record).running(run, record)
+    return running is False  # None: the executor cannot be asked now, so keep following

@@ -1,15 +1,15 @@
 """Observation (tau-observe RUN): ask the executors about a run's live attempts. Read-only.
 
 Reads: the shards' records (the sealed-shard index first, so finished shards cost nothing) and whatever the
-executor keeps: the local executor's records (`taulib.local.observe`), or one batched squeue and one batched sacct
-for the recorded Slurm jobs (`taulib.slurm.observe`). Writes: nothing.
+executor of each live attempt keeps (`Executor.observe`: the local executor's records, or one batched squeue and
+one batched sacct for the recorded Slurm jobs). Writes: nothing.
 Promises: the live attempts are the newest attempt of each shard without a winner whose lifecycle is not finished;
 the result is one normalised `tau.observations` document (schema `observations`), which tau-reconcile applies.
 """
 
 from __future__ import annotations
 
-from taulib import jsonio, schema
+from taulib import executor, jsonio, schema
 from taulib.rundir import layout, state
 
 
@@ -39,21 +39,26 @@ def live_attempts(run) -> list[dict]:
 def observe(run) -> dict:
     attempts = live_attempts(run)
     observed_at = jsonio.now_rfc3339()
-    executor = run.plan["scheduler"]["profile"]
-    sources = {"queue": "observed", "accounting": "observed", "reason": None}
-    local_attempts = [a for a in attempts if a["scheduler"]["executor"] == "local"]
-    slurm_attempts = [a for a in attempts if a["scheduler"]["executor"] == "slurm"]
-    views = []
-    if local_attempts:
-        from taulib.local import observe as local_observe
-
-        views.extend(local_observe.observe(run, local_attempts))
-    if slurm_attempts:
-        from taulib.slurm import observe as slurm_observe
-
-        slurm_views, sources = slurm_observe.observe(slurm_attempts)
-        views.extend(slurm_views)
+    views: list[dict] = []
+    problems: dict[str, list[str]] = {"queue": [], "accounting": []}
+    for name, group in by_executor(attempts).items():
+        seen = executor.get(name).observe(run, group)
+        views.extend(seen.views)
+        for source in problems:
+            if seen.sources[source] != "observed":
+                problems[source].append(seen.sources["reason"] or f"{name} could not be asked")
+    reasons = list(dict.fromkeys(r for source in problems.values() for r in source))
+    sources = {source: "unavailable" if problems[source] else "observed" for source in problems}
     doc = {"kind": "tau.observations", "schema_version": 1, "run_id": run.run_id, "observed_at": observed_at,
-           "executor": executor, "sources": sources, "attempts": views}
+           "executor": run.plan["scheduler"]["profile"],
+           "sources": dict(sources, reason="; ".join(reasons) if reasons else None), "attempts": views}
     schema.validate(doc, "observations")
     return doc
+
+
+def by_executor(attempts: list[dict]) -> dict[str, list[dict]]:
+    """The attempts grouped by the executor that runs each (in the order the executors first appear)."""
+    groups: dict[str, list[dict]] = {}
+    for attempt in attempts:
+        groups.setdefault(attempt["scheduler"]["executor"], []).append(attempt)
+    return groups

@@ -4,7 +4,7 @@ Reads: the document (validated against `observations` before anything is touched
 it names. Writes, under the run lock (shared) and each shard's lock: observation.json (revision + 1) where the
 evidence changed, and attempt.json where terminal evidence ended an unfinished attempt (an attempt only its
 submission recorded gets its revision-1 attempt.json first: `rundir.state.record_attempt`); then, under the local
-executor, the folder of a supervisor that died without ending (`local.supervisor.sweep`); the temp file of a
+executor, the folder of a supervisor that died without ending (`Executor.sweep`); the temp file of a
 crashed publish in the run's own folder; then the sealed-shard index.
 Promises: the rules are the pure table `rules.evidence` and the verdict `rules.attempt`; a document that names an
 attempt this run does not have, or gives it another scheduler identity, is refused whole before anything is
@@ -20,7 +20,7 @@ import os
 import stat
 import time
 
-from taulib import failpoints, jsonio, schema
+from taulib import executor, failpoints, jsonio, schema
 from taulib.errors import BadInput, Busy, NotFound, Refused, UsageError
 from taulib.fs.tree import Tree
 from taulib.rules import evidence as evidence_rules
@@ -108,17 +108,16 @@ def _apply(run, doc: dict, target: StatusFile | None) -> dict:
                     if change:
                         changes.append(change)
         failpoints.hit("reconcile.applied")  # the evidence is written; the index not yet
-        if run.plan["scheduler"]["profile"] == "local":
-            from taulib.local import supervisor
-
-            supervisor.sweep(run)  # what a killed local supervisor left in its folder
+        chosen = executor.of(run)
+        chosen.sweep(run)  # what the executor's own processes left when they died (a local supervisor)
+        parallel = chosen.limits(run.plan).parallel
         _tidy_run_folder(run)
         if target is None:
-            status = run_status(run, sources=doc["sources"], update_index=True, now=now)
+            status = run_status(run, parallel=parallel, sources=doc["sources"], update_index=True, now=now)
             status["changes"] = changes
             return status
         with locks.hold(run.dir, "status"):  # computed and written in turn: never an older status after a newer
-            status = run_status(run, sources=doc["sources"], update_index=True, now=now)
+            status = run_status(run, parallel=parallel, sources=doc["sources"], update_index=True, now=now)
             status["changes"] = changes
             target.write(status)
     return status

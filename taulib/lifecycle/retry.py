@@ -10,6 +10,7 @@ submit lock, so a second or concurrent call finds the new attempts pending and d
 
 from __future__ import annotations
 
+from taulib import executor
 from taulib.lifecycle import submission
 from taulib.rules.retry import ShardFacts, select_initial, select_retry
 from taulib.rundir import layout, state
@@ -28,7 +29,7 @@ def retry(run, explicit: list[str] | None = None) -> dict:
 
     def select(run_) -> tuple[list[str], list[dict], list[str]]:
         nonlocal stopped
-        status = run_status(run_)
+        status = run_status(run_, parallel=executor.of(run_).limits(run_.plan).parallel)
         stopped = status["budget"]["stopped"]
         facts = [ShardFacts(s["id"], s["state"], s["reason"]) for s in status["shards"]
                  if wanted is None or s["id"] in wanted]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from taulib import executor
 from taulib.lifecycle import observe, reconcile
 from taulib.rundir import locks, state
 from taulib.rundir.status import run_status
@@ -25,4 +26,5 @@ def status(run) -> dict:
             *_, new = reconcile.next_for(run, view, seen, now, submitted)
             if new is not None:
                 evidence[key] = new
-        return run_status(run, sources=doc["sources"], now=now, evidence=evidence)
+        return run_status(run, parallel=executor.of(run).limits(run.plan).parallel, sources=doc["sources"],
+                          now=now, evidence=evidence)

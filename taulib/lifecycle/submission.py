@@ -26,15 +26,11 @@ Allocations of a retired job are fenced by tau-attempt.
 
 from __future__ import annotations
 
-import os
-import sys
-
-from taulib import env, failpoints, jsonio
-from taulib.errors import BadInput, Busy, Conflict
+from taulib import env, executor, failpoints, jsonio
+from taulib.errors import BadInput, Busy, Conflict, SubmitRefused
 from taulib.rules import environment as environment_rules
-from taulib.rules import journal as journal_rules
 from taulib.rundir import layout, locks, state
-from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks, job_name, task_indices, tasks
+from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks, job_name, tasks
 
 
 def journal(run) -> Journal:
@@ -56,7 +52,7 @@ def submit(run, purpose: str, select) -> dict:
         if purpose == "initial":
             for plan, status in book.entries():
                 if plan["purpose"] == "initial" and status is not None and status["state"] == "submitted":
-                    _ensure_supervisor(run, plan)
+                    _ensure_started(run, plan)
                     return dict(_summary(plan, status, created=False), skipped=[])
         shard_ids, skipped, granted = select(run)
         if not shard_ids:
@@ -77,7 +73,7 @@ def submit(run, purpose: str, select) -> dict:
                 "created_at": jsonio.now_rfc3339(), "executor": run.plan["scheduler"]["profile"],
                 "job_name": job_name(run, sub_id.split("-")[1]),
                 **({"task_ranges": compact_tasks(chosen)} if run.format >= 2 else {"tasks": chosen})}
-        text = _render(run, plan) if plan["executor"] == "slurm" else None  # refuse bad fields before the journal
+        text = executor.get(plan["executor"]).render(run, plan)  # refuse bad fields before the journal
         status = book.open(plan)
         failpoints.hit("submit.prepared")
         status = _hand_off(run, book, plan, status, text)
@@ -93,41 +89,21 @@ def _settle(run, book: Journal) -> tuple[dict, dict] | None:
     return None
 
 
-def _render(run, plan: dict) -> str:
-    from taulib.slurm import script
-
-    return script.render(job_name=plan["job_name"], run_dir=run.path, submission_id=plan["submission_id"],
-                         task_indices=task_indices(plan), python=sys.executable,
-                         profile=run.plan["scheduler"]["slurm"])
-
-
 def _hand_off(run, book: Journal, plan: dict, status: dict, text: str | None) -> dict:
     """Step 3 for a new PREPARED entry (the script was rendered before the entry was written), then bind."""
-    if plan["executor"] == "local":
-        return _bind(run, book, plan, status, plan["submission_id"])
-    from taulib.slurm import commands
-
     try:
-        job_id = commands.sbatch_script(run, f"submissions/{plan['submission_id']}/job.sh", text)
-    except commands.SubmitRefused as exc:
+        job_id = executor.get(plan["executor"]).hand_off(run, plan, text)
+    except SubmitRefused as exc:
         book.retire(status, exc.message)
         raise
-    failpoints.hit("submit.sbatch_returned")  # the job exists, nothing records it: the lost reply
     return _bind(run, book, plan, status, job_id)
 
 
 def _resolve(run, book: Journal, plan: dict, status: dict) -> dict:
-    """Settle a PREPARED entry: local ones are finished; Slurm ones are found by exact name or retired."""
-    if plan["executor"] == "local":
-        return _bind(run, book, plan, status, plan["submission_id"])
-    from taulib.slurm import commands
-
-    found = commands.find_by_name(plan["job_name"], os.getuid(), jsonio.parse_time(plan["created_at"]))
-    verdict = journal_rules.resolve(found, set(task_indices(plan)),
-                                    jsonio.now_rfc3339() > status["deadline"], plan["job_name"])
+    """Settle a PREPARED entry as its executor resolves it: adopt its job, wait, retire it, or refuse."""
+    verdict, seen = executor.get(plan["executor"]).resolve(run, plan, status)
     if verdict.action == "conflict":
-        raise Conflict(f"{verdict.reason}; then run tau-submit again", job_id=verdict.job_id,
-                       job_ids=sorted(found))
+        raise Conflict(f"{verdict.reason}; then run tau-submit again", job_id=verdict.job_id, job_ids=seen)
     if verdict.action == "wait":
         raise Busy(f"submission {plan['submission_id']} is not resolved yet: {verdict.reason}; it is resolved by "
                    f"{status['deadline']}: try again", submission_id=plan["submission_id"])
@@ -143,10 +119,7 @@ def _bind(run, book: Journal, plan: dict, status: dict, job_id: str) -> dict:
         failpoints.hit("submit.attempts_published")
     status = book.advance(status, state="submitted", job_id=job_id)
     failpoints.hit("submit.submitted")
-    if plan["executor"] == "local":
-        from taulib.local import supervisor
-
-        supervisor.spawn(run, plan["submission_id"])
+    executor.get(plan["executor"]).start(run, plan)
     return status
 
 
@@ -165,16 +138,13 @@ def _publish_attempts(run, plan: dict, job_id: str) -> None:
                 raise Conflict(f"{rel} is bound to another submission", path=rel)
 
 
-def _ensure_supervisor(run, plan: dict) -> None:
-    """Restart the local supervisor of a submission whose tasks did not all start (it was killed, or tau-submit
-    crashed before starting it)."""
-    sub_id = plan["submission_id"]
-    if plan["executor"] == "local" and not all(
-            run.dir.exists(layout.local_task(sub_id, index)) for index in task_indices(plan)):
-        from taulib.local import supervisor
-
+def _ensure_started(run, plan: dict) -> None:
+    """Start again what a submitted submission's tasks wait on when it is gone (under the local executor, its
+    supervisor was killed, or tau-submit crashed before starting it)."""
+    chosen = executor.get(plan["executor"])
+    if chosen.stalled(run, plan):
         _check_inherited(run)
-        supervisor.spawn(run, sub_id)
+        chosen.start(run, plan)
 
 
 def _check_inherited(run) -> None:

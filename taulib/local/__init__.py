@@ -18,7 +18,8 @@ at once, and keeps two kinds of records in `submissions/<id>/local/`, written th
 
 Only the supervisor writes its folder, under the lock `locks/local-<submission>.lock` held for its lifetime.
 
+  executor    the local executor as tau's `Executor` (taulib.executor): what lifecycle and collect call
   proc        processes by pid and start time (/proc)
-  supervisor  starting the supervisor, and its loop
+  supervisor  starting the supervisor, and its loop; stopping tasks; sweeping a dead supervisor's folder
   observe     the queue and accounting views of local attempts
 """

@@ -131,8 +131,6 @@ def sweep(run) -> list[str]:
     ended, so each is swept once. Run by tau-reconcile; returns the submissions swept."""
     from taulib.rundir.journal import SUBMISSIONS, Journal
 
-    if run.plan["scheduler"]["profile"] != "local":
-        return []
     swept = []
     for sid in Journal(run, SUBMISSIONS).ids():
         rel = layout.local_supervisor(sid)
@@ -212,7 +210,7 @@ def _start_task(run, sub: dict, index: int) -> int:
     sid = sub["submission_id"]
     child = env.current()
     child.update({"TAU_LOCAL_JOB_ID": sid, "TAU_LOCAL_TASK_ID": str(index)})
-    log = run.dir.open_append(f"submissions/{sid}/local/task-{index:05d}.log")
+    log = run.dir.open_append(layout.local_task_log(sid, index))
     try:
         import subprocess
 

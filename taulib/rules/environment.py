@@ -6,16 +6,14 @@ A client gets, and gets nothing else:
   inherit_env names   taken by name from the allocation, which got them from the process that submitted it (each
                       submission refuses to go ahead without them, so a retry from cron cannot run differently)
   env                 the plan's values
-  the allocation's    under Slurm, the variables Slurm sets for the allocation (SLURM_*, and the devices it
-                      bound: CUDA_VISIBLE_DEVICES and its kin)
+  the allocation's    the variables its executor passes on (`Executor.allocation_variables`): under Slurm, the
+                      variables Slurm sets for the allocation (SLURM_*, and the devices it bound:
+                      CUDA_VISIBLE_DEVICES and its kin); under the local executor, none
   TAU_*               tau's own: the run, shard, attempt, record range, output folder, progress file
 Secrets are inherited by name and never written into a record.
 """
 
 from __future__ import annotations
-
-DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
-                    "ZE_AFFINITY_MASK")
 
 
 def missing_inherited(inherit: list[str], environ: dict) -> list[str]:
@@ -23,13 +21,13 @@ def missing_inherited(inherit: list[str], environ: dict) -> list[str]:
     return [name for name in inherit if name not in environ]
 
 
-def client_environment(*, path: str, env: dict, inherit: list[str], environ: dict, executor: str,
+def client_environment(*, path: str, env: dict, inherit: list[str], environ: dict, allocation: dict,
                        tau: dict) -> dict:
-    """The environment of the client of an attempt. `environ` is the allocation's own environment; `tau` holds
-    tau's variables for this attempt. The caller has checked that no inherited name is missing."""
+    """The environment of the client of an attempt. `environ` is the allocation's own environment, `allocation`
+    the variables of it that its executor passes on, `tau` tau's variables for this attempt. The caller has checked
+    that no inherited name is missing."""
     out = {"PATH": path}
-    if executor == "slurm":
-        out.update({k: v for k, v in environ.items() if k.startswith("SLURM_") or k in DEVICE_VARIABLES})
+    out.update(allocation)
     out.update({name: environ[name] for name in inherit})
     out.update(env)
     out.update(tau)

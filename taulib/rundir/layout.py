@@ -88,6 +88,10 @@ def local_task(sub: str, task_index: int) -> str:
     return f"submissions/{sub}/local/task-{task_index:05d}.json"
 
 
+def local_task_log(sub: str, task_index: int) -> str:
+    return f"submissions/{sub}/local/task-{task_index:05d}.log"
+
+
 def local_supervisor(sub: str) -> str:
     return f"submissions/{sub}/local/supervisor.json"
 

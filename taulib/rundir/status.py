@@ -23,10 +23,12 @@ from taulib.rundir.journal import COLLECTIONS, SUBMISSIONS, Journal, task_count
 LIVE = ("running", "pending", "accounting_lag", "candidate")
 
 
-def run_status(run, sources: dict | None = None, update_index: bool = False, now: float | None = None,
-               evidence: dict | None = None) -> dict:
-    """The rolled-up status. `now` is the time of the observation (default: this machine's clock); `evidence`
-    replaces the persisted evidence of the attempts it names (see `state.shard_view`)."""
+def run_status(run, *, parallel: int | None, sources: dict | None = None, update_index: bool = False,
+               now: float | None = None, evidence: dict | None = None) -> dict:
+    """The rolled-up status. `parallel` is how many of the run's tasks its executor runs at once (its
+    `Limits.parallel`; None: as many as the scheduler gives), for the estimate of the time left; `now` is the time
+    of the observation (default: this machine's clock); `evidence` replaces the persisted evidence of the attempts
+    it names (see `state.shard_view`)."""
     now = time.time() if now is None else now
     sealed, durations = index.load_all(run)
     whole_run = state.run_cancel(run)
@@ -77,7 +79,7 @@ def run_status(run, sources: dict | None = None, update_index: bool = False, now
         "cancelled": None if whole_run is None else {"requested_at": whole_run["requested_at"]},
         "submissions": unresolved_submissions(run),
         "collections": collections(run),
-        "eta_seconds": eta(run, counts, [d for d in durations if d is not None]),
+        "eta_seconds": eta(counts, [d for d in durations if d is not None], parallel),
         "shards": shards,
     }
 
@@ -166,15 +168,14 @@ def _newest(run, kind):
     return journal.read(ids[-1])
 
 
-def eta(run, counts: dict, durations: list[int]) -> int | None:
+def eta(counts: dict, durations: list[int], parallel: int | None) -> int | None:
     """Seconds until every shard left is done, estimated from the finished attempts' durations: their mean times
-    the rounds the executor's parallelism needs for the shards left. None before any attempt finished."""
+    the rounds the executor's parallelism (`parallel`, or the attempts running now) needs for the shards left. None
+    before any attempt finished."""
     left = sum(counts[s] for s in ("running", "pending", "accounting_lag", "candidate", "unknown", "failed"))
     if not left:
         return 0
     if not durations:
         return None
-    sched = run.plan["scheduler"]
-    slots = (sched["local"]["max_parallel"] if sched["profile"] == "local"
-             else sched["slurm"].get("max_parallel")) or max(counts["running"], 1)
+    slots = parallel or max(counts["running"], 1)
     return round(sum(durations) / len(durations) * -(-left // slots))

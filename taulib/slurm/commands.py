@@ -14,21 +14,13 @@ import os
 import subprocess
 
 from taulib import env
-from taulib.errors import Busy, TauError, Unavailable
+from taulib.errors import Ambiguous, SubmitRefused, Unavailable
 from taulib.slurm import parse
 
 CHUNK = 500
 SACCT_FORMAT = "JobID,JobIDRaw,JobName%200,State,ExitCode,Submit,Start,End"
 _TRANSIENT = ("timed out", "timeout", "unable to contact", "zero bytes were transmitted", "connection refused",
               "connection reset", "socket", "temporarily unavailable", "try again")
-
-
-class Ambiguous(Busy):
-    """sbatch may have submitted the job: the journal stays PREPARED and is resolved by name later."""
-
-
-class SubmitRefused(TauError):
-    code = 69
 
 
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:

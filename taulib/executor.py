@@ -1,0 +1,223 @@
+"""The executor seam: what an executor is, and the one table of executors.
+
+An executor runs the tasks of a submission and says what became of them. A run names its executor in its plan
+(`scheduler.profile`) and every attempt names the one that runs it (`scheduler.executor`); lifecycle and collect
+ask this module for it (`of`, `of_attempt`, `get`) and never compare executor names (tests/test_structure.py checks
+that). Adding an executor is adding a row to `EXECUTORS` and a module whose `EXECUTOR` implements `Executor` whole,
+with its plan section in the schemas (CONTRIBUTING.md, tau-run(5) "The plan").
+
+  local   taulib.local.executor: the embedded local executor (a supervisor process per submission)
+  slurm   taulib.slurm.executor: one sbatch job array per submission, squeue and sacct, scancel
+
+Reads and writes nothing itself; an executor module is imported only when a run or an attempt names it, so a
+command pays only for the executor it uses. Promises: `get` refuses (BadInput) a name that is not in the table.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+from taulib.errors import BadInput, Refused
+
+from taulib.rules.journal import Resolution
+
+if TYPE_CHECKING:
+    from taulib.rundir.run import Run
+
+# name -> the module whose `EXECUTOR` implements it; the order is the order in which `identity` asks them (the local
+# executor first: a local task may run inside a Slurm allocation, and is then the local executor's)
+EXECUTORS: dict[str, str] = {
+    "local": "taulib.local.executor",
+    "slurm": "taulib.slurm.executor",
+}
+DEFAULT = "local"  # the executor of a plan that names none
+
+
+class Limits(NamedTuple):
+    """The limits that bound a run's submissions under an executor."""
+    parallel: int | None  # tasks of one submission that run at once (None: as many as the scheduler gives)
+
+
+class Observed(NamedTuple):
+    """What an executor says about some attempts now: one view per attempt (`queue` and `accounting`, each a
+    normalised state or None: schema `observations`), and whether each source could be asked."""
+    views: list[dict[str, Any]]
+    sources: dict[str, Any]  # {"queue": observed|unavailable, "accounting": ..., "reason": str | None}
+
+
+class Resolved(NamedTuple):
+    """How a PREPARED submission was settled: the verdict (`rules.journal.Resolution`), and the ids of the jobs the
+    scheduler showed under its name (named in the error when they conflict)."""
+    verdict: Resolution
+    seen: list[str]
+
+
+class Stopped(NamedTuple):
+    """What stopping attempts did: the attempts signalled or cancelled, and why stopping failed (None: it did
+    not)."""
+    attempts: list[dict[str, Any]]
+    problem: str | None
+
+
+OBSERVED = {"queue": "observed", "accounting": "observed", "reason": None}
+
+
+class CollectionJobs(ABC):
+    """How an executor runs a collection as a job of its own (a CPU job without GPUs), for executors that do not
+    collect inline. The collection's journal, fencing and waiting are `collect.job`'s; this is the scheduler's part."""
+
+    @abstractmethod
+    def submit(self, run: Run, plan: dict[str, Any], job_name: str) -> str:
+        """Render the collection's job script, publish it in the collection's folder and submit it; its job id.
+        Raises SubmitRefused (the scheduler refused it) or Ambiguous (it may have been submitted)."""
+
+    @abstractmethod
+    def find(self, job_name: str, created: float) -> dict[str, set[int | None]]:
+        """This user's jobs of exactly this name submitted since `created` (epoch seconds): id -> tasks seen."""
+
+    @abstractmethod
+    def queued(self, job_id: str) -> bool:
+        """Whether the job is still queued or running. Raises Unavailable when the scheduler cannot be asked."""
+
+    @abstractmethod
+    def accounted(self, job_id: str) -> str | None:
+        """The job's final state in the scheduler's own words once accounting has it, else None."""
+
+    @abstractmethod
+    def identity(self, environ: dict[str, str]) -> str | None:
+        """The job id this process runs as, from its environment (None: not inside a job of this executor)."""
+
+
+class Executor(ABC):
+    """One executor, implemented whole. Submissions go through the journal (`lifecycle.submission`), which calls
+    `render`, `hand_off`, `resolve` and `start` in that order; the rest answer questions about attempts."""
+
+    name: ClassVar[str]
+
+    # -- the plan ---------------------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def section(self, asked: dict[str, Any]) -> dict[str, Any]:
+        """The plan's `scheduler.<name>` resolved from the request's (defaults filled in). Pure."""
+
+    @abstractmethod
+    def check_section(self, section: dict[str, Any]) -> None:
+        """Refuse (BadInput) a value of this executor's plan section that could never be submitted. Pure."""
+
+    @abstractmethod
+    def preflight(self, plan: dict[str, Any], run_dir: str, python: str) -> None:
+        """For the run's own executor, at tau-init before anything is written: refuse a plan that could never be
+        submitted from `run_dir` (UsageError or BadInput), as the first submission would find out."""
+
+    @abstractmethod
+    def limits(self, plan: dict[str, Any]) -> Limits:
+        """The limits that bound this run's submissions."""
+
+    # -- submissions ------------------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def render(self, run: Run, plan: dict[str, Any]) -> str | None:
+        """What the submission hands the scheduler (a job script), rendered before the journal entry is written
+        so that a bad field is refused first; None when there is nothing to render."""
+
+    @abstractmethod
+    def hand_off(self, run: Run, plan: dict[str, Any], text: str | None) -> str:
+        """Hand a PREPARED submission's tasks to the scheduler; the job id. Raises SubmitRefused (definitely not
+        submitted: the entry is retired) or Ambiguous (maybe submitted: the entry stays PREPARED for `resolve`)."""
+
+    @abstractmethod
+    def resolve(self, run: Run, plan: dict[str, Any], status: dict[str, Any]) -> Resolved:
+        """Settle a PREPARED submission whose hand-off may or may not have happened: adopt its job, wait, retire
+        it, or refuse (a conflict), as `rules.journal.resolve` decides."""
+
+    @abstractmethod
+    def start(self, run: Run, plan: dict[str, Any]) -> None:
+        """After a submission is bound to its job: whatever must run for its tasks to start (nothing under a
+        scheduler that starts them itself)."""
+
+    @abstractmethod
+    def stalled(self, run: Run, plan: dict[str, Any]) -> bool:
+        """Whether a bound submission's tasks wait on something that is gone (its starter died before starting
+        them all): then `start` is called again."""
+
+    # -- attempts ---------------------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def observe(self, run: Run, attempts: list[dict[str, Any]]) -> Observed:
+        """The scheduler's word on each of these attempts now (read-only)."""
+
+    @abstractmethod
+    def running(self, run: Run, attempt: dict[str, Any]) -> bool | None:
+        """Whether the scheduler still has the attempt queued or running (None: it cannot be asked now)."""
+
+    @abstractmethod
+    def stop(self, run: Run, attempts: list[dict[str, Any]], whole_run: bool) -> Stopped:
+        """Stop these live attempts (and with `whole_run`, whatever would start more of the run's tasks)."""
+
+    @abstractmethod
+    def sweep(self, run: Run) -> list[str]:
+        """Tidy what the executor's own processes left when they died (run by tau-reconcile); what was swept."""
+
+    @abstractmethod
+    def output_path(self, attempt: dict[str, Any]) -> str:
+        """The allocation's own output file of an attempt, relative to the run directory."""
+
+    # -- inside the allocation --------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def identity(self, environ: dict[str, str]) -> dict[str, Any] | None:
+        """The scheduler identity ({executor, job_id, task_index}) this process runs under, from its environment;
+        None when it is not inside an allocation of this executor; Refused when it half is."""
+
+    @abstractmethod
+    def restarts(self, environ: dict[str, str]) -> int:
+        """How many times the scheduler has started this allocation again (a requeue, a preemption): an attempt
+        already running is taken up again only by the same allocation restarted."""
+
+    @abstractmethod
+    def allocation_variables(self, environ: dict[str, str]) -> dict[str, str]:
+        """The variables of the allocation's environment that its client gets (the scheduler's own, the devices it
+        bound)."""
+
+    # -- the collection ---------------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def collection_jobs(self) -> CollectionJobs | None:
+        """How a collection runs as a job of this executor's; None: it runs inline, in tau-collect itself."""
+
+
+_LOADED: dict[str, Executor] = {}
+
+
+def get(name: str) -> Executor:
+    """The executor of this name (its module imported on first use)."""
+    found = _LOADED.get(name)
+    if found is None:
+        module = EXECUTORS.get(name)
+        if module is None:
+            raise BadInput(f"executor {name!r} is not one of {', '.join(EXECUTORS)}", executor=name)
+        found = _LOADED[name] = importlib.import_module(module).EXECUTOR
+    return found
+
+
+def of(run: Run) -> Executor:
+    """The run's executor (its plan's `scheduler.profile`)."""
+    return get(run.plan["scheduler"]["profile"])
+
+
+def of_attempt(attempt: dict[str, Any]) -> Executor:
+    """The executor that runs an attempt (its `scheduler.executor`)."""
+    return get(attempt["scheduler"]["executor"])
+
+
+def identity(environ: dict[str, str]) -> dict[str, Any]:
+    """The scheduler identity this process runs under: the first executor of the table that recognises its
+    environment; Refused when none does."""
+    for name in EXECUTORS:
+        found = get(name).identity(environ)
+        if found is not None:
+            return found
+    raise Refused("not inside an allocation: neither the local executor's nor Slurm's job variables are set; "
+                  "tau-attempt run is started by the executor, not by hand")

@@ -1,0 +1,106 @@
+"""The embedded local executor as tau's executor (`taulib.executor.Executor`): a detached supervisor per
+submission runs its tasks on this machine, at most `max_parallel` at once (see `taulib.local`).
+
+Reads: the supervisor's and tasks' records (`local.observe`), /proc, the process environment (TAU_LOCAL_JOB_ID and
+TAU_LOCAL_TASK_ID of a task). Writes: through `local.supervisor` only (its own folder `submissions/<id>/local/`).
+Promises: a submission's job id is its submission id, so its hand-off is never ambiguous; only processes tau
+recorded, known by pid and start time, are ever signalled; a collection runs inline, in tau-collect itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from taulib import env
+from taulib.errors import Refused
+from taulib.executor import CollectionJobs, Executor, Limits, Observed, Resolved, Stopped
+from taulib.rules.journal import Resolution
+from taulib.rundir import layout
+from taulib.rundir.journal import task_indices
+from taulib.rundir.run import Run
+
+MAX_PARALLEL = 4  # tasks of a submission that run at once when the plan does not say
+
+
+class Local(Executor):
+    name = "local"
+
+    def section(self, asked: dict[str, Any]) -> dict[str, Any]:
+        return {"max_parallel": asked.get("max_parallel", MAX_PARALLEL)}
+
+    def check_section(self, section: dict[str, Any]) -> None:
+        return None  # its one field is bounded by the plan's schema
+
+    def preflight(self, plan: dict[str, Any], run_dir: str, python: str) -> None:
+        return None  # any folder tau-init can write is one the supervisor can run from
+
+    def limits(self, plan: dict[str, Any]) -> Limits:
+        return Limits(parallel=plan["scheduler"]["local"]["max_parallel"])
+
+    def render(self, run: Run, plan: dict[str, Any]) -> str | None:
+        return None  # the supervisor reads the submission's plan itself
+
+    def hand_off(self, run: Run, plan: dict[str, Any], text: str | None) -> str:
+        return str(plan["submission_id"])  # the job is the submission: nothing to ask, nothing ambiguous
+
+    def resolve(self, run: Run, plan: dict[str, Any], status: dict[str, Any]) -> Resolved:
+        job = str(plan["submission_id"])
+        return Resolved(Resolution("adopt", job, "the local executor's job is its submission"), [job])
+
+    def start(self, run: Run, plan: dict[str, Any]) -> None:
+        from taulib.local import supervisor
+
+        supervisor.spawn(run, plan["submission_id"])
+
+    def stalled(self, run: Run, plan: dict[str, Any]) -> bool:
+        """Whether some task never started (its supervisor was killed, or tau-submit crashed before starting it):
+        a task the supervisor started has a record."""
+        sub_id = plan["submission_id"]
+        return not all(run.dir.exists(layout.local_task(sub_id, index)) for index in task_indices(plan))
+
+    def observe(self, run: Run, attempts: list[dict[str, Any]]) -> Observed:
+        from taulib.executor import OBSERVED
+        from taulib.local import observe
+
+        return Observed(observe.observe(run, attempts), dict(OBSERVED))
+
+    def running(self, run: Run, attempt: dict[str, Any]) -> bool | None:
+        from taulib.local import observe
+
+        return observe.observe(run, [attempt])[0]["queue"] is not None
+
+    def stop(self, run: Run, attempts: list[dict[str, Any]], whole_run: bool) -> Stopped:
+        from taulib.local import supervisor
+
+        return Stopped(supervisor.stop(run, attempts, whole_run), None)
+
+    def sweep(self, run: Run) -> list[str]:
+        from taulib.local import supervisor
+
+        return supervisor.sweep(run)
+
+    def output_path(self, attempt: dict[str, Any]) -> str:
+        return layout.local_task_log(attempt["submission_id"], attempt["scheduler"]["task_index"])
+
+    def identity(self, environ: dict[str, str]) -> dict[str, Any] | None:
+        job = env.get("TAU_LOCAL_JOB_ID", environ)
+        if not job:
+            return None
+        try:
+            task = int(env.get("TAU_LOCAL_TASK_ID", environ) or "")
+        except ValueError:
+            raise Refused("TAU_LOCAL_TASK_ID is not a task index; tau-attempt runs only inside an allocation") \
+                from None
+        return {"executor": self.name, "job_id": job, "task_index": task}
+
+    def restarts(self, environ: dict[str, str]) -> int:
+        return 0  # the supervisor never starts a task twice
+
+    def allocation_variables(self, environ: dict[str, str]) -> dict[str, str]:
+        return {}  # a local task's environment is the submitter's: nothing of it passes but what the run names
+
+    def collection_jobs(self) -> CollectionJobs | None:
+        return None  # collected inline, under tau-collect's own locks
+
+
+EXECUTOR = Local()

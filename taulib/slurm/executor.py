@@ -1,0 +1,155 @@
+"""Slurm as tau's executor (`taulib.executor.Executor`): every submission one sbatch job array, observed with one
+batched squeue and one batched sacct, stopped with scancel of exact array tasks; a collection is a CPU job of its
+own without GPUs.
+
+Reads: squeue, sacct and the process environment (an allocation's SLURM_* variables) through `slurm.commands` and
+`taulib.env`. Writes: the job scripts `submissions/<id>/job.sh` and `collections/<id>/job.sh`, through the run
+directory's one writer (`slurm.commands.sbatch_script`). Promises: sbatch is asked for exactly the rendered script
+(`slurm.script`, every field validated first); an outcome that may have submitted a job is never taken for a
+refusal (Ambiguous), and a PREPARED submission is resolved by the job's exact name, never submitted blindly again
+(`rules.journal.resolve`); scancel is called only by tau-cancel, for the exact tasks of the attempts it stops.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from taulib import env, failpoints, jsonio
+from taulib.errors import BadInput, Refused, Unavailable, UsageError
+from taulib.executor import CollectionJobs, Executor, Limits, Observed, Resolved, Stopped
+from taulib.rules import journal as journal_rules
+from taulib.rundir.journal import task_indices
+from taulib.rundir.run import Run
+from taulib.slurm import commands, script
+
+# the allocation's variables a client gets beside Slurm's own: the devices Slurm bound to it
+DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
+                    "ZE_AFFINITY_MASK")
+
+
+class SlurmCollectionJobs(CollectionJobs):
+    """A collection's CPU job: one task, no GPU (`slurm.script.render_collection`), submitted without the caller's
+    SBATCH_* variables."""
+
+    def submit(self, run: Run, plan: dict[str, Any], job_name: str) -> str:
+        collection_id = plan["collection_id"]
+        text = script.render_collection(job_name=job_name, run_dir=run.path, collection_id=collection_id,
+                                        python=sys.executable, profile=run.plan["scheduler"]["slurm"])
+        job_id = commands.sbatch_script(run, f"collections/{collection_id}/job.sh", text, pinned=True)
+        failpoints.hit("collect.sbatch_returned")  # the job exists, nothing records it: the lost reply
+        return job_id
+
+    def find(self, job_name: str, created: float) -> dict[str, set[int | None]]:
+        return commands.find_by_name(job_name, os.getuid(), created)
+
+    def queued(self, job_id: str) -> bool:
+        return any(row.job_id == job_id for row in commands.squeue([job_id]))
+
+    def accounted(self, job_id: str) -> str | None:
+        rows = [r for r in commands.sacct([job_id], arrays=set()) if r.job_id == job_id]
+        return rows[-1].raw if rows else None
+
+    def identity(self, environ: dict[str, str]) -> str | None:
+        return env.get("SLURM_JOB_ID", environ) or None  # type: ignore[return-value]
+
+
+class Slurm(Executor):
+    name = "slurm"
+
+    def section(self, asked: dict[str, Any]) -> dict[str, Any]:
+        return dict(asked)
+
+    def check_section(self, section: dict[str, Any]) -> None:
+        script.validate_profile(section)
+
+    def preflight(self, plan: dict[str, Any], run_dir: str, python: str) -> None:
+        """Every Slurm field is checked as the scripts will render it, from this run directory."""
+        try:
+            script.check_path(run_dir, "run directory")
+        except BadInput as exc:
+            raise UsageError(f"{exc.message}: use a path of letters, digits and ._-/ only, as sbatch needs") from None
+        profile = plan["scheduler"]["slurm"]
+        script.render(job_name="tau-check", run_dir=run_dir, submission_id="submission-0001", task_indices=[0],
+                      python=python, profile=profile)
+        script.render_collection(job_name="tau-check", run_dir=run_dir, collection_id="collection-0001",
+                                 python=python, profile=profile)
+
+    def limits(self, plan: dict[str, Any]) -> Limits:
+        return Limits(parallel=plan["scheduler"]["slurm"].get("max_parallel"))
+
+    def render(self, run: Run, plan: dict[str, Any]) -> str | None:
+        return script.render(job_name=plan["job_name"], run_dir=run.path, submission_id=plan["submission_id"],
+                             task_indices=task_indices(plan), python=sys.executable,
+                             profile=run.plan["scheduler"]["slurm"])
+
+    def hand_off(self, run: Run, plan: dict[str, Any], text: str | None) -> str:
+        if text is None:
+            raise BadInput(f"submission {plan['submission_id']} has no job script to hand to sbatch")
+        job_id = commands.sbatch_script(run, f"submissions/{plan['submission_id']}/job.sh", text)
+        failpoints.hit("submit.sbatch_returned")  # the job exists, nothing records it: the lost reply
+        return job_id
+
+    def resolve(self, run: Run, plan: dict[str, Any], status: dict[str, Any]) -> Resolved:
+        found = commands.find_by_name(plan["job_name"], os.getuid(), jsonio.parse_time(plan["created_at"]))
+        verdict = journal_rules.resolve(found, set(task_indices(plan)), jsonio.now_rfc3339() > status["deadline"],
+                                        plan["job_name"])
+        return Resolved(verdict, sorted(found))
+
+    def start(self, run: Run, plan: dict[str, Any]) -> None:
+        return None  # slurmctld starts the array's tasks itself
+
+    def stalled(self, run: Run, plan: dict[str, Any]) -> bool:
+        return False  # nothing of tau's stands between a bound job and its tasks
+
+    def observe(self, run: Run, attempts: list[dict[str, Any]]) -> Observed:
+        from taulib.slurm import observe
+
+        views, sources = observe.observe(attempts)
+        return Observed(views, sources)
+
+    def running(self, run: Run, attempt: dict[str, Any]) -> bool | None:
+        sched = attempt["scheduler"]
+        try:
+            rows = commands.squeue([sched["job_id"]])
+        except Unavailable:
+            return None
+        return any(r.job_id == sched["job_id"] and r.task in (sched["task_index"], None) for r in rows)
+
+    def stop(self, run: Run, attempts: list[dict[str, Any]], whole_run: bool) -> Stopped:
+        try:
+            commands.scancel(sorted({f"{a['scheduler']['job_id']}_{a['scheduler']['task_index']}" for a in attempts}))
+        except Unavailable as exc:
+            return Stopped([], f"the cancellation is recorded, but stopping its Slurm tasks failed ({exc.message}); "
+                               "they stop themselves when they next look, or run tau-cancel again")
+        return Stopped(list(attempts), None)
+
+    def sweep(self, run: Run) -> list[str]:
+        return []  # tau leaves no process of its own behind under Slurm
+
+    def output_path(self, attempt: dict[str, Any]) -> str:
+        sched = attempt["scheduler"]
+        return f"submissions/{attempt['submission_id']}/slurm-{sched['job_id']}_{sched['task_index']}.out"
+
+    def identity(self, environ: dict[str, str]) -> dict[str, Any] | None:
+        if not env.get("SLURM_JOB_ID", environ):
+            return None
+        job = env.get("SLURM_ARRAY_JOB_ID", environ)
+        task = env.get("SLURM_ARRAY_TASK_ID", environ)
+        if not job or not isinstance(task, str) or not task.isdigit():
+            raise Refused("this Slurm job is not an array task (SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID unset)")
+        return {"executor": self.name, "job_id": job, "task_index": int(task)}
+
+    def restarts(self, environ: dict[str, str]) -> int:
+        return env.get("SLURM_RESTART_COUNT", environ)  # type: ignore[return-value]
+
+    def allocation_variables(self, environ: dict[str, str]) -> dict[str, str]:
+        return {k: v for k, v in environ.items() if k.startswith("SLURM_") or k in DEVICE_VARIABLES}
+
+    def collection_jobs(self) -> CollectionJobs | None:
+        return _COLLECTION_JOBS
+
+
+_COLLECTION_JOBS = SlurmCollectionJobs()
+EXECUTOR = Slurm()
