@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SCHEDULER ?= local
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: venv demo check test bats man bench system-deps slurm-up slurm-down azurite-up azurite-down clean
+.PHONY: venv demo check test bats man completions bench system-deps slurm-up slurm-down azurite-up azurite-down clean
 
 ## venv: the virtual environment .venv with tau installed editable (every other target depends on it)
 venv: $(STAMP)
@@ -55,6 +55,10 @@ bats: venv system-deps
 ## man: render every man page and lint it
 man: venv
 	$(PY) man/build.py
+
+## completions: write the shell completion files in share/ again from the code (tau completion bash|zsh|fish)
+completions: venv
+	$(PY) contrib/completion/build.py
 
 ## bench: the benchmarks, with ratios against their baselines measured in the same run
 bench: venv

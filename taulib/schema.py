@@ -5,20 +5,26 @@ reference `jsonschema` implementation. At run time tau uses this small validator
 keywords our schemas use, refuses a schema that uses any other keyword (so nothing is silently unchecked), and
 imports nothing heavy, which keeps fast commands fast.
 
-Reads: `share/schemas/<name>.schema.json`. Writes: nothing.
+The schemas are package data, `taulib/schemas`, read through importlib.resources, so that one way finds them in the
+checkout (bin/tau-* put it on PYTHONPATH), an editable install and an installed wheel alike. In the repository
+`taulib/schemas` is a symbolic link to `share/schemas`, where the sources are kept; a wheel or an sdist holds the
+files themselves (pyproject.toml's package-data).
+
+Reads: `taulib/schemas/<name>.schema.json`. Writes: nothing.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import orjson
 
 from taulib.errors import BadInput, Internal
 
-SCHEMA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "share", "schemas")
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 _META = {"$schema", "$id", "title", "description", "$comment", "default", "examples", "$defs"}
 _KEYWORDS = {
@@ -43,13 +49,19 @@ class SchemaViolation(BadInput):
 
 
 @lru_cache(maxsize=None)
+def folder() -> Traversable:
+    """The schemas' folder, `taulib/schemas` (importlib.resources is imported on the first load, not with tau)."""
+    from importlib.resources import files
+
+    return files("taulib") / "schemas"
+
+
+@lru_cache(maxsize=None)
 def load(name: str) -> dict:
-    path = os.path.join(SCHEMA_DIR, f"{name}.schema.json")
     try:
-        with open(path, "rb") as fh:
-            schema = orjson.loads(fh.read())
+        schema = orjson.loads((folder() / f"{name}.schema.json").read_bytes())
     except FileNotFoundError:
-        raise Internal(f"schema {name!r} is missing from {SCHEMA_DIR!r}") from None
+        raise Internal(f"schema {name!r} is missing from {str(folder())!r}") from None
     _check_keywords(schema, name)
     return schema
 

@@ -18,7 +18,7 @@ from helpers import module_workspace, as_format_1, complete_run, init_run, plan,
 from taulib import jsonio, schema
 from taulib.rundir.records import RunDir, schema_of
 
-SCHEMA_DIR = Path(schema.SCHEMA_DIR)
+SCHEMA_DIR = Path(str(schema.folder()))  # taulib/schemas, a link to share/schemas in the checkout
 ALL = sorted(p.name.removesuffix(".schema.json") for p in SCHEMA_DIR.glob("*.schema.json"))
 RECORDS = [name for name in ALL if name != "common"]
 
