@@ -1,6 +1,6 @@
-"""Azure Blob storage for bundles: clients with an explicit retry policy, listing, reading, what the other
-generations' manifests at a prefix claim, and the threads transfers run on (downloading is `taulib.bundle.transfer`
-over `taulib.bundle.rest`, uploading `taulib.bundle.upload`).
+"""Azure Blob storage for bundles: clients with an explicit retry policy, listing, reading, and what the other
+generations' manifests at a prefix claim (downloading is `taulib.bundle.transfer` over `taulib.bundle.rest`,
+uploading `taulib.bundle.upload`, the threads they run on `taulib.bundle.threads`).
 
 Imported only inside the Blob code paths of the bundle commands (azure.storage.blob costs ~300 ms to import).
 Credentials (an account key, an Azure identity's token, or none) come from taulib.bundle.credentials, which also
@@ -9,19 +9,18 @@ short backoff, 5 s to connect, TAU_BLOB_READ_TIMEOUT (default 60 s) per read. Er
 403, or no token from the identity, refused (77), 404 not found (66), a blob changed since it was listed check
 failed (1), connection failures and other answers unavailable (69). Nothing the SDK logs reaches stderr: stderr
 carries tau's one JSON error and its progress line (`taulib.progress`) only. Transfer threads are always joined
-before a transfer returns or raises, a stop signal or two notwithstanding.
+before a transfer returns or raises, a stop signal or two notwithstanding (`taulib.bundle.threads`).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-from taulib import env, signals
+from taulib import env
 from taulib.bundle.credentials import credential, denied, what_to_set
 from taulib.bundle.endpoint import Location
+from taulib.bundle.threads import run_all
 from taulib.errors import CheckFailed, NotFound, Refused, Unavailable
 
 RANGE = 8 << 20  # bytes per ranged GET into memory or staged block: 8-16 MiB reach the best throughput measured
@@ -127,66 +126,6 @@ def read_small(client, name: str, limit: int = 16 << 20) -> bytes | None:
         return downloader.readall()
 
 
-def run_all(items: list, fn, workers: int = WORKERS, stop: threading.Event | None = None) -> None:
-    """fn(item) for every item on `workers` threads; the first failure cancels what has not started and is
-    raised once the running calls have returned (no call outlives this function, whatever signals come). `stop`
-    is set as soon as a call failed or the caller is leaving (a signal): calls waiting to retry give up."""
-    if not items:
-        return
-    failed: list[BaseException] = []
-    left = [len(items), False]  # calls not ended yet; whether `finished` was released
-    count = threading.Lock()
-    finished = _held_lock()  # released once: every call ended, or one failed
-
-    def one(item) -> None:
-        try:
-            if not failed:
-                fn(item)
-        except BaseException as exc:  # noqa: BLE001 - raised by the caller's thread, below
-            failed.append(exc)
-            if stop is not None:
-                stop.set()
-        finally:
-            with count:
-                left[0] -= 1
-                if (failed or not left[0]) and not left[1]:
-                    left[1] = True
-                    finished.release()
-
-    pool = ThreadPoolExecutor(max_workers=min(workers, len(items)))
-    try:
-        for item in items:
-            pool.submit(one, item)
-        finished.acquire()
-        if failed:
-            raise failed[0]
-    finally:
-        if stop is not None:
-            stop.set()
-        _join(pool)
-
-
-def _held_lock() -> threading.Lock:
-    """A lock held by nobody in particular, for another thread to release: waiting on it (`acquire`) is the one
-    wait that a stop signal can interrupt at any moment without leaving a lock half taken (a Condition's or a
-    Future's wait can be cut between its wake-up and its re-acquire, and then fails to release)."""
-    lock = threading.Lock()
-    lock.acquire()
-    return lock
-
-
-def _join(pool: ThreadPoolExecutor) -> None:
-    """Cancel what has not started and wait for what runs: a thread never writes into a stage being removed."""
-    with signals.deferred():
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _raise_first(futures) -> None:
-    for future in futures:
-        if future.done() and not future.cancelled() and future.exception() is not None:
-            raise future.exception()
-
-
 def claims(client, prefix: str, listing: dict | None, generation: str, strict: bool = False) -> dict:
     """What the manifests of the generations other than `generation` under PREFIX/.tau/bundles/ name, acknowledged
     or not: {payload path: [(generation, sha256, size)]} (`manifest.claims`). They are found in `listing` (the
@@ -206,5 +145,5 @@ def claims(client, prefix: str, listing: dict | None, generation: str, strict: b
         except CheckFailed:  # too large to be a manifest tau wrote: unreadable, like a malformed one
             manifests[other] = b""
 
-    run_all(others, read)
+    run_all(others, read, WORKERS)
     return mf.claims(manifests, strict)

@@ -1,9 +1,9 @@
-"""The connections of rest.Client's direct transport (no proxy applies): http.client connections to one Blob storage
+"""The connections of rest.Client when no proxy applies: http.client connections to one Blob storage
 endpoint, kept alive between requests and shared by the threads of a transfer, one request on a connection at a
 time.
 
 Reads and Writes: sockets to the endpoint; the certificate files named. Promises: a connection is made within
-CONNECT_TIMEOUT, then each read waits at most the read timeout (a timeout is named as urllib3 and `wire` name it:
+CONNECT_TIMEOUT, then each read waits at most the read timeout (a timeout is named as urllib3 and `multiplex` name it:
 `named`); an idle connection the endpoint closed meanwhile is found before it is used and opened again, without a try
 counted (one whose close was still on the way fails its request before any answer: `rest.Client` sends it again over a
 `take(new=True)` connection, without a try counted either); https with `tls_context`'s certificates and the endpoint's
@@ -104,7 +104,7 @@ class _ConnectTimeout(OSError):
 
 
 def named(exc: BaseException) -> str:
-    """A failure's name in an error's words (a timeout named as urllib3 and `wire` name it)."""
+    """A failure's name in an error's words (a timeout named as urllib3 and `multiplex` name it)."""
     if isinstance(exc, _ConnectTimeout):
         return "ConnectTimeoutError"
     if isinstance(exc, TimeoutError):

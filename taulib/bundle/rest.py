@@ -21,11 +21,11 @@ Connections, two ways, decided once per client:
   this client's own (`taulib.bundle.connections`), kept alive and shared by the threads of one transfer, one per
   request at a time; https with the certificates requests would trust (REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE, else
   certifi's). requests and urllib3 are not imported (~40 ms of every fetch and verify). The small blobs of a fetch
-  then go over `taulib.bundle.wire`, with this client's headers, length checks and answers (`headers`,
+  then go over `taulib.bundle.multiplex`, with this client's headers, length checks and answers (`headers`,
   `check_length`, `refuse`);
 - a proxy variable set: requests decides, as it always has, which proxy applies (or none, NO_PROXY) and which
   certificates are trusted, and urllib3's pool of at most `pool_size` connections sends the requests (`proxied`:
-  whether a proxy applies, else `wire` still connects directly).
+  whether a proxy applies, else `multiplex` still connects straight to the endpoint).
 """
 
 from __future__ import annotations
@@ -79,12 +79,12 @@ class Client:
         if env.proxy_named(urlsplit(root).scheme, environ):
             self._through_proxy(root, pool_size)
             return
-        # no proxy variable: what requests would do, without importing it (~40 ms): a direct connection, the
-        # certificates of REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE, else certifi's
+        # no proxy variable: what requests would do, without importing it (~40 ms): a connection straight to the
+        # endpoint, the certificates of REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE, else certifi's
         self.proxied = False
         self.verify = env.get("REQUESTS_CA_BUNDLE", environ) or env.get("CURL_CA_BUNDLE", environ) or True
         self.container_path = urlsplit(root).path  # /CONTAINER/, or /ACCOUNT/CONTAINER/ at a trusted endpoint
-        self.direct = connections.Pool(location.account_url, self.verify, self.read_timeout)
+        self.unproxied = connections.Pool(location.account_url, self.verify, self.read_timeout)
 
     def _through_proxy(self, root: str, pool_size: int) -> None:
         """The environment names a proxy: requests decides, as it always has, which one applies to `root` (or none,
@@ -104,25 +104,25 @@ class Client:
         target = self._adapter.request_url(prepared, settings["proxies"])  # the whole URL through an http proxy
         self.request_base = target[:len(target) - len(prepared.path_url)]
         self.verify = settings["verify"]  # True (certifi's certificates), or the file or folder of them named
-        self.proxied = select_proxy(root, settings["proxies"]) is not None  # else `wire` may connect directly
+        self.proxied = select_proxy(root, settings["proxies"]) is not None  # else `multiplex` may connect straight
 
     def close(self) -> None:
         self.stopped.set()
         if self.pool is not None:
             self._adapter.close()
         else:
-            self.direct.close()
+            self.unproxied.close()
 
     def interrupt(self) -> None:
         """Cut the connections requests are using now, so that a thread waiting on one wakes at once (its request
         fails; a transfer that stops does not wait for a read to time out). Through a proxy: nothing is cut."""
         if self.pool is None:
-            self.direct.interrupt()
+            self.unproxied.interrupt()
 
     def resume(self) -> None:
         """After `interrupt`, once the threads that used the connections have ended: requests wait again."""
         if self.pool is None:
-            self.direct.resume()
+            self.unproxied.resume()
 
     # -- what the commands ask --------------------------------------------------------------------------------------
     def list_prefix(self, prefix: str) -> dict[str, tuple[int, str]]:
@@ -248,7 +248,7 @@ class Client:
         if query:
             path += "?" + "&".join(f"{k}={quote(v, safe='')}" for k, v in query.items())
         if self.pool is None:
-            return self._direct(what, path, headers, consume)
+            return self._unproxied(what, path, headers, consume)
         from urllib3.exceptions import HTTPError
 
         response = None
@@ -270,26 +270,26 @@ class Client:
                 response.close()
                 response.release_conn()
 
-    def _direct(self, what: str, target: str, headers: dict, consume):
+    def _unproxied(self, what: str, target: str, headers: dict, consume):
         """One GET over a kept-alive connection of this client's own, given back once its answer was read whole. A
         kept-alive connection the endpoint closed before a byte of the answer came (its close still on the way
         when the connection was taken) is replaced by a new one, without a try counted."""
         try:
-            return self._over(self.direct.take(), what, target, headers, consume)
+            return self._over(self.unproxied.take(), what, target, headers, consume)
         except _Stale:
-            return self._over(self.direct.take(new=True), what, target, headers, consume)
+            return self._over(self.unproxied.take(new=True), what, target, headers, consume)
 
     def _over(self, conn: http.client.HTTPConnection, what: str, target: str, headers: dict, consume):
         reused, whole = conn.sock is not None, False
         try:
             try:
                 conn.request("GET", target, headers=headers)
-                if self.direct.cut:  # interrupted meanwhile, maybe before this connection was made
+                if self.unproxied.cut:  # interrupted meanwhile, maybe before this connection was made
                     raise Again("Blob storage cannot be reached (the transfer stopped)")
                 response = conn.getresponse()
             except OSError as exc:  # (RemoteDisconnected is one: the answer's first line never came)
                 # closed, reset, a TLS end: not a slow endpoint, nor a connection `interrupt` cut
-                if reused and not isinstance(exc, TimeoutError) and not self.direct.cut:
+                if reused and not isinstance(exc, TimeoutError) and not self.unproxied.cut:
                     raise _Stale() from None
                 raise
             if response.status not in (200, 206):
@@ -302,7 +302,7 @@ class Client:
         except (http.client.HTTPException, OSError) as exc:
             raise Again(f"Blob storage cannot be reached ({connections.named(exc)})") from None
         finally:
-            self.direct.give(conn, whole)
+            self.unproxied.give(conn, whole)
 
     def headers(self, what: str, path: str, query: dict | None, etag: str | None, span) -> dict:
         """The headers of a GET of `path` (span: None, or (start, length) of a range), signed."""

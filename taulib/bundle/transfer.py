@@ -1,7 +1,7 @@
 """Downloading the blobs of a bundle into staged files (tau-bundle-fetch), or only hashing them (tau-bundle-verify
 --deep): the sha256 of every byte, in order, however the bytes arrive.
 
-Reads: blobs, through `taulib.bundle.rest` (and `taulib.bundle.direct`). Writes: the file descriptors the caller
+Reads: blobs, through `taulib.bundle.rest` (and `taulib.bundle.small_blobs`). Writes: the file descriptors the caller
 opened (positional writes); nothing else. Promises:
 - the large blobs first (over RANGE bytes): ranged GETs of SPAN bytes, over all the large blobs in turn, SPANS at a
   time, each on a transfer thread, received from the socket straight into a buffer of its own (the thread woken per
@@ -16,12 +16,12 @@ opened (positional writes); nothing else. Promises:
   the cache. A file is finished (checked, fsynced by the caller) when its last range is hashed and written, while
   the next file's ranges arrive;
 - then the blobs of up to RANGE bytes, WORKERS at a time, each one GET into a buffer, written and hashed from
-  there: over a direct connection all in this thread (`taulib.bundle.direct`, no thread per blob); through a
+  there: when no proxy applies all in this thread (`taulib.bundle.small_blobs`, no thread per blob); through a
   proxy a transfer thread each;
 - every request carries the blob's listed etag (If-Match); the blob must have exactly its listed size;
 - transfer threads (and the writer) are joined before a call returns or raises, a stop signal or two
-  notwithstanding; the first failure (or a stop signal) stops the rest, no retry is waited for after it, and over
-  a direct connection the connections the large blobs' threads are reading are cut (`rest.Client.interrupt`), so
+  notwithstanding; the first failure (or a stop signal) stops the rest, no retry is waited for after it, and when
+  no proxy applies the connections the large blobs' threads are reading are cut (`rest.Client.interrupt`), so
   that none waits for its read to time out; a file the caller opened is closed by `finish`, or here when its
   transfer failed.
 Memory: BUFFERS buffers of SPAN bytes, and a RANGE buffer per small-blob transfer thread (anonymous memory: only the
@@ -37,8 +37,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from taulib import signals
-from taulib.bundle.blob import RANGE, WORKERS, _held_lock, _join, run_all
+from taulib.bundle.blob import RANGE, WORKERS
 from taulib.bundle.rest import Client
+from taulib.bundle.threads import held_lock, join, run_all
 from taulib.errors import CheckFailed
 from taulib.fs import writeback
 
@@ -75,11 +76,11 @@ def download_many(client: Client, prefix: str, entries: list[dict], etags: dict[
     this transfer's own (direct I/O may be turned on for it), or open_fd is None: hash only; finish(entry, sha256,
     fd) checks and closes it. The first failure stops the rest."""
     _large(client, prefix, [e for e in entries if e["size"] > RANGE], etags, open_fd, finish, progress)
-    if not getattr(client, "proxied", True):  # no thread per blob: `taulib.bundle.direct`
-        from taulib.bundle import direct
+    if not getattr(client, "proxied", True):  # no thread per blob: `taulib.bundle.small_blobs`
+        from taulib.bundle import small_blobs
 
-        direct.download_small(client, prefix, [e for e in entries if e["size"] <= RANGE], etags, open_fd, finish,
-                              progress)
+        small_blobs.download(client, prefix, [e for e in entries if e["size"] <= RANGE], etags, open_fd, finish,
+                             progress)
         return
     stop = threading.Event()
 
@@ -134,8 +135,8 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
         if got != length:
             raise CheckFailed(f"{name} ended early: {offset + got} of {entry['size']} bytes")
 
-    def write(fd: int, direct: bool, buffer: mmap.mmap, offset: int, length: int) -> None:
-        if not direct:
+    def write(fd: int, direct_io: bool, buffer: mmap.mmap, offset: int, length: int) -> None:
+        if not direct_io:
             writeback.write_all(fd, memoryview(buffer)[:length], offset)
             return
         padded = -(-length // writeback.ALIGN) * writeback.ALIGN
@@ -144,19 +145,19 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
 
     def digest(i: int) -> None:
         entry, offset, length = jobs[i]
-        fd, sha, direct = files[entry["path"]]
-        written = None if fd is None else writer.start(write, fd, direct, held[i], offset, length)
+        fd, sha, direct_io = files[entry["path"]]
+        written = None if fd is None else writer.start(write, fd, direct_io, held[i], offset, length)
         sha.update(memoryview(held[i])[:length])  # while the writer writes the same bytes
         if written is not None:
             writer.wait(written)
         spare.append(held.pop(i))
-        if fd is not None and not direct:  # hashed: its pages go to disk now, the final fsync has less to wait for
+        if fd is not None and not direct_io:  # hashed: its pages go to disk now, the final fsync has less to wait for
             writeback.release(fd, offset, length)
         if progress:
             progress(length)
         if offset + length == entry["size"]:
             del files[entry["path"]]
-            if direct and entry["size"] % writeback.ALIGN:
+            if direct_io and entry["size"] % writeback.ALIGN:
                 os.ftruncate(fd, entry["size"])  # the padding of its last block
             finish(entry, sha.hexdigest(), fd)
 
@@ -180,7 +181,7 @@ class _Writer:
         """write(*args) on the writer thread; returns what `wait` takes."""
         if self.pool is None:
             self.pool = ThreadPoolExecutor(max_workers=1)
-        done, failed = _held_lock(), []
+        done, failed = held_lock(), []
 
         def run() -> None:
             try:
@@ -197,13 +198,13 @@ class _Writer:
     def wait(started: tuple) -> None:
         """Until that write has ended; raises what it raised."""
         done, failed = started
-        done.acquire()  # a lock's wait: a stop signal may cut it at any moment (`blob._held_lock`)
+        done.acquire()  # a lock's wait: a stop signal may cut it at any moment (`threads.held_lock`)
         if failed:
             raise failed[0]
 
     def close(self) -> None:
         if self.pool is not None:
-            _join(self.pool)
+            join(self.pool)
 
 
 def spans(size: int, span: int = SPAN) -> list[tuple[int, int]]:
@@ -217,7 +218,7 @@ def _windowed(count: int, begin, fetch, digest, client: Client) -> None:
     stop signal), client.interrupt() cuts what the threads are waiting on before they are joined, and
     client.resume() undoes it once they are."""
     failed: dict[int, BaseException] = {}
-    ended = [_held_lock() for _ in range(count)]  # released by the job's thread when it ends
+    ended = [held_lock() for _ in range(count)]  # released by the job's thread when it ends
     stopped = threading.Event()
 
     def run(i: int) -> None:
@@ -250,5 +251,5 @@ def _windowed(count: int, begin, fetch, digest, client: Client) -> None:
         raise
     finally:
         stopped.set()
-        _join(pool)  # before the caller closes a file: nothing is written into a descriptor closed or reused
+        join(pool)  # before the caller closes a file: nothing is written into a descriptor closed or reused
         client.resume()  # the client's next requests (a caller's, after this failure) wait for their answers again

@@ -16,8 +16,8 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
 from taulib.bundle import blob
-from taulib.bundle.blob import (RANGE, WINDOW, _raise_first, container, list_prefix, read_small,
-                                run_all, translated)
+from taulib.bundle.blob import RANGE, WINDOW, WORKERS, container, list_prefix, read_small, translated
+from taulib.bundle.threads import raise_first, run_all
 from taulib.errors import CheckFailed, Conflict
 
 META_SHA256 = "tau_sha256"  # metadata of every blob tau uploads: the sha256 of its bytes...
@@ -88,10 +88,10 @@ def upload_file(client, name: str, fd: int, size: int, etag: str | None = None, 
                     sent += len(data)
                     while sum(not f.done() for f in futures) >= WINDOW:
                         wait(futures, return_when=FIRST_COMPLETED)
-                        _raise_first(futures)
+                        raise_first(futures)
                         futures = [f for f in futures if not f.done()]
                 wait(futures)
-                _raise_first(futures)
+                raise_first(futures)
             except BaseException:
                 for future in futures:
                     future.cancel()
@@ -233,7 +233,7 @@ def upload_bundle(root: str, record: dict, manifest_bytes: bytes, url: str) -> d
 
         for entry in [e for e in entries if e["size"] > RANGE]:
             one(entry)
-        run_all([e for e in entries if e["size"] <= RANGE], one)
+        run_all([e for e in entries if e["size"] <= RANGE], one, WORKERS)
     uploaded = list_prefix(client, prefix)
     for entry in entries:
         if uploaded.get(entry["path"], (None,))[0] != entry["size"]:

@@ -1,7 +1,7 @@
-"""The requests of tau-bundle-fetch outside `wire` over a direct connection (no proxy variable: http.client
+"""The requests of tau-bundle-fetch outside `multiplex` when no proxy applies (no proxy variable: http.client
 connections of rest.Client's own, kept alive; requests and urllib3 never imported): the marker, the manifest, the
-listing and the ranges of the large blobs, against a real Azurite behind test_azurite_wire's misbehaving front; and
-the large blobs' own path (ranges into buffers, hashed in order from memory, written with direct I/O on a local
+listing and the ranges of the large blobs, against a real Azurite behind test_azurite_multiplex's misbehaving front;
+and the large blobs' own path (ranges into buffers, hashed in order from memory, written with direct I/O on a local
 block file system, through the page cache on tmpfs), byte for byte at a size that is no multiple of anything.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import azurite as az
 import pytest
 from helpers import BIN, env_for_tests, error_of, tau
-from test_azurite_wire import Front, canned, fetch
+from test_azurite_multiplex import Front, canned, fetch
 
 from taulib.bundle import transfer
 

@@ -1,8 +1,8 @@
-"""The small blobs of tau-bundle-fetch and tau-bundle-verify --deep over a direct connection (taulib.bundle.wire: every
-GET multiplexed in one thread) against a real Azurite, behind a front of this module's that misbehaves as a storage
-endpoint or a network can: answers 503, 412, 404, 403 or garbage instead of a blob, cuts an answer in its middle,
-stalls it past the read timeout, closes every connection after one answer, or sends a head that never ends. Each
-case checks the exit code, the one JSON error's words, that a fetch that succeeds has every byte, and that one that
+"""The small blobs of tau-bundle-fetch and tau-bundle-verify --deep when no proxy applies (taulib.bundle.multiplex:
+every GET multiplexed in one thread) against a real Azurite, behind a front of this module's that misbehaves as a
+storage endpoint or a network can: answers 503, 412, 404, 403 or garbage instead of a blob, cuts an answer in its
+middle, stalls it past the read timeout, closes every connection after one answer, or sends a head that never ends.
+Each case checks the exit code, the one JSON error's words, that a fetch that succeeds has every byte, and that one that
 fails leaves nothing beside the destination; the front counts what was asked, so a retry is seen, not assumed.
 """
 
@@ -300,7 +300,7 @@ def test_an_interim_100_answer_is_skipped_and_the_blob_arrives(box, tmp_path):
 def test_a_file_that_cannot_be_written_is_the_callers_error_never_retried_as_the_networks(box, tmp_path):
     import errno
 
-    from taulib.bundle import blob, direct, endpoint
+    from taulib.bundle import blob, endpoint, small_blobs
 
     digests, prefix = bundle(box, tmp_path, "wfull/out", small=6)
     front = Front(lambda path, seen: None)
@@ -316,7 +316,7 @@ def test_a_file_that_cannot_be_written_is_the_callers_error_never_retried_as_the
             raise OSError(errno.ENOSPC, "No space left on device")
 
         try:
-            direct.download_small(client, prefix, entries, etags, full, lambda *a: None, None)
+            small_blobs.download(client, prefix, entries, etags, full, lambda *a: None, None)
         except OSError as exc:
             assert exc.errno == errno.ENOSPC
         else:
@@ -328,7 +328,7 @@ def test_a_file_that_cannot_be_written_is_the_callers_error_never_retried_as_the
     assert len(entries) == len(digests)
 
 
-def test_deep_verify_reads_small_blobs_over_the_same_wire_retrying_and_naming_a_blob_whose_bytes_differ(box, tmp_path):
+def test_deep_verify_multiplexes_small_blobs_too_retrying_and_naming_a_blob_whose_bytes_differ(box, tmp_path):
     digests, prefix = bundle(box, tmp_path, "wverify/out", small=30)
     altered, busy = sorted(digests)[7], sorted(digests)[3]
 
@@ -358,7 +358,7 @@ def test_an_address_that_refuses_is_passed_over_for_the_next_one_the_name_resolv
     import hashlib
     import socket as sockets
 
-    from taulib.bundle import blob, direct, endpoint
+    from taulib.bundle import blob, endpoint, small_blobs
     from taulib.errors import Unavailable
 
     digests, prefix = bundle(box, tmp_path, "waddr/out", small=20)
@@ -393,7 +393,7 @@ def test_an_address_that_refuses_is_passed_over_for_the_next_one_the_name_resolv
             os.close(fd)
             got[entry["path"]] = sha
 
-        direct.download_small(client, prefix, entries, etags, open_fd, finish, None)
+        small_blobs.download(client, prefix, entries, etags, open_fd, finish, None)
         assert got == digests
         assert {p: hashlib.sha256((folder / p.replace("/", "_")).read_bytes()).hexdigest() for p in got} == digests
 
@@ -404,7 +404,7 @@ def test_an_address_that_refuses_is_passed_over_for_the_next_one_the_name_resolv
 
         monkeypatch.setattr(sockets, "getaddrinfo", refused)
         try:
-            direct.download_small(client, prefix, entries, etags, lambda entry: None, finish, None)
+            small_blobs.download(client, prefix, entries, etags, lambda entry: None, finish, None)
         except Unavailable as exc:
             assert exc.message.endswith(": Blob storage cannot be reached (ConnectionRefusedError)"), exc.message
         else:

@@ -1,10 +1,11 @@
-"""The small blobs of tau-bundle-fetch (and of tau-bundle-verify --deep) over a direct connection to Blob storage
-(no proxy applies): every GET multiplexed in the main thread by `taulib.bundle.wire`, each file checked, fsynced
-and closed by a few threads that wait on the disk. Measured on 2,000 blobs of 1-64 KiB against Azurite on the
-same 2 cores: a thread per transfer made ~97 futex calls a blob (the interpreter lock handed around every recv and
-write) and used ~1.3-1.6 CPU-ms a blob; this ~0.9-1.1, leaving the CPU to the storage endpoint.
+"""The small blobs of tau-bundle-fetch (and of tau-bundle-verify --deep) when no proxy applies to Blob storage:
+every GET multiplexed in the main thread by `taulib.bundle.multiplex`, each file checked, fsynced and closed by a
+few threads that wait on the disk (through a proxy, `taulib.bundle.transfer` gives each small blob a thread of its
+own). Measured on 2,000 blobs of 1-64 KiB against Azurite on the same 2 cores: a thread per transfer made ~97 futex
+calls a blob (the interpreter lock handed around every recv and write) and used ~1.3-1.6 CPU-ms a blob; this
+~0.9-1.1, leaving the CPU to the storage endpoint.
 
-Reads: blobs, through `wire`. Writes: the files the caller's open_fd opens; nothing else. Promises, as
+Reads: blobs, through `multiplex`. Writes: the files the caller's open_fd opens; nothing else. Promises, as
 `transfer.download_many`'s for its small entries: WORKERS GETs at a time, each blob whole into its connection's
 buffer (pinned to its listed etag, exactly its listed size), then its file opened, written and hashed from that
 buffer, and handed to finish(entry, sha256, fd), which checks it, fsyncs it and closes it, on FSYNCS threads with
@@ -12,7 +13,6 @@ OPEN_FILES waiting at most. The first failure stops the rest; when this returns 
 file any more and every file it opened is closed, a stop signal or two notwithstanding.
 Memory: a RANGE buffer per connection (anonymous memory: only the pages a blob filled are resident).
 """
-
 from __future__ import annotations
 
 import hashlib
@@ -21,24 +21,24 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from taulib import signals
-from taulib.bundle import wire
-from taulib.bundle.blob import RANGE, WORKERS, _held_lock
+from taulib.bundle import multiplex
+from taulib.bundle.blob import RANGE, WORKERS
 from taulib.bundle.rest import Client
+from taulib.bundle.threads import held_lock
 from taulib.fs import writeback
 
 FSYNCS = 4  # threads that check, fsync and close finished files (a fsync waits on the disk)
 OPEN_FILES = 64  # finished files waiting for their fsync, at most, before the transfer waits for the oldest
 
 
-def download_small(client: Client, prefix: str, entries: list[dict], etags: dict, open_fd, finish,
-                   progress) -> None:
-    """The small entries (at most RANGE bytes each) of `transfer.download_many`, WORKERS at a time over `wire`,
+def download(client: Client, prefix: str, entries: list[dict], etags: dict, open_fd, finish, progress) -> None:
+    """The small entries (at most RANGE bytes each) of `transfer.download_many`, WORKERS at a time over `multiplex`,
     each one GET into its connection's buffer, then written, hashed and handed to finish() (check, fsync, close)
     on FSYNCS threads; with open_fd None only hashed, and finish(entry, sha256, None) called in this thread."""
     if not entries:
         return
     closing = _Closing(finish)
-    engine = wire.Engine(client, WORKERS, RANGE)
+    engine = multiplex.Engine(client, WORKERS, RANGE)
 
     def wholes():
         for entry in entries:
@@ -54,7 +54,7 @@ def download_small(client: Client, prefix: str, entries: list[dict], etags: dict
             closing.join()
 
 
-class _Whole(wire.Get):
+class _Whole(multiplex.Get):
     """A small blob, read whole into the connection's buffer, then written, hashed and handed to finish()."""
 
     def __init__(self, entry: dict, name: str, etag: str | None, open_fd, closing: _Closing, progress) -> None:
@@ -87,7 +87,7 @@ class _Closing:
         self.pool = ThreadPoolExecutor(max_workers=FSYNCS)
 
     def add(self, entry: dict, sha: str, fd: int) -> None:
-        done = _held_lock()  # released by the thread once the file is closed
+        done = held_lock()  # released by the thread once the file is closed
 
         def run() -> None:
             try:

@@ -12,9 +12,9 @@ that is not 200/206 (`Client.refuse`); TAU_BLOB_RETRIES more tries of a GET afte
 short, a read that timed out, 408 or a 5xx other than 501 and 505, backoff from about a second; a blob is read again
 from its start; 5 s to connect, TAU_BLOB_READ_TIMEOUT without a byte while an answer is awaited. A connection kept
 alive that the endpoint closed meanwhile is replaced once, without a try counted (the endpoint closed it while
-idle). Used only for a direct connection (no proxy applies to the endpoint; through a proxy `rest.Client`'s
-connection pool is used); https with the certificates requests would trust (`Client.verify`). Signals: the loop runs
-in the main thread, so a stop signal's exception leaves it at once; `close` then closes every connection.
+idle). Used only when no proxy applies to the endpoint (through a proxy `rest.Client`'s connection pool is used);
+https with the certificates requests would trust (`Client.verify`). Signals: the loop runs in the main thread, so a
+stop signal's exception leaves it at once; `close` then closes every connection.
 """
 
 from __future__ import annotations
