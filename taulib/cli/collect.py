@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from taulib.cli import common
+from taulib.collect import formats
 
 EXAMPLE = """
 tau-collect runs/demo --destination runs/demo-dataset
@@ -23,7 +24,7 @@ tau-collect runs/demo --destination runs/demo-dataset --wait -o table   # a Slur
 @click.option("--destination", metavar="PATH",
               help="Where the dataset goes: below the run's workspace (the run directory's parent) or an allowed "
                    "root of the plan; must not exist.")
-@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "jsonl"]),
+@click.option("--format", "fmt", type=click.Choice(formats.NAMES),
               help="The output format (default: the plan's output.format).")
 @click.option("--rows-per-partition", type=click.IntRange(min=1), metavar="N",
               help="Rows in every output file but the last (default: the plan's output.rows_per_partition).")
@@ -34,7 +35,7 @@ tau-collect runs/demo --destination runs/demo-dataset --wait -o table   # a Slur
 @common.output_option
 def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partition: int | None, wait: bool,
         worker: str | None, progress: bool | None, output: str) -> None:
-    from taulib import collect
+    from taulib.collect import collection
     from taulib.errors import UsageError
     from taulib.rundir.run import Run
 
@@ -42,13 +43,13 @@ def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partiti
         if destination or wait or fmt or rows_per_partition:
             raise UsageError("--worker takes none of --destination, --format, --rows-per-partition and --wait "
                              "(its collection's plan holds them)")
-        common.emit(collect.work(run_dir, worker))
+        common.emit(collection.work(run_dir, worker))
         return
     if not destination:
         raise UsageError("missing option '--destination'")
     with Run(run_dir) as run:
-        result = collect.collect(run, destination, wait=wait, fmt=fmt, rows_per_partition=rows_per_partition,
-                                 progress=progress)
+        result = collection.collect(run, destination, wait=wait, fmt=fmt, rows_per_partition=rows_per_partition,
+                                    progress=progress)
     if output == "table":
         from taulib import table
 

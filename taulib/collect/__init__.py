@@ -1,15 +1,16 @@
 """Collection: every shard's winner, in planned order, into one deterministic dataset at an authorised
-destination, published atomically and never overwritten (SPEC 8). The face is `collect()` (tau-collect) and
-`work()` (its Slurm CPU job); see `collect.collection` for the order of work.
+destination, published atomically and never overwritten (tau-collect(1)). The face is `collection.collect()`
+(tau-collect) and `collection.work()` (its CPU job); see `collect.collection` for the order of work. Nothing is
+imported here, so that tau-collect's options (`formats`) cost nothing to list.
 
   collection   the coordinator: journal, inline work or the CPU job, publication
   winners      step 1: every winner chain validated from its records
   destination  step 2: authorising the destination; its parent folder, the stage, the published result
   stage        step 4: the winners streamed partition by partition into the stage (plan: rules.partition)
-  job          the CPU job under Slurm: submit, settle, wait, fence
+  inputs       reading the winner files, each checked (size, sha256, Parquet rows) before a row of it is used
+  outputs      writing one partition file: hashed as written, fsynced
+  formats      the one table of output formats: name, suffix, writer, reader, the contract that fixes the bytes
+  jsonl        Arrow rows as JSON lines, column by column
+  job          the CPU job of an executor that collects in a job of its own: submit, settle, wait, fence
   report       the tau.collection summary
 """
-
-from taulib.collect.collection import collect, work
-
-__all__ = ["collect", "work"]

@@ -28,7 +28,7 @@ import time
 from typing import NamedTuple
 
 from taulib import env, executor, failpoints, jsonio, signals
-from taulib.collect import job, stage, winners
+from taulib.collect import formats, job, stage, winners
 from taulib.collect.destination import authorise, open_parent, read_result, remove_stage, stage_name
 from taulib.collect.report import summary
 from taulib.errors import Busy, Conflict, Refused, TauError, UsageError
@@ -38,7 +38,6 @@ from taulib.rundir import locks
 from taulib.rundir.journal import COLLECTIONS, Journal
 
 UNFINISHED = ("prepared", "submitted", "running")
-FORMATS = ("parquet", "csv", "jsonl")
 MAX_ROWS = (1 << 63) - 1  # what a JSON record's integer holds
 
 
@@ -52,8 +51,8 @@ class Shape(NamedTuple):
 def shape(run, fmt: str | None = None, rows_per_partition: int | None = None) -> Shape:
     """The shape of a collection asked for with --format `fmt` and --rows-per-partition (None: the plan's);
     UsageError (2) for a value tau cannot write, before anything is read or written."""
-    if fmt is not None and fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if fmt is not None and fmt not in formats.NAMES:
+        raise UsageError(f"--format {fmt!r} is not one of {', '.join(formats.NAMES)}")
     if rows_per_partition is not None and (isinstance(rows_per_partition, bool)
                                            or not 1 <= rows_per_partition <= MAX_ROWS):
         raise UsageError(f"--rows-per-partition {rows_per_partition!r} is not a whole number from 1 to {MAX_ROWS}",

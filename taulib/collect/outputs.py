@@ -4,15 +4,10 @@ Writes: one new private file in the stage (`Tree.create`), through a WRITE_BUFFE
 hashed as it is written (the file is never read back), and its pages are handed to writeback as it grows and
 dropped from the page cache once on disk (`fs.writeback`: the winners stay cached, the final fsync is short).
 Reads nothing.
-Promises: the bytes are a function of the rows alone. Parquet rows are written in row groups of BATCH_ROWS rows (a
-partition's last group takes the rest); CSV and JSON lines, whose bytes do not depend on how rows are grouped, are
-written TEXT_ROWS rows at a time (less held in memory). Encoder settings that fix those bytes and are documented in
-tau-run(5): Parquet with snappy compression, and dictionary encoding only for the string and binary columns whose
-values, in a partition's first row group, repeat (at most DICTIONARY_SHARE of them distinct): it pays for repeated
-labels and costs time and space on all-unique text; CSV as pyarrow writes it with a header; JSON lines one object
-per row, keys in schema order, as orjson writes it (built column by column, JSON_ROWS rows at a time:
-`collect.jsonl`). Memory: one row group of rows (Parquet) or TEXT_ROWS rows, its encoding, and the write
-buffer. Imports pyarrow.
+Promises: the bytes are a function of the rows alone, by the encoder and the contract of the partition's format in
+the one format table (`collect.formats`: Parquet in row groups of PARQUET_ROWS rows, the text formats TEXT_ROWS rows
+at a time, whose grouping does not change their bytes). Memory: the rows a format holds before a write (a Parquet
+row group, or TEXT_ROWS rows), their encoding, and the write buffer. Imports pyarrow.
 """
 
 from __future__ import annotations
@@ -20,15 +15,11 @@ from __future__ import annotations
 import hashlib
 import os
 
+from taulib.collect import formats
 from taulib.fs import writeback
 from taulib.fs.tree import Tree
 
-BATCH_ROWS = 65_536  # rows of an output row group (Parquet)
-TEXT_ROWS = 16_384  # rows held before they are written as CSV or JSON lines (any grouping gives the same bytes)
-SUFFIX = {"parquet": "parquet", "csv": "csv", "jsonl": "jsonl"}
 WRITE_BUFFER = 1 << 20
-JSON_ROWS = 8192  # rows converted to JSON lines at a time: small enough to stay in the processor's caches
-DICTIONARY_SHARE = 0.5
 
 
 class Sink:
@@ -70,32 +61,23 @@ class Sink:
 
 
 class Output:
-    """One partition file in one format, opened at its first rows; rows are buffered and written in row groups of
-    BATCH_ROWS (Parquet), or TEXT_ROWS at a time (CSV, JSON lines)."""
+    """One partition file in one format (`collect.formats`), opened at its first rows; rows are buffered and written
+    `rows_held` at a time (a Parquet row group, or TEXT_ROWS rows of a text format)."""
 
     def __init__(self, stage: Tree, name: str, fmt: str) -> None:
-        self.stage, self.name, self.fmt = stage, name, fmt
+        self.stage, self.name, self.format = stage, name, formats.get(fmt)
         self.sink: Sink | None = None
-        self.writer = None
+        self.writer: formats.Writer | None = None
         self.pending: list = []
         self.pending_rows = 0
-        self.hold = BATCH_ROWS if fmt == "parquet" else TEXT_ROWS  # rows buffered before they are written
+        self.hold = self.format.rows_held  # rows buffered before they are written
 
     def size(self) -> int:
         return self.sink.size if self.sink is not None else 0
 
     def _open(self, batch) -> None:
         self.sink = Sink(self.stage.create(self.name))
-        schema = batch.schema.remove_metadata()
-        if self.fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            self.writer = pq.ParquetWriter(self.sink, schema, compression="snappy",
-                                           use_dictionary=dictionary_columns(batch))
-        elif self.fmt == "csv":
-            import pyarrow.csv as pacsv
-
-            self.writer = pacsv.CSVWriter(self.sink, schema)
+        self.writer = self.format.open(self.sink, batch.schema.remove_metadata(), batch)
 
     def write(self, batch) -> None:
         if self.sink is None:
@@ -106,46 +88,19 @@ class Output:
             self._flush()
 
     def _flush(self) -> None:
-        """Write the buffered rows: in Parquet, row groups of exactly BATCH_ROWS (the partition's last group takes the
-        rest)."""
+        """Write the buffered rows (in Parquet, row groups of exactly PARQUET_ROWS: the partition's last group takes
+        the rest)."""
         if not self.pending:
             return
         import pyarrow as pa
 
         table = pa.Table.from_batches(self.pending).replace_schema_metadata(None)
         self.pending, self.pending_rows = [], 0
-        if self.fmt == "parquet":
-            self.writer.write_table(table, row_group_size=BATCH_ROWS)
-        elif self.fmt == "csv":
-            self.writer.write_table(table)
-        else:
-            from taulib.collect import jsonl
-
-            for batch in table.to_batches(max_chunksize=JSON_ROWS):
-                self.sink.write(jsonl.lines(batch))
+        self.writer.write(table)
 
     def close(self, rows: int) -> dict:
         """Finish the file (fsynced) and describe it: path, size, sha256, rows."""
         self._flush()
-        if self.writer is not None:
-            self.writer.close()
+        self.writer.close()
         self.sink.finish()
         return {"path": self.name, "size": self.sink.size, "sha256": self.sink.sha.hexdigest(), "rows": rows}
-
-
-def dictionary_columns(batch) -> list[str]:
-    """The string and binary columns dictionary-encoded: those whose values in this first batch repeat (at most
-    DICTIONARY_SHARE of them distinct). A function of the rows only, so the same winners give the same bytes."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    chosen = []
-    for field, column in zip(batch.schema, batch.columns, strict=True):
-        kind = field.type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
-                or pa.types.is_large_binary(kind) or pa.types.is_dictionary(kind)):
-            continue
-        if pa.types.is_dictionary(kind) or len(column) == 0 \
-                or pc.count_distinct(column, mode="all").as_py() <= DICTIONARY_SHARE * len(column):
-            chosen.append(field.name)
-    return chosen

@@ -27,7 +27,8 @@ import time
 from taulib import jsonio, signals
 from taulib.collect.destination import RESULT
 from taulib.collect.inputs import POLL, Inputs, Stopped
-from taulib.collect.outputs import SUFFIX, Output
+from taulib.collect import formats
+from taulib.collect.outputs import Output
 from taulib.errors import Conflict
 from taulib.fs.tree import Tree
 from taulib.rules import partition
@@ -104,7 +105,7 @@ class _Lane:
             self.inputs.close()
 
     def _partition(self, part: partition.Partition) -> None:
-        out = Output(self.stage, partition.file_name(part.index, SUFFIX[self.fmt]), self.fmt)
+        out = Output(self.stage, partition.file_name(part.index, formats.get(self.fmt).suffix), self.fmt)
         told = 0  # bytes of this file the meter was told of
         for piece in part.pieces:
             for batch in self.inputs.read(piece):
