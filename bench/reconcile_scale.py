@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from taulib import jsonio  # noqa: E402
 from taulib.lifecycle import init, observe, reconcile  # noqa: E402
 from taulib.local.proc import alive, process_start_ticks  # noqa: E402
-from taulib.rules.plan import shard_range  # noqa: E402
+from taulib.rules.shards import shard_range  # noqa: E402
 from taulib.rundir import index, layout  # noqa: E402
 from taulib.rundir.records import RunDir  # noqa: E402
 from taulib.rundir.run import Run  # noqa: E402

@@ -145,7 +145,7 @@ def as_format_1(run_dir: Path) -> Path:
     it: run.json without `run_format`, and one shards/shard-NNNNN/shard.json per shard (canonical, 0600, in 0700
     folders). Nothing else differs until the run is submitted."""
     from taulib import jsonio
-    from taulib.rules.plan import shard_range
+    from taulib.rules.shards import shard_range
 
     record = json.loads((run_dir / "run.json").read_bytes())
     assert record.pop("run_format") == 2 and not (run_dir / "submissions").exists()

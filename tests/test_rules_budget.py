@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from taulib.rules.budget import exhausted, failed_attempts, run_stopped
+from taulib.rules.budget import (DEFAULTS, RETRYABLE, exhausted, failed_attempts, latest_failed, run_stopped, spent,
+                                 won)
 
 RETRY = {"max_attempts": 3, "max_failed_attempts": 10, "max_failed_fraction": 0.1}
 
@@ -37,3 +38,25 @@ def test_the_run_stops_only_past_both_limits_at_once():
 def test_a_budget_of_zero_stops_at_the_first_failure():
     assert run_stopped(1, 1, 4, {**RETRY, "max_failed_attempts": 0, "max_failed_fraction": 0.0}) is not None
     assert run_stopped(0, 0, 4, {**RETRY, "max_failed_attempts": 0, "max_failed_fraction": 0.0}) is None
+
+
+def test_a_shard_won_by_its_nth_attempt_failed_every_attempt_before_it():
+    assert won(1) == 0 and won(3) == 2
+
+
+@pytest.mark.parametrize("verdict, cancelled, expected", [
+    ("failed", False, True), ("unknown", False, True), ("failed", True, False), ("unknown", True, False),
+    ("running", False, False), ("succeeded", False, False), ("pending", False, False), (None, False, False)])
+def test_the_newest_attempt_counts_as_failed_only_when_retryable_and_its_shard_not_cancelled(verdict, cancelled,
+                                                                                            expected):
+    assert latest_failed(verdict, cancelled) is expected
+    assert (verdict in RETRYABLE and not cancelled) is expected
+
+
+def test_what_a_run_spent_is_its_retry_settings_its_failures_and_whether_it_stopped():
+    counts = {"failed": 7, "exhausted": 5, "succeeded": 88}
+    assert spent(RETRY, 11, counts, 100) == {**RETRY, "failed_attempts": 11, "failed_shards": 12,
+                                             "stopped": run_stopped(11, 12, 100, RETRY)}
+    assert spent(RETRY, 11, counts, 100)["stopped"] is not None
+    assert spent(DEFAULTS, 3, {"failed": 1, "exhausted": 0}, 4) == {**DEFAULTS, "failed_attempts": 3,
+                                                                   "failed_shards": 1, "stopped": None}

@@ -1,41 +1,9 @@
-"""taulib.rules.plan: shard counts and record ranges, case by case and by properties (every record in exactly one
-shard, in order, no shard empty)."""
+"""taulib.rules.plan: the plan's defaults, and a plan written before a field existed read with them."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from taulib.rules.plan import shard_count, shard_range, with_defaults
-
-
-def resolved(records: int, shards: int | None = None, size: int | None = None) -> dict:
-    return {"records": records, "shard_count": shard_count(records, shards, size), "shard_size": size}
-
-
-def test_a_shard_count_splits_the_records_as_evenly_as_integers_allow():
-    plan = resolved(10, shards=4)
-    assert [shard_range(plan, i) for i in range(4)] == [(0, 2), (2, 5), (5, 7), (7, 10)]
-
-
-def test_a_shard_size_gives_full_shards_and_a_last_one_with_the_rest():
-    plan = resolved(10, size=4)
-    assert plan["shard_count"] == 3
-    assert [shard_range(plan, i) for i in range(3)] == [(0, 4), (4, 8), (8, 10)]
-    assert shard_count(8, None, 4) == 2 and shard_count(8, 2, None) == 2
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.integers(min_value=1, max_value=5000), st.data())
-def test_every_record_is_in_exactly_one_non_empty_shard_in_order(records, data):
-    if data.draw(st.booleans()):
-        plan = resolved(records, shards=data.draw(st.integers(min_value=1, max_value=records)))
-    else:
-        plan = resolved(records, size=data.draw(st.integers(min_value=1, max_value=records + 10)))
-    ranges = [shard_range(plan, i) for i in range(plan["shard_count"])]
-    assert ranges[0][0] == 0 and ranges[-1][1] == records
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
-    assert all(end > start for start, end in ranges)
+from taulib.rules import budget
+from taulib.rules.plan import ROWS_PER_PARTITION, WINDOWS, with_defaults
 
 
 def test_a_plan_written_before_a_field_existed_is_read_with_its_default():
@@ -48,3 +16,14 @@ def test_a_plan_written_before_a_field_existed_is_read_with_its_default():
                               "submission_visibility_seconds": 90, "heartbeat_seconds": 60, "stall_seconds": 900}
     assert "retry" not in old  # the record read is not changed
     assert with_defaults(new) is new  # a plan with every field is returned as it is
+
+
+def test_the_defaults_are_what_tau_init_fills_in_where_a_request_is_silent():
+    from taulib.lifecycle.init import resolve_plan
+
+    plan = resolve_plan({"records": 10, "shards": 2, "command": ["client"]}, "run")
+    assert plan["windows"] == WINDOWS
+    assert plan["output"]["rows_per_partition"] == ROWS_PER_PARTITION
+    assert plan["retry"] == budget.DEFAULTS == {"max_attempts": 3, "max_failed_attempts": 10,
+                                                 "max_failed_fraction": 0.1}
+    assert plan["scheduler"] == {"profile": "local", "local": {"max_parallel": 4}, "slurm": {}}

@@ -5,7 +5,7 @@ Everything that lists the formats is derived from `FORMATS`: tau-collect's `--fo
 `--format` value, the stage's file names and `collect.outputs`' encoders; tests prove that the schemas' `format`
 enums and the man pages name exactly these.
 
-Reads and writes nothing itself: a writer writes the rows it is given into the file object it was opened on (a
+Pure: it reads and writes nothing itself; a writer writes the rows it is given into the file object it was opened on (a
 `collect.outputs.Sink`, which hashes and fsyncs), and a reader reads one written file back (for checks and tests).
 Imports nothing heavy: pyarrow is imported when a writer or reader is made, so listing the formats costs nothing.
 Promises: a format's bytes are a function of its rows only; the text formats' bytes do not depend on how the rows

@@ -2,7 +2,7 @@
 
 Reads: the plan request (validated against `plan-request`). Writes: plan.json, the empty shards/ folder (and
 schema.json when the plan declares the output schema), and run.json last, so a run exists exactly when run.json
-does. Nothing is written per shard: a shard's record range is a function of the plan (`rules.plan.shard_range`;
+does. Nothing is written per shard: a shard's record range is a function of the plan (`rules.shards.shard_range`;
 run.json's `run_format` 2 says so, see `rundir.run`), and its folder is made by the first record about it; so
 tau-init takes the same time for 8 shards as for 1,000,000. Runs made by earlier versions of tau have a
 shards/*/shard.json each.
@@ -24,8 +24,9 @@ import sys
 from taulib import __version__, env, executor, failpoints, jsonio, schema
 from taulib.errors import BadInput, Conflict, NotFound, UsageError
 from taulib.fs import atomic
+from taulib.rules import budget
 from taulib.rules import plan as defaults
-from taulib.rules.plan import shard_count
+from taulib.rules.shards import shard_count
 from taulib.rundir import layout, locks
 from taulib.rundir.records import RunDir
 from taulib.rundir.run import RUN_FORMAT
@@ -70,7 +71,7 @@ def resolve_plan(request: dict, run_id: str) -> dict:
                                          request.get("collection", {}).get("allowed_roots", [])]},
         "env": dict(request.get("env", {})),
         "inherit_env": list(request.get("inherit_env", [])),
-        "retry": dict(defaults.RETRY, **request.get("retry", {})),
+        "retry": dict(budget.DEFAULTS, **request.get("retry", {})),
     }
     _check_environment(plan)
     schema.validate(plan, "plan")

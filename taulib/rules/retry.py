@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from taulib.rules.rollup import RETRYABLE
+from taulib.rules.budget import RETRYABLE
 
 
 class ShardFacts(NamedTuple):
@@ -21,14 +21,16 @@ class ShardFacts(NamedTuple):
 
 
 def select_retry(shards: list[ShardFacts], explicit: bool, stopped: str | None = None
-                 ) -> tuple[list[str], list[dict], list[str]]:
+                 ) -> tuple[list[str], list[dict[str, str]], list[str]]:
     """(shard ids to retry, skipped, granted). Without `explicit`, every retryable shard, or none when the run is
     past its failure budget (`stopped` says why). With `explicit` (a person named these shards), each retryable
     shard, and each exhausted one as a grant of one more attempt, whatever the run's budget; each other shard is
     reported as skipped with its state and why."""
     if stopped is not None and not explicit:
         return [], [], []
-    chosen, skipped, granted = [], [], []
+    chosen: list[str] = []
+    skipped: list[dict[str, str]] = []
+    granted: list[str] = []
     for shard in shards:
         if shard.state in RETRYABLE:
             chosen.append(shard.shard_id)

@@ -12,11 +12,15 @@ names the first few of them. `lifecycle` says a run's state in the words a Kuber
 
 from __future__ import annotations
 
-from taulib.rules.budget import exhausted
+from typing import TYPE_CHECKING, Any
+
+from taulib.rules.budget import RETRYABLE, exhausted
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 SHARD_STATES = ("succeeded", "candidate", "running", "accounting_lag", "pending", "unknown", "failed", "exhausted",
                 "cancelled")
-RETRYABLE = frozenset({"failed", "unknown"})
 DEGRADED = RETRYABLE | {"exhausted"}
 REASON_SHARDS = 5  # shards named in a run's reason; the shards list has every one
 # a run's state -> its `lifecycle`, the cross-engine word a Kubernetes workload's status carries too (tau-status(7)):
@@ -63,7 +67,7 @@ def run_state(counts: dict[str, int]) -> str:
     return "failed"
 
 
-def degraded_reason(shards: list[dict]) -> str | None:
+def degraded_reason(shards: Sequence[Mapping[str, Any]]) -> str | None:
     """Why a run is degraded (some shard failed, unknown, exhausted or stalled), in the words every tau status uses;
     None when it is not. `shards` are the shard entries of a run status ({"id", "state", "reason", ...}; a
     "stalled" entry, when present, says why the shard is stalled)."""

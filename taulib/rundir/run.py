@@ -7,7 +7,7 @@ whose plan is the one it was created with; a plan written before a field existed
 default (`rules.plan.with_defaults`).
 
 The run's format (run.json `run_format`, tau-run(5)): a run made by this version is format 2, whose bookkeeping is
-derived rather than written per shard: a shard's record range comes from the plan (`rules.plan.shard_range`),
+derived rather than written per shard: a shard's record range comes from the plan (`rules.shards.shard_range`),
 its submissions' plans hold `task_ranges`, and an attempt of a bound submission is recorded by that submission
 until the first process that changes it publishes its attempt.json (`rundir.state.Submitted`). A run made by an
 earlier version (no `run_format`: format 1) has a shard.json per shard, which `shard` reads exactly as before,
@@ -20,7 +20,8 @@ import re
 
 from taulib import jsonio
 from taulib.errors import Conflict, NotFound
-from taulib.rules.plan import shard_range, with_defaults
+from taulib.rules.plan import with_defaults
+from taulib.rules.shards import shard_range
 from taulib.rundir import layout
 from taulib.rundir.records import RunDir
 

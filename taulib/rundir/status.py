@@ -36,11 +36,11 @@ def run_status(run, *, parallel: int | None, sources: dict | None = None, update
     found: dict[int, tuple[int, int | None]] = {}
     submitted = state.Submitted(run)
     shards = []
-    failed_attempts = 0
+    failed_attempts = 0  # of the whole run, counted shard by shard by the budget's rules
     for position, sid in enumerate(run.shard_ids()):
         if sealed[position]:
             shards.append(sealed_entry(sid, sealed[position], max_attempts))
-            failed_attempts += sealed[position] - 1
+            failed_attempts += budget.won(sealed[position])
             continue
         view = state.shard_view(run, sid, whole_run, evidence, submitted)
         if view.winner is not None:
@@ -48,19 +48,19 @@ def run_status(run, *, parallel: int | None, sources: dict | None = None, update
             found[position] = (ordinal, index.seconds(view.attempt))
             durations[position] = found[position][1]
             shards.append(sealed_entry(sid, ordinal, max_attempts))
-            failed_attempts += ordinal - 1
+            failed_attempts += budget.won(ordinal)
             continue
-        entry = shard_entry(run, view, now)
-        failed_attempts += budget.failed_attempts(view.attempts, view.cancelled is None and view.verdict is not None
-                                                  and view.verdict.state in rollup.RETRYABLE)
-        shards.append(entry)
+        verdict = view.verdict.state if view.verdict is not None else None
+        failed_attempts += budget.failed_attempts(view.attempts,
+                                                  budget.latest_failed(verdict, view.cancelled is not None))
+        shards.append(shard_entry(run, view, now))
     if update_index:
         index.add(run, found)
     counts = {name: 0 for name in rollup.SHARD_STATES}
     for shard in shards:
         counts[shard["state"]] += 1
-    stopped = budget.run_stopped(failed_attempts, counts["failed"] + counts["exhausted"], run.shard_count,
-                                 run.plan["retry"])
+    spent = budget.spent(run.plan["retry"], failed_attempts, counts, run.shard_count)
+    stopped = spent["stopped"]
     reason = rollup.degraded_reason(shards)
     if stopped is not None:
         reason = f"{reason}; {stopped}" if reason else stopped
@@ -72,10 +72,9 @@ def run_status(run, *, parallel: int | None, sources: dict | None = None, update
         "degraded": reason is not None,
         "reason": reason,
         "counts": counts,
-        "retryable": [] if stopped else [s["id"] for s in shards if s["state"] in rollup.RETRYABLE],
+        "retryable": [] if stopped else [s["id"] for s in shards if s["state"] in budget.RETRYABLE],
         "sources": sources,
-        "budget": {**run.plan["retry"], "failed_attempts": failed_attempts,
-                   "failed_shards": counts["failed"] + counts["exhausted"], "stopped": stopped},
+        "budget": spent,
         "cancelled": None if whole_run is None else {"requested_at": whole_run["requested_at"]},
         "submissions": unresolved_submissions(run),
         "collections": collections(run),
