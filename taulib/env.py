@@ -16,10 +16,10 @@ Scopes (the `scope` column) say who sets a variable and where it is documented:
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 if TYPE_CHECKING:
-    from typing import Callable, Mapping
+    from typing import Callable, Literal, Mapping
 
 
 class Var:
@@ -135,6 +135,31 @@ VARS: dict[str, Var] = {v.name: v for v in (
 )}
 
 
+# The type of each variable's value, for the type checker: its parser's, or None besides when that is its default
+# (tests/test_typecheck.py checks these against the table). A name missing here is a type error at its caller.
+@overload
+def get(name: Literal["TAU_LOCK_TIMEOUT", "TAU_SLURM_TIMEOUT", "TAU_SBATCH_TIMEOUT", "TAU_BINDING_WAIT",
+                      "TAU_BLOB_READ_TIMEOUT"], env: Mapping[str, str] | None = None) -> float: ...
+@overload
+def get(name: Literal["TAU_BLOB_RETRIES", "SLURM_RESTART_COUNT"], env: Mapping[str, str] | None = None) -> int: ...
+@overload
+def get(name: Literal["TAU_DEBUG", "TAU_NO_RENAMEAT2", "TAU_RESTARTED"], env: Mapping[str, str] | None = None
+        ) -> bool: ...
+@overload
+def get(name: Literal["TAU_FAILPOINT_ONCE", "TAU_FAILPOINT_TRACE", "ARROW_DEFAULT_MEMORY_POOL", "JE_ARROW_MALLOC_CONF",
+                      "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"], env: Mapping[str, str] | None = None
+        ) -> str: ...
+@overload
+def get(name: Literal["AZURE_STORAGE_CONNECTION_STRING", "TAU_BLOB_API_VERSION", "REQUESTS_CA_BUNDLE",
+                      "CURL_CA_BUNDLE", "KUBECONFIG", "TAU_LOCAL_JOB_ID", "TAU_LOCAL_TASK_ID", "SLURM_JOB_ID",
+                      "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "TAU_RUN_DIR", "TAU_RUN_ID", "TAU_SHARD_ID",
+                      "TAU_SHARD_INDEX", "TAU_ATTEMPT_ID", "TAU_ATTEMPT_ORDINAL", "TAU_RECORD_START",
+                      "TAU_RECORD_END", "TAU_OUTPUT_DIR", "TAU_OUTPUT_FORMAT", "TAU_PROGRESS_FILE"],
+        env: Mapping[str, str] | None = None) -> str | None: ...
+@overload
+def get(name: Literal["TAU_TRUSTED_BLOB_ENDPOINTS"], env: Mapping[str, str] | None = None) -> frozenset[str]: ...
+@overload
+def get(name: Literal["TAU_FAILPOINTS"], env: Mapping[str, str] | None = None) -> dict[str, str]: ...
 def get(name: str, env: Mapping[str, str] | None = None) -> object:
     """The parsed value of variable NAME (from `env` when given, else the process environment)."""
     var = VARS[name]
@@ -167,7 +192,7 @@ def allocators(env: Mapping[str, str] | None = None, jemalloc: bool = True) -> d
     arrow = ("ARROW_DEFAULT_MEMORY_POOL", "JE_ARROW_MALLOC_CONF")
     if env.get("ARROW_DEFAULT_MEMORY_POOL") not in (None, "", "jemalloc"):
         jemalloc = False  # the caller chose another allocator: its jemalloc settings would be meaningless
-    return {v.name: v.default for v in VARS.values() if v.scope == "memory" and v.name != "TAU_RESTARTED"
+    return {v.name: str(v.default) for v in VARS.values() if v.scope == "memory" and v.name != "TAU_RESTARTED"
             and not env.get(v.name) and (jemalloc or v.name not in arrow)}
 
 

@@ -78,8 +78,8 @@ NAMES = (
 )
 
 
-_ARMED: dict[str, str] = env.get("TAU_FAILPOINTS")  # type: ignore[assignment]
-_TRACE: str = env.get("TAU_FAILPOINT_TRACE")  # type: ignore[assignment]
+_ARMED = env.get("TAU_FAILPOINTS")
+_TRACE = env.get("TAU_FAILPOINT_TRACE")
 command = "tau"  # the command this process runs (set by `taulib.cli.common.run_command`; "tau-local" for a local
 # executor's supervisor)
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import calendar
 import hashlib
 import time
+from typing import Any
 
 import orjson
 
 from taulib.errors import BadInput
 
+Record = dict[str, Any]  # a JSON object as tau holds it: a record, a document, an object the Kubernetes API returned
 _DUMP_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
 
 

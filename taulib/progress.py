@@ -23,12 +23,16 @@ import sys
 import threading
 import time
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (the type checker reads it as True)
+if TYPE_CHECKING:
+    from typing import Callable, TextIO
+
 INTERVAL = 0.2  # seconds between redraws on a terminal
 PIPE_INTERVAL = 1.0  # seconds between lines into a file or a pipe
 MIB = 1 << 20
 
 
-def enabled(choice: bool | None, stream=None) -> bool:
+def enabled(choice: bool | None, stream: TextIO | None = None) -> bool:
     """Whether to show progress: `choice` (a command's --progress / --no-progress) when given, else whether the
     stream (standard error) is a terminal."""
     if choice is not None:
@@ -46,7 +50,8 @@ class Meter:
     and so the time left, follows the bytes when their total is known, else the count."""
 
     def __init__(self, label: str, *, unit: str, total_count: int | None = None, total_bytes: int | None = None,
-                 bytes_word: str = "", show: bool | None = None, stream=None, clock=time.monotonic) -> None:
+                 bytes_word: str = "", show: bool | None = None, stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = sys.stderr if stream is None else stream
         self.enabled = enabled(show, self.stream)
         self.label, self.unit, self.bytes_word = label, unit, bytes_word
@@ -140,14 +145,14 @@ def _eta(done: int, total: int | None, elapsed: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def _isatty(stream) -> bool:
+def _isatty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError, OSError):
         return False
 
 
-def _width(stream) -> int:
+def _width(stream: TextIO) -> int:
     try:
         return os.get_terminal_size(stream.fileno()).columns or 80  # 0: a terminal that never said its size
     except (AttributeError, ValueError, OSError):

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+
 
 def render(headers: list[str], rows: list[list[object]]) -> str:
     cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
@@ -10,7 +15,7 @@ def render(headers: list[str], rows: list[list[object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def status(doc: dict) -> str:
+def status(doc: Record) -> str:
     """A tau.status document (tau-reconcile and tau-status -o table): the run, then one line per shard."""
     counts = ", ".join(f"{k} {v}" for k, v in doc["counts"].items() if v)
     head = f"run {doc['run_id']}: {doc['state']} ({counts})\n"
@@ -61,16 +66,17 @@ def _duration(seconds: int) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-def observations(doc: dict) -> str:
+def observations(doc: Record) -> str:
     """A tau.observations document (tau-observe RUN_DIR -o table)."""
     sources = doc["sources"]
     head = (f"run {doc['run_id']} ({doc['executor']}) observed at {doc['observed_at']}: queue {sources['queue']}, "
             f"accounting {sources['accounting']}{': ' + sources['reason'] if sources.get('reason') else ''}\n")
 
-    def seen(view: dict | None) -> str | None:
+    def seen(view: Record | None) -> str | None:
         if view is None:
             return None
-        return view["state"] + (f" ({view['reason']})" if view.get("reason") else "")
+        state: str = view["state"]
+        return state + (f" ({view['reason']})" if view.get("reason") else "")
 
     rows = [[a["shard_id"], a["attempt_id"], f"{a['scheduler']['executor']} {a['scheduler']['job_id']}"
              f"_{a['scheduler']['task_index']}", seen(a["queue"]), seen(a["accounting"])] for a in doc["attempts"]]

@@ -26,8 +26,14 @@ import errno
 import os
 import re
 import stat
+from typing import TYPE_CHECKING
 
 from taulib import env, failpoints
+
+if TYPE_CHECKING:
+    from typing import Callable, Literal
+
+    _Renameat2 = Callable[[int, bytes, int, bytes, int], int]
 
 _TEMP = r"^\.tau\.[0-9a-f]{16}\.tmp\Z"  # \Z: "$" would also match before a final newline; compiled on first use
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -36,10 +42,10 @@ RENAME_NOREPLACE = 1
 # errnos that mean "this filesystem cannot do that" (never "you may not" or "it exists"):
 NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)})
 NO_RENAMEAT2 = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)})
-_renameat2 = None
+_renameat2: _Renameat2 | Literal[False] | None = None  # None: not looked up yet; False: libc has none
 
 
-def _libc_renameat2():
+def _libc_renameat2() -> _Renameat2 | None:
     global _renameat2
     if _renameat2 is None:
         import ctypes  # on first use: a command that never renames without replacing does not pay for it

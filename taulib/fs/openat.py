@@ -46,7 +46,7 @@ def open_dir(parent_fd: int, name: str, *, create: bool, where: str, private: bo
     return fd
 
 
-def walk(dfd: int, prefix: str, out: list, skip: frozenset[str], what: str, context: str) -> None:
+def walk(dfd: int, prefix: str, out: list[tuple[str, int]], skip: frozenset[str], what: str, context: str) -> None:
     """Append (path, size) of every regular file below folder `dfd` to `out`; a symlink or a special file is
     refused, never followed. `skip` names top-level entries not to descend into."""
     for name in sorted(os.listdir(dfd)):

@@ -23,6 +23,7 @@ import os
 import stat
 import threading
 from collections import OrderedDict
+from typing import Callable, Concatenate, ParamSpec, Self, TypeVar
 
 from taulib.errors import BadInput, IOFailure, NotFound, Refused
 from taulib.fs import atomic, openat
@@ -30,13 +31,17 @@ from taulib.fs import atomic, openat
 MAX_CACHED_DIRS = 128  # folder descriptors kept open between calls (a run can have 100,000s of folders)
 CHUNK = 1 << 20
 
+_T = TypeVar("_T", bound="Tree")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-def _operation(method):
+
+def _operation(method: Callable[Concatenate[_T, _P], _R]) -> Callable[Concatenate[_T, _P], _R]:
     """Public Tree calls: the folder-descriptor cache is trimmed only when no call is in progress, so a descriptor a
     call is using is never closed under it."""
 
     @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: _T, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         with self._lock:  # threads share a tree (bundle transfers): one call at a time touches its cache
             if self._depth == 0 and len(self._dirs) > MAX_CACHED_DIRS:
                 self._trim()
@@ -82,7 +87,7 @@ class Tree:
                 pass
         self._dirs = OrderedDict()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

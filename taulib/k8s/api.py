@@ -14,20 +14,26 @@ from __future__ import annotations
 
 import json
 import os
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from taulib import env
 from taulib.errors import BadInput, Unavailable
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
 
 OBSERVED, NOT_FOUND, UNAVAILABLE = "observed", "notFound", "unavailable"
 NOT_INSTALLED = "resource type not installed"
 DEFAULT_TIMEOUT = 10.0  # seconds per request; connecting gets at most half of it
 IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+_V = TypeVar("_V", covariant=True)
 
 
-class Read(NamedTuple):
+class Read(NamedTuple, Generic[_V]):
+    """A classified read; `Read[Record]` from `get` (the object), `Read[list[Record]]` from `list_` (its items)."""
+
     state: str  # observed | notFound | unavailable
-    value: object = None  # the object (get) or its items (list) when observed
+    value: _V | None = None  # the object (get) or its items (list) when observed
     reason: str | None = None
     denied: bool = False  # 401/403
     unreachable: str | None = None  # why there was no answer at all: "connection refused", "timed out", ...
@@ -69,7 +75,7 @@ ADMISSION_CHECKS_V1BETA1 = Resource("kueue.x-k8s.io", "v1beta1", "admissioncheck
 class Session:
     """An ApiClient, the namespace of the current context, and the per-request timeout."""
 
-    def __init__(self, environ: dict | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, environ: Record | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         from kubernetes import client, config
 
         kubeconfig = env.get("KUBECONFIG", environ)
@@ -104,10 +110,10 @@ class Session:
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.client.close()
 
-    def get(self, resource: Resource, namespace: str | None, name: str) -> Read:
+    def get(self, resource: Resource, namespace: str | None, name: str) -> Read[Record]:
         """The object NAME, classified (namespace None for a cluster-scoped resource)."""
         what = f"{resource.kind} {name!r}" + (f" in namespace {namespace!r}" if resource.namespaced else "")
         path = self._path(resource, namespace) + "/" + _quote(name)
@@ -117,7 +123,7 @@ class Session:
             return self._not_installed(resource, what)
         return read._replace(value=None) if read.state == NOT_FOUND else read
 
-    def list_(self, resource: Resource, namespace: str | None, selector: str = "") -> Read:
+    def list_(self, resource: Resource, namespace: str | None, selector: str = "") -> Read[list[Record]]:
         """The items matching a label selector (every item for ""), classified (a 404 can only mean the type is not
         installed). Namespace None for a cluster-scoped resource."""
         scope = f" in namespace {namespace!r}" if resource.namespaced else ""
@@ -140,7 +146,7 @@ class Session:
             return f"{base}/{resource.plural}"
         return f"{base}/namespaces/{_quote(namespace or '')}/{resource.plural}"
 
-    def _not_installed(self, resource: Resource, what: str) -> Read:
+    def _not_installed(self, resource: Resource, what: str) -> Read[Any]:
         """notFound when discovery confirms the API server does not serve the type, else unavailable."""
         base = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
         discovery = self._call(base, {}, f"API discovery of {resource.api_version}")
@@ -154,7 +160,8 @@ class Session:
             return Read(NOT_FOUND, None, None)
         return discovery._replace(reason=f"{discovery.reason} (after a 404 reading the {what})")
 
-    def _call(self, path: str, query: dict, what: str) -> Read:
+    def _call(self, path: str, query: dict[str, str], what: str) -> Read[Any]:
+        """The body of the answer: the object (observed), the 404's body as parsed (notFound), else nothing."""
         import urllib3
 
         try:

@@ -18,8 +18,13 @@ Pure functions of the object read: no I/O, no clock. Pods and Kueue Workloads ar
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from taulib.k8s.kueue import QUEUE_LABEL
 from taulib.k8s.objects import condition, count, meta, reported_conditions, status_of
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
 
 STATES = ("pending", "running", "succeeded", "failed", "unknown", "not_found")
 TERMINAL = frozenset({"succeeded", "failed", "not_found"})
@@ -49,12 +54,12 @@ RAYJOB_APP = {
 }
 
 
-def _said(obj: dict) -> str | None:
+def _said(obj: Record) -> str | None:
     """"reason message" of a condition or a status, as Tau's v1alpha1 reason joins them."""
     return " ".join(p for p in (obj.get("reason"), obj.get("message")) if isinstance(p, str) and p) or None
 
 
-def job_state(job: dict) -> tuple[str, str, str | None]:
+def job_state(job: Record) -> tuple[str, str, str | None]:
     """(state, detail, failure reason) of a batch Job."""
     st = status_of(job)
     failed = condition(job, "Failed") or condition(job, "FailureTarget")
@@ -76,7 +81,7 @@ def job_state(job: dict) -> tuple[str, str, str | None]:
     return "pending", "created, no active pods yet", None
 
 
-def rayjob_state(rayjob: dict) -> tuple[str, str, str | None, str | None]:
+def rayjob_state(rayjob: Record) -> tuple[str, str, str | None, str | None]:
     """(state, detail, failure reason, app problem) of a RayJob, from the enumerated tables above."""
     st = status_of(rayjob)
     deployment = st.get("jobDeploymentStatus") or ""
@@ -106,7 +111,7 @@ def rayjob_state(rayjob: dict) -> tuple[str, str, str | None, str | None]:
     return state, detail, None, None if problem is None else problem.format(deployment=deployment, app=app)
 
 
-def job_section(job: dict, submitter_of: str | None, verdict: dict, tau_state: str) -> dict:
+def job_section(job: Record, submitter_of: str | None, verdict: Record, tau_state: str) -> Record:
     """The Job as reported, with its verdict (lifecycle, detail, problems) and Tau's state of it alone."""
     st = status_of(job)
     return {"name": meta(job).get("name"), "uid": meta(job).get("uid"),
@@ -119,7 +124,7 @@ def job_section(job: dict, submitter_of: str | None, verdict: dict, tau_state: s
             "conditions": reported_conditions(job), "degraded": bool(verdict["problems"])}
 
 
-def rayjob_section(rayjob: dict, verdict: dict, tau_state: str) -> dict:
+def rayjob_section(rayjob: Record, verdict: Record, tau_state: str) -> Record:
     """The RayJob as reported, with its verdict (lifecycle, detail, problems) and Tau's state of it alone."""
     st = status_of(rayjob)
     return {"name": meta(rayjob).get("name"), "uid": meta(rayjob).get("uid"),

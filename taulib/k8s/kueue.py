@@ -16,13 +16,21 @@ Pure functions of the objects read: no I/O, no clock.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from taulib.k8s.api import OBSERVED, Read
 from taulib.k8s.objects import condition, conditions, count, meta, status_of
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from taulib.jsonio import Record
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
-def workload_section(wl: dict, owner: str | None, controllers: dict[str, Read] | None = None) -> dict:
+def workload_section(wl: Record, owner: str | None, controllers: Mapping[str, Read[Record]] | None = None
+                     ) -> Record:
     """The Workload as reported, attributed to `owner` ("Job", "RayJob" or None)."""
     st = status_of(wl)
     finished, evicted = condition(wl, "Finished"), condition(wl, "Evicted")
@@ -54,7 +62,7 @@ def workload_section(wl: dict, owner: str | None, controllers: dict[str, Read] |
             "admissionChecks": checks}
 
 
-def _check(check: dict, read: Read | None) -> dict:
+def _check(check: Record, read: Read[Record] | None) -> Record:
     """An admission check with its controller: from its AdmissionCheck object when it was read, null when it was
     not looked up, and `controllerLookupFailed` when the read failed (denied, missing, unanswered)."""
     controller, failed = None, False
@@ -66,7 +74,7 @@ def _check(check: dict, read: Read | None) -> dict:
             "controllerLookupFailed": failed, "message": check.get("message") or None}
 
 
-def workload_problems(wl: dict) -> list[str]:
+def workload_problems(wl: Record) -> list[str]:
     """What Kueue did to a workload that a person must know (a finished workload's end is its owner's state)."""
     out = []
     if wl["evicted"]:

@@ -7,23 +7,28 @@ field is an empty dict, an empty list, None or 0, never an exception. The status
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def meta(obj: dict | None) -> dict:
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+
+
+def meta(obj: Record | None) -> Record:
     """The object's metadata."""
     return (obj or {}).get("metadata") or {}
 
 
-def status_of(obj: dict | None) -> dict:
+def status_of(obj: Record | None) -> Record:
     """The object's status."""
     return (obj or {}).get("status") or {}
 
 
-def conditions(obj: dict | None) -> list[dict]:
+def conditions(obj: Record | None) -> list[Record]:
     """The object's status conditions, in the order given."""
     return [c for c in status_of(obj).get("conditions") or [] if isinstance(c, dict)]
 
 
-def condition(obj: dict | None, kind: str) -> dict | None:
+def condition(obj: Record | None, kind: str) -> Record | None:
     """The condition of type `kind` when its status is True, else None."""
     for cond in conditions(obj):
         if cond.get("type") == kind and cond.get("status") == "True":
@@ -31,7 +36,7 @@ def condition(obj: dict | None, kind: str) -> dict | None:
     return None
 
 
-def explain(cond: dict | None, default: str) -> str:
+def explain(cond: Record | None, default: str) -> str:
     """"Reason: message" of a condition."""
     if not cond:
         return default
@@ -39,7 +44,7 @@ def explain(cond: dict | None, default: str) -> str:
     return ": ".join(parts) if parts else default
 
 
-def reported_conditions(obj: dict | None) -> list[dict]:
+def reported_conditions(obj: Record | None) -> list[Record]:
     """The conditions as a snapshot reports them: the five fields, empty ones None, sorted by type."""
     out = [{"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason") or None,
             "message": c.get("message") or None, "lastTransitionTime": c.get("lastTransitionTime") or None}
@@ -47,7 +52,7 @@ def reported_conditions(obj: dict | None) -> list[dict]:
     return sorted(out, key=lambda c: c["type"])
 
 
-def controller_ref(obj: dict) -> dict | None:
+def controller_ref(obj: Record) -> Record | None:
     """The ownerReference marked controller, else the first one, else None."""
     refs = [r for r in meta(obj).get("ownerReferences") or [] if isinstance(r, dict)]
     for ref in refs:
@@ -56,7 +61,7 @@ def controller_ref(obj: dict) -> dict | None:
     return refs[0] if refs else None
 
 
-def owned_by(obj: dict | None, owner: dict | None) -> bool:
+def owned_by(obj: Record | None, owner: Record | None) -> bool:
     """Whether one of obj's ownerReferences is `owner`, by uid (names can be reused; uids cannot)."""
     uid = meta(owner).get("uid")
     return bool(uid) and any(isinstance(r, dict) and r.get("uid") == uid

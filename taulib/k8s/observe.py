@@ -14,18 +14,22 @@ answer (5xx, timeouts) `Unavailable`. Otherwise the snapshot is the answer, with
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypedDict
 
 from taulib.errors import Refused, Unavailable
 from taulib.k8s import api, status
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
 
-def observe(name: str, namespace: str | None = None, env: dict | None = None,
-            timeout: float = api.DEFAULT_TIMEOUT) -> dict:
+
+def observe(name: str, namespace: str | None = None, env: Record | None = None,
+            timeout: float = api.DEFAULT_TIMEOUT) -> Record:
     with api.Session(env, timeout) as session:
         namespace = namespace or session.namespace
         reads = _read_all(session, name, namespace)
     where = f"{name!r} in namespace {namespace!r}"
-    main = [reads[k] for k in ("job", "rayjob", "workloads", "pods")]
+    main: list[api.Read[object]] = [reads["job"], reads["rayjob"], reads["workloads"], reads["pods"]]
     if all(r.state == api.UNAVAILABLE for r in main):
         reasons = "; ".join(dict.fromkeys(r.reason for r in main if r.reason))
         if all(r.denied for r in main):
@@ -37,7 +41,17 @@ def observe(name: str, namespace: str | None = None, env: dict | None = None,
     return status.snapshot(name, namespace, **reads)
 
 
-def _read_all(session: api.Session, name: str, namespace: str) -> dict[str, api.Read]:
+class _Reads(TypedDict):
+    """The reads of one workload, named as `status.snapshot` takes them."""
+
+    job: api.Read[Record]
+    rayjob: api.Read[Record]
+    workloads: api.Read[list[Record]]
+    pods: api.Read[list[Record]]
+    admission_checks: dict[str, api.Read[Record]]
+
+
+def _read_all(session: api.Session, name: str, namespace: str) -> _Reads:
     job = session.get(api.JOBS, namespace, name)
     if job.unreachable:
         server = session.client.configuration.host
@@ -45,12 +59,12 @@ def _read_all(session: api.Session, name: str, namespace: str) -> dict[str, api.
                           "KUBECONFIG and the network, then try again", name=name, namespace=namespace)
     rayjob = session.get(api.RAYJOBS, namespace, name)
     uids = sorted(str(r.value["metadata"]["uid"]) for r in (job, rayjob)
-                  if r.state == api.OBSERVED and (r.value.get("metadata") or {}).get("uid"))
+                  if r.state == api.OBSERVED and r.value is not None and (r.value.get("metadata") or {}).get("uid"))
     selectors = [f"tau.azure.com/job={name}"]
     if uids:
         selectors.insert(0, f"kueue.x-k8s.io/job-uid in ({','.join(uids)})")
     workloads = _workloads(session, namespace, selectors)
-    cluster = (rayjob.value.get("status") or {}).get("rayClusterName") if rayjob.state == api.OBSERVED else None
+    cluster = ((rayjob.value or {}).get("status") or {}).get("rayClusterName") if rayjob.state == api.OBSERVED else None
     selectors = [f"job-name={name}", f"tau.azure.com/job={name}"]
     if isinstance(cluster, str) and cluster:
         selectors.append(f"ray.io/cluster={cluster}")
@@ -59,13 +73,13 @@ def _read_all(session: api.Session, name: str, namespace: str) -> dict[str, api.
             "admission_checks": _admission_checks(session, workloads)}
 
 
-def _admission_checks(session: api.Session, workloads: api.Read) -> dict[str, api.Read]:
+def _admission_checks(session: api.Session, workloads: api.Read[list[Record]]) -> dict[str, api.Read[Record]]:
     """The read of the AdmissionCheck object of each check the Workloads name, by name (Tau's controller lookup)."""
     names = sorted({c["name"] for w in (workloads.value or []) if isinstance(w, dict)
                     for c in ((w.get("status") or {}).get("admissionChecks") or [])
                     if isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"]}) \
         if workloads.state == api.OBSERVED else []
-    out = {}
+    out: dict[str, api.Read[Record]] = {}
     for name in names:
         for resource in (api.ADMISSION_CHECKS, api.ADMISSION_CHECKS_V1BETA1):
             out[name] = session.get(resource, None, name)
@@ -74,11 +88,11 @@ def _admission_checks(session: api.Session, workloads: api.Read) -> dict[str, ap
     return out
 
 
-def _workloads(session: api.Session, namespace: str, selectors: list[str]) -> api.Read:
+def _workloads(session: api.Session, namespace: str, selectors: list[str]) -> api.Read[list[Record]]:
     """Kueue Workloads in the newest API version the server has: v1beta2 (Kueue 0.15 and later; the only one from
     0.20), else v1beta1. The fields read are the same in both."""
     for resource in (api.WORKLOADS, api.WORKLOADS_V1BETA1):
-        reads = []
+        reads: list[api.Read[list[Record]]] = []
         for selector in selectors:
             reads.append(session.list_(resource, namespace, selector))
             if reads[-1].state == api.NOT_FOUND:  # a list is only ever not found when its type is not served
@@ -89,14 +103,14 @@ def _workloads(session: api.Session, namespace: str, selectors: list[str]) -> ap
                     f"{api.WORKLOADS.full_name}/{api.WORKLOADS.version} nor {api.WORKLOADS_V1BETA1.version}")
 
 
-def _merged(reads: list[api.Read]) -> api.Read:
+def _merged(reads: list[api.Read[list[Record]]]) -> api.Read[list[Record]]:
     """One read of several lists of one type: unavailable if any was, notFound if all were, else the union by uid."""
     for read in reads:
         if read.state == api.UNAVAILABLE:
             return read
     if all(read.state == api.NOT_FOUND for read in reads):
         return reads[0]
-    items: dict[str, dict] = {}
+    items: dict[str, Record] = {}
     for read in reads:
         for item in read.value or []:
             meta = item.get("metadata") or {}

@@ -13,19 +13,24 @@ Pure functions of the entries read: no I/O, no clock.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from taulib.k8s.api import NOT_FOUND, UNAVAILABLE, Read
 from taulib.k8s.jobs import TERMINAL
 from taulib.k8s.kueue import QUEUE_LABEL
 from taulib.k8s.objects import explain, meta, status_of
 from taulib.k8s.pods import IMAGE_ISSUES, WAITING_ISSUES, container_issue, issue_text
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
 
-def _phase(name: str, status: str, detail: str, hint: str | None = None) -> dict:
+
+def _phase(name: str, status: str, detail: str, hint: str | None = None) -> Record:
     return {"name": name, "status": status, "detail": detail, "hint": hint}
 
 
-def phases(kind: str, primary: str | None, state: str, job: dict | None, ray: dict | None, wls: list[dict],
-           wl_read: Read, pods: list[dict], pod_read: Read) -> list[dict]:
+def phases(kind: str, primary: str | None, state: str, job: Record | None, ray: Record | None, wls: list[Record],
+           wl_read: Read[list[Record]], pods: list[Record], pod_read: Read[list[Record]]) -> list[Record]:
     """The phases of the primary workload (none when there is no workload)."""
     if primary is None:
         return []
@@ -37,16 +42,16 @@ def phases(kind: str, primary: str | None, state: str, job: dict | None, ray: di
     if any(w["workerCluster"] or w["nominatedClusters"] for w in wls):
         out.append(_placement_phase(wls))
     if primary == "RayJob":
-        out.append(_raycluster_phase(ray))
+        out.append(_raycluster_phase(obj))
     out.extend(_pod_phases(pods, pod_read, state))
     if primary == "RayJob":
-        out.append(_rayjob_status_phase(ray, state))
+        out.append(_rayjob_status_phase(obj, state))
     if state in ("succeeded", "failed"):
         out.append(_release_phase(pods, pod_read, wls))
     return out
 
 
-def _kueue_phase(obj: dict, wls: list[dict], wl_read: Read, state: str) -> dict:
+def _kueue_phase(obj: Record, wls: list[Record], wl_read: Read[list[Record]], state: str) -> Record:
     name = "Kueue admission"
     queue = (meta(obj).get("labels") or {}).get(QUEUE_LABEL)
     if wl_read.state == UNAVAILABLE:  # never "not admitted" from a read we could not make
@@ -83,14 +88,14 @@ def _kueue_phase(obj: dict, wls: list[dict], wl_read: Read, state: str) -> dict:
     return _phase(name, "done", detail)
 
 
-def _placement_phase(wls: list[dict]) -> dict:
+def _placement_phase(wls: list[Record]) -> Record:
     placed = next((w["workerCluster"] for w in wls if w["workerCluster"]), None)
     nominated = sorted({c for w in wls for c in w["nominatedClusters"]})
     return _phase("MultiKueue placement", "done" if placed else "active",
                   f"running on worker cluster {placed}" if placed else f"nominated: {', '.join(nominated)}")
 
 
-def _raycluster_phase(ray: dict) -> dict:
+def _raycluster_phase(ray: Record) -> Record:
     deployment = status_of(ray).get("jobDeploymentStatus") or ""
     cluster = status_of(ray).get("rayClusterName")
     if deployment in ("", "New", "Suspended", "Suspending", "Waiting"):
@@ -100,7 +105,7 @@ def _raycluster_phase(ray: dict) -> dict:
     return _phase("RayCluster", "done", f"{cluster or 'the RayCluster'} was created")
 
 
-def _rayjob_status_phase(ray: dict, state: str) -> dict:
+def _rayjob_status_phase(ray: Record, state: str) -> Record:
     st = status_of(ray)
     status = {"succeeded": "done", "failed": "warning"}.get(state, "active")
     return _phase("RayJob status", status, f"jobDeploymentStatus {st.get('jobDeploymentStatus') or 'unset'}, "
@@ -108,7 +113,7 @@ def _rayjob_status_phase(ray: dict, state: str) -> dict:
                   + (f", reason {st['reason']}" if st.get("reason") else ""))
 
 
-def _pod_phases(pods: list[dict], pod_read: Read, state: str) -> list[dict]:
+def _pod_phases(pods: list[Record], pod_read: Read[list[Record]], state: str) -> list[Record]:
     if pod_read.state == UNAVAILABLE:
         return [_phase("Pod scheduling", "warning", f"cannot tell: {pod_read.reason}")]
     if not pods:
@@ -122,7 +127,7 @@ def _pod_phases(pods: list[dict], pod_read: Read, state: str) -> list[dict]:
             _init_phase(containers), _start_phase(apps), _ready_phase(pods, apps, state)]
 
 
-def _scheduling_phase(pods: list[dict], unscheduled: list[dict]) -> dict:
+def _scheduling_phase(pods: list[Record], unscheduled: list[Record]) -> Record:
     name = "Pod scheduling"
     if unscheduled:
         cond = next(c for c in unscheduled[0]["conditions"] if c["type"] == "PodScheduled")
@@ -134,7 +139,7 @@ def _scheduling_phase(pods: list[dict], unscheduled: list[dict]) -> dict:
                   f"on node{'s' if len(nodes) != 1 else ''} {', '.join(nodes)}" if nodes else "waiting")
 
 
-def _image_phase(containers: list[tuple[dict, dict]], waiting_for_nodes: bool) -> dict:
+def _image_phase(containers: list[tuple[Record, Record]], waiting_for_nodes: bool) -> Record:
     name = "Image pull"
     pulling = [f"{p['name']}/{c['name']} {c['reason']}" for p, c in containers
                if c["state"] == "waiting" and c["reason"] in IMAGE_ISSUES]
@@ -146,7 +151,7 @@ def _image_phase(containers: list[tuple[dict, dict]], waiting_for_nodes: bool) -
     return _phase(name, "active" if not waiting_for_nodes else "pending", "waiting")
 
 
-def _init_phase(containers: list[tuple[dict, dict]]) -> dict:
+def _init_phase(containers: list[tuple[Record, Record]]) -> Record:
     name = "Init containers"
     inits = [(p, c) for p, c in containers if c["kind"] == "init"]
     if not inits:
@@ -157,7 +162,7 @@ def _init_phase(containers: list[tuple[dict, dict]]) -> dict:
                   "; ".join(bad) if bad else "done" if done else "running")
 
 
-def _start_phase(apps: list[tuple[dict, dict]]) -> dict:
+def _start_phase(apps: list[tuple[Record, Record]]) -> Record:
     name = "Container start"
     failing = [issue_text(p["name"], c) for p, c in apps if c["state"] == "waiting"
                and c["reason"] in WAITING_ISSUES - IMAGE_ISSUES - {"CrashLoopBackOff"}]
@@ -169,7 +174,7 @@ def _start_phase(apps: list[tuple[dict, dict]]) -> dict:
                   f"{len(begun)}/{len(apps)} containers started")
 
 
-def _ready_phase(pods: list[dict], apps: list[tuple[dict, dict]], state: str) -> dict:
+def _ready_phase(pods: list[Record], apps: list[tuple[Record, Record]], state: str) -> Record:
     name = "Ready"
     crashing = [issue_text(p["name"], c) for p, c in apps if c["state"] == "waiting"
                 and c["reason"] == "CrashLoopBackOff"]
@@ -183,7 +188,7 @@ def _ready_phase(pods: list[dict], apps: list[tuple[dict, dict]], state: str) ->
                   f"{len(ready)}/{len(live)} running pods ready")
 
 
-def _release_phase(pods: list[dict], pod_read: Read, wls: list[dict]) -> dict:
+def _release_phase(pods: list[Record], pod_read: Read[list[Record]], wls: list[Record]) -> Record:
     name = "Compute release"
     if pod_read.state == UNAVAILABLE:
         return _phase(name, "warning", f"cannot tell: {pod_read.reason}")

@@ -14,14 +14,19 @@ Pure functions of the objects read: no I/O, no clock. Whose pod it is, and wheth
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from taulib.k8s.objects import count, meta, reported_conditions, status_of
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
 
 WAITING_ISSUES = frozenset({"CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError",
                             "RunContainerError", "Error", "ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
 IMAGE_ISSUES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
 
 
-def _container(spec_kind: str, cs: dict) -> dict:
+def _container(spec_kind: str, cs: Record) -> Record:
     state = cs.get("state") or {}
     last = (cs.get("lastState") or {}).get("terminated") or {}
     name = next((k for k in ("terminated", "waiting", "running") if k in state), "waiting")
@@ -34,13 +39,13 @@ def _container(spec_kind: str, cs: dict) -> dict:
             "lastExitCode": last.get("exitCode") if isinstance(last.get("exitCode"), int) else None}
 
 
-def container_issue(c: dict) -> bool:
+def container_issue(c: Record) -> bool:
     if c["state"] == "terminated":
         return c["exitCode"] not in (0, None) or (c["exitCode"] is None and c["reason"] not in (None, "Completed"))
     return c["state"] == "waiting" and c["reason"] in WAITING_ISSUES
 
 
-def issue_text(pod: str, c: dict) -> str:
+def issue_text(pod: str, c: Record) -> str:
     """One container's issue as Tau's v1alpha1 `reason` reads: "POD/CTR STATE[ reason=R][ exit=N][ restarts=N]",
     the reason being the current one or else the last, the exit code the current one only."""
     text = f"{pod}/{c['name']} {c['state'] or '-'}"
@@ -54,7 +59,7 @@ def issue_text(pod: str, c: dict) -> str:
     return text
 
 
-def pod_state(phase: str, reason: str | None, containers: list[dict], conditions: list[dict]) -> str:
+def pod_state(phase: str, reason: str | None, containers: list[Record], conditions: list[Record]) -> str:
     """A pod in the observed-state words of every tau observation (tau-status(7))."""
     if phase == "Unknown":
         return "node_failed"
@@ -74,7 +79,7 @@ def pod_state(phase: str, reason: str | None, containers: list[dict], conditions
     return "failed"
 
 
-def pod_section(pod: dict, owner: str | None, role: str | None) -> dict:
+def pod_section(pod: Record, owner: str | None, role: str | None) -> Record:
     """The pod as reported, attributed to `owner` ("Job", "RayJob" or None) in `role`; its health is still "ok"."""
     spec, st = pod.get("spec") or {}, status_of(pod)
     statuses = [("init", cs) for cs in st.get("initContainerStatuses") or [] if isinstance(cs, dict)] + \
@@ -100,7 +105,7 @@ def pod_section(pod: dict, owner: str | None, role: str | None) -> dict:
             "conditions": conditions, "containers": containers}
 
 
-def pod_issues(pod: dict) -> list[str]:
+def pod_issues(pod: Record) -> list[str]:
     """Every issue of a pod entry, in order: its containers' issues, else its own failure."""
     issues = [issue_text(pod["name"], c) for c in pod["containers"] if container_issue(c)]
     if not issues and pod["phase"] == "Failed":

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from taulib import table
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
 
-def snapshot(doc: dict) -> str:
+
+def snapshot(doc: Record) -> str:
     kind = "RayJob" if doc["kind"] == "Job+RayJob" and doc["primary"] == "RayJob" else doc["kind"]  # its submitter
     lines = [f"{kind} {doc['name']} in namespace {doc['namespace']}: {doc['lifecycle']}",
              f"  {doc['stateDetail']}", f"  Tau v1alpha1 state: {doc['state']}"]
@@ -46,7 +51,7 @@ def snapshot(doc: dict) -> str:
     return out
 
 
-def _controller(check: dict) -> str:
+def _controller(check: Record) -> str:
     if check["controller"]:
         return f" ({check['controller']})"
     return " (controller: lookup failed)" if check["controllerLookupFailed"] else ""

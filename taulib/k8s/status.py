@@ -40,7 +40,7 @@ verdict, and the document. The rules, each a table or a short function in the mo
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from taulib.k8s import v1alpha1
 from taulib.k8s.api import NOT_FOUND, NOT_INSTALLED, OBSERVED, UNAVAILABLE, Read
@@ -49,6 +49,11 @@ from taulib.k8s.kueue import workload_problems, workload_section
 from taulib.k8s.objects import controller_ref, meta, owned_by, status_of
 from taulib.k8s.phases import phases
 from taulib.k8s.pods import pod_issues, pod_section
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from taulib.jsonio import Record
 
 NOT_INSTALLED_REASON = "resource type is not installed"  # Tau's words, compared exactly by its readers
 
@@ -59,15 +64,15 @@ SCHEMA_VERSION = "v1alpha1"
 
 class _Scene(NamedTuple):
     """The Job and the RayJob read, and how they relate."""
-    job: dict | None  # the Job, when observed
-    ray: dict | None  # the RayJob, when observed
-    ray_ref: dict | None  # the Job's ownerReference to a RayJob
+    job: Record | None  # the Job, when observed
+    ray: Record | None  # the RayJob, when observed
+    ray_ref: Record | None  # the Job's ownerReference to a RayJob
     submitter: bool  # the Job submits the RayJob: the RayJob is the workload
     cluster: str | None  # the RayJob's RayCluster
 
 
-def snapshot(name: str, namespace: str, *, job: Read, rayjob: Read, workloads: Read, pods: Read,
-             admission_checks: dict[str, Read] | None = None) -> dict:
+def snapshot(name: str, namespace: str, *, job: Read[Record], rayjob: Read[Record], workloads: Read[list[Record]],
+             pods: Read[list[Record]], admission_checks: Mapping[str, Read[Record]] | None = None) -> Record:
     """The status snapshot of the workload `name` in `namespace`, from the four reads (and, by check name, the reads
     of the AdmissionCheck objects its Kueue Workloads name; a check without one was not looked up)."""
     scene = _scene(job, rayjob)
@@ -106,7 +111,7 @@ def snapshot(name: str, namespace: str, *, job: Read, rayjob: Read, workloads: R
     }
 
 
-def _pod_evidence(primary: str | None, lifecycle: str, pods: Read, own: list[dict]) -> dict:
+def _pod_evidence(primary: str | None, lifecycle: str, pods: Read[list[Record]], own: list[Record]) -> Record:
     """Whether how the workload's pods ended can be read: unavailable after teardown or a failed read."""
     if pods.state == UNAVAILABLE:
         return {"state": UNAVAILABLE, "reason": f"its pods cannot be read: {pods.reason}"}
@@ -120,7 +125,7 @@ def _pod_evidence(primary: str | None, lifecycle: str, pods: Read, own: list[dic
 
 # -- whose is each pod and each Kueue Workload ---------------------------------------------------------------------
 
-def _scene(job: Read, rayjob: Read) -> _Scene:
+def _scene(job: Read[Record], rayjob: Read[Record]) -> _Scene:
     job_obj = job.value if job.state == OBSERVED else None
     ray_obj = rayjob.value if rayjob.state == OBSERVED else None
     ray_ref = next((r for r in meta(job_obj).get("ownerReferences") or []
@@ -131,7 +136,7 @@ def _scene(job: Read, rayjob: Read) -> _Scene:
     return _Scene(job_obj, ray_obj, ray_ref, submitter, cluster)
 
 
-def _pod_owner(scene: _Scene, pod: dict) -> tuple[str | None, str | None]:
+def _pod_owner(scene: _Scene, pod: Record) -> tuple[str | None, str | None]:
     """(owner, role) of a pod: the Job's own pods, the submitter's, or the RayJob's RayCluster's by node type."""
     ref = controller_ref(pod) or {}
     if scene.job and ref.get("uid") == meta(scene.job).get("uid"):
@@ -141,7 +146,7 @@ def _pod_owner(scene: _Scene, pod: dict) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _workload_owner(scene: _Scene, wl: dict) -> str | None:
+def _workload_owner(scene: _Scene, wl: Record) -> str | None:
     for kind, obj in (("Job", scene.job), ("RayJob", scene.ray)):
         if obj and (owned_by(wl, obj) or (meta(wl).get("labels") or {}).get("kueue.x-k8s.io/job-uid")
                     == meta(obj).get("uid")):
@@ -149,23 +154,24 @@ def _workload_owner(scene: _Scene, wl: dict) -> str | None:
     return None
 
 
-def _pod_entries(scene: _Scene, pods: Read) -> list[dict]:
-    out = [pod_section(p, *_pod_owner(scene, p)) for p in (pods.value if pods.state == OBSERVED else [])]
+def _pod_entries(scene: _Scene, pods: Read[list[Record]]) -> list[Record]:
+    out = [pod_section(p, *_pod_owner(scene, p)) for p in ((pods.value or []) if pods.state == OBSERVED else [])]
     out.sort(key=lambda p: (str(p["name"]), str(p["uid"])))
     return out
 
 
-def _workload_entries(scene: _Scene, workloads: Read, controllers: dict[str, Read] | None) -> list[dict]:
+def _workload_entries(scene: _Scene, workloads: Read[list[Record]], controllers: Mapping[str, Read[Record]] | None
+                      ) -> list[Record]:
     out = [workload_section(w, _workload_owner(scene, w), controllers)
-           for w in (workloads.value if workloads.state == OBSERVED else [])]
+           for w in ((workloads.value or []) if workloads.state == OBSERVED else [])]
     out.sort(key=lambda w: str(w["name"]))
     return out
 
 
 # -- each workload's verdict, judged only with its own pods and Kueue Workloads -------------------------------------
 
-def _verdicts(name: str, scene: _Scene, rayjob: Read, pods: Read, pod_list: list[dict],
-              wl_list: list[dict]) -> dict[str, dict]:
+def _verdicts(name: str, scene: _Scene, rayjob: Read[Record], pods: Read[list[Record]], pod_list: list[Record],
+              wl_list: list[Record]) -> dict[str, Record]:
     """{"Job"|"RayJob": {state, detail, problems}}; marks each pod entry's health as it goes."""
     verdicts = _own_verdicts(name, scene, rayjob)
     _waiting_job_pods(verdicts.get("Job"), pods, [p for p in pod_list if p["owner"] == "Job"])
@@ -178,9 +184,9 @@ def _verdicts(name: str, scene: _Scene, rayjob: Read, pods: Read, pod_list: list
     return verdicts
 
 
-def _own_verdicts(name: str, scene: _Scene, rayjob: Read) -> dict[str, dict]:
+def _own_verdicts(name: str, scene: _Scene, rayjob: Read[Record]) -> dict[str, Record]:
     """What the Job and the RayJob each say of themselves."""
-    verdicts: dict[str, dict] = {}
+    verdicts: dict[str, Record] = {}
     if scene.job is not None and not scene.submitter:
         state, detail, failure = job_state(scene.job)
         verdicts["Job"] = {"state": state, "detail": detail, "problems": [failure] if failure else []}
@@ -190,12 +196,12 @@ def _own_verdicts(name: str, scene: _Scene, rayjob: Read) -> dict[str, dict]:
                               "problems": [p for p in (failure, app) if p]}
     elif scene.submitter:  # the Job says it belongs to a RayJob we may not read
         verdicts["RayJob"] = {"state": "unknown", "detail": f"the Job {name!r} is the submitter of RayJob "
-                              f"{scene.ray_ref.get('name')!r}, which cannot be read: {rayjob.reason}",
+                              f"{(scene.ray_ref or {}).get('name')!r}, which cannot be read: {rayjob.reason}",
                               "problems": []}
     return verdicts
 
 
-def _waiting_job_pods(verdict: dict | None, pods: Read, job_pods: list[dict]) -> None:
+def _waiting_job_pods(verdict: Record | None, pods: Read[list[Record]], job_pods: list[Record]) -> None:
     if verdict and verdict["state"] == "running" and pods.state == OBSERVED and job_pods \
             and not any(p["phase"] != "Pending" for p in job_pods):
         # the Job counts pods that wait for a node or an image as active: they are not running yet
@@ -203,7 +209,7 @@ def _waiting_job_pods(verdict: dict | None, pods: Read, job_pods: list[dict]) ->
         verdict["detail"] = f"{len(job_pods)} pod{'s' if len(job_pods) != 1 else ''} waiting to start"
 
 
-def _judge_pods(verdicts: dict[str, dict], pod_list: list[dict]) -> dict[str, list[str]]:
+def _judge_pods(verdicts: dict[str, Record], pod_list: list[Record]) -> dict[str, list[str]]:
     """Each pod's health; the issues found, by owner. A failed pod of a RayJob that succeeded is its teardown
     (phase "Teardown", as Tau shows it), judged against its own RayJob only."""
     out: dict[str, list[str]] = {}
@@ -236,8 +242,8 @@ def _kind(scene: _Scene) -> tuple[str, str | None]:
     return kind, {"Job": "Job", "Job+RayJob": "Job", "RayJob": "RayJob"}.get(kind)
 
 
-def _top_verdict(name: str, namespace: str, kind: str, primary: str | None, verdicts: dict[str, dict], job: Read,
-                 rayjob: Read) -> tuple[str, str, list[str]]:
+def _top_verdict(name: str, namespace: str, kind: str, primary: str | None, verdicts: dict[str, Record],
+                 job: Read[Record], rayjob: Read[Record]) -> tuple[str, str, list[str]]:
     if primary:
         verdict = verdicts[primary]
         state, detail, problems = verdict["state"], verdict["detail"], verdict["problems"]
@@ -246,7 +252,7 @@ def _top_verdict(name: str, namespace: str, kind: str, primary: str | None, verd
             detail += (f"; a RayJob of the same name, not related to it, is in state {other['state']}"
                        f"{' and degraded' if other['problems'] else ''} (see rayJob)")
     else:
-        unavailable = [r.reason for r in (job, rayjob) if r.state == UNAVAILABLE]
+        unavailable = [r.reason or "" for r in (job, rayjob) if r.state == UNAVAILABLE]  # each has its reason
         problems = []
         if unavailable:
             state, detail = "unknown", "cannot tell: " + "; ".join(unavailable)
@@ -259,7 +265,7 @@ def _top_verdict(name: str, namespace: str, kind: str, primary: str | None, verd
 
 # -- the sections and the document ---------------------------------------------------------------------------------
 
-def _sections(scene: _Scene, verdicts: dict[str, dict]) -> dict:
+def _sections(scene: _Scene, verdicts: dict[str, Record]) -> Record:
     sections = {}
     if scene.job is not None:
         # a submitter Job is part of its RayJob, which carries the verdict: the Job's own state, never degraded
@@ -274,16 +280,16 @@ def _sections(scene: _Scene, verdicts: dict[str, dict]) -> dict:
     return sections
 
 
-def _observation(read: Read) -> dict:
+def _observation(read: Read[object]) -> Record:
     """A read as Tau's `observations` say it; a type that is not installed is unavailable, in Tau's exact words,
     with which type in `detail`."""
     if read.not_installed:
         return {"state": UNAVAILABLE, "reason": NOT_INSTALLED_REASON,
-                "detail": read.reason[len(NOT_INSTALLED):].lstrip(": ") or None}
+                "detail": (read.reason or "")[len(NOT_INSTALLED):].lstrip(": ") or None}
     return {"state": read.state, "reason": read.reason, "detail": None}
 
 
-def _as_of(*sources) -> str | None:
+def _as_of(*sources: object) -> str | None:
     """The latest timestamp in the objects read: what the snapshot is as of (never the local clock)."""
     latest = None
 

@@ -22,7 +22,12 @@ Pure functions of the objects read: no I/O, no clock.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from taulib.k8s.objects import condition, count
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
 
 SUSPENDED = "Pending (suspended; Kueue not yet admitted)"
 ADMITTED = "Admitted (no active pods yet)"
@@ -32,27 +37,29 @@ MULTIKUEUE_CHECK = "multikueue"  # the check's name Tau falls back to when its c
 MULTIKUEUE_STATES = ("Rejected", "Retry", "Ready", "Selected", "Nominated", "Pending")
 
 
-def _ray_fields(ray: dict | None) -> tuple[str, str, str]:
+def _ray_fields(ray: Record | None) -> tuple[str, str, str]:
     st = (ray or {}).get("status") or {}
-    return tuple(v if isinstance(v, str) else "" for v in (st.get("jobStatus"), st.get("jobDeploymentStatus"),
-                                                          st.get("reason")))  # type: ignore[return-value]
+    job_status, deployment, reason = (v if isinstance(v, str) else "" for v in (st.get("jobStatus"),
+                                                                              st.get("jobDeploymentStatus"),
+                                                                              st.get("reason")))
+    return job_status, deployment, reason
 
 
-def ray_failed(ray: dict | None) -> bool:
+def ray_failed(ray: Record | None) -> bool:
     if ray is None:
         return False
     return any(word in value.strip().lower() for value in _ray_fields(ray)
                for word in ("fail", "error", "stop", "cancel"))
 
 
-def ray_succeeded(ray: dict | None) -> bool:
+def ray_succeeded(ray: Record | None) -> bool:
     if ray is None or ray_failed(ray):
         return False
     job_status, deployment, _ = _ray_fields(ray)
     return any(word in value.strip().lower() for value in (job_status, deployment) for word in ("succeed", "complete"))
 
 
-def job_state(job: dict) -> str:
+def job_state(job: Record) -> str:
     """Tau's state of a batch Job alone."""
     if condition(job, "Failed"):
         return "Failed"
@@ -65,7 +72,7 @@ def job_state(job: dict) -> str:
     return ADMITTED
 
 
-def rayjob_state(ray: dict) -> str:
+def rayjob_state(ray: Record) -> str:
     """Tau's state of a RayJob alone."""
     if ray_failed(ray):
         return "Failed"
@@ -77,22 +84,23 @@ def rayjob_state(ray: dict) -> str:
             "": "New"}.get(raw.upper(), raw)
 
 
-def is_multikueue_check(check: dict) -> bool:
+def is_multikueue_check(check: Record) -> bool:
     """A `workloads[].admissionChecks[]` entry of MultiKueue: by its controller, or by Tau's exact-name fallback
     when the controller could not be looked up."""
-    if check.get("controller"):
-        return check["controller"] == MULTIKUEUE_CONTROLLER
+    controller: object = check.get("controller")
+    if controller:
+        return controller == MULTIKUEUE_CONTROLLER
     return bool(check.get("controllerLookupFailed")) and check.get("name") == MULTIKUEUE_CHECK
 
 
-def is_multikueue(job: dict | None, ray: dict | None, wls: list[dict]) -> bool:
+def is_multikueue(job: Record | None, ray: Record | None, wls: list[Record]) -> bool:
     if any(((obj or {}).get("spec") or {}).get("managedBy") == MULTIKUEUE_CONTROLLER for obj in (job, ray)):
         return True
     return any(w["workerCluster"] or w["nominatedClusters"] or any(is_multikueue_check(c) for c in
                                                                    w["admissionChecks"]) for w in wls)
 
 
-def multikueue_state(job: dict | None, ray: dict | None, wls: list[dict]) -> str | None:
+def multikueue_state(job: Record | None, ray: Record | None, wls: list[Record]) -> str | None:
     """The manager-visible MultiKueue placement state (None when the workload is not MultiKueue's)."""
     if not is_multikueue(job, ray, wls):
         return None
@@ -114,7 +122,7 @@ def multikueue_state(job: dict | None, ray: dict | None, wls: list[dict]) -> str
     return next((s for s in MULTIKUEUE_STATES if s in found), "Pending")
 
 
-def state(job: dict | None, ray: dict | None, wls: list[dict], pod_count: int, job_missing: bool,
+def state(job: Record | None, ray: Record | None, wls: list[Record], pod_count: int, job_missing: bool,
           ray_missing: bool) -> str:
     """Tau's top-level `state`. `job_missing`/`ray_missing`: the read found nothing (for the RayJob, also: its type
     is not installed); a read that failed is neither found nor missing."""

@@ -13,12 +13,14 @@ running, succeeded, failed); the evidence says what the scheduler saw. The verdi
 
 from __future__ import annotations
 
+from typing import Any
+
 from taulib.rules.evidence import CLASSIFICATION, FAILURE, PREEMPTION, Evidence
 
 STATES = ("pending", "running", "succeeded", "failed", "accounting_lag", "unknown")
 
 
-class Verdict(tuple):
+class Verdict(tuple[str, str]):
     """(state, reason): state one of STATES. A tuple with names, defined as a plain class because it is on the
     start-up path of every command that reads a run (a NamedTuple costs ~0.1 ms to define)."""
 
@@ -27,19 +29,25 @@ class Verdict(tuple):
     def __new__(cls, state: str, reason: str) -> Verdict:
         return tuple.__new__(cls, (state, reason))
 
-    state = property(lambda self: self[0])
-    reason = property(lambda self: self[1])
+    @property
+    def state(self) -> str:
+        return self[0]
+
+    @property
+    def reason(self) -> str:
+        return self[1]
 
 
-def effective_attempt(attempt: dict, evidence: Evidence | None) -> Verdict:
+def effective_attempt(attempt: dict[str, Any], evidence: Evidence | None) -> Verdict:
     """The verdict on an attempt (its record, as stored) given its scheduler evidence."""
     life = attempt["state"]
-    scheduler_failed = evidence is not None and evidence.terminal and evidence.state in FAILURE
-    scheduler_says = (evidence.reason or f"scheduler reports {evidence.state}" + _exit(evidence.exit_code)
-                      if scheduler_failed else "")
+    failure = evidence if evidence is not None and evidence.terminal and evidence.state in FAILURE else None
+    scheduler_failed = failure is not None
+    scheduler_says = (failure.reason or f"scheduler reports {failure.state}" + _exit(failure.exit_code)
+                      if failure is not None else "")
     if life == "failed":
-        own = (attempt.get("terminal") or {}).get("reason") or "the attempt failed"
-        if scheduler_failed and evidence.state != "failed" and scheduler_says not in own:
+        own: str = (attempt.get("terminal") or {}).get("reason") or "the attempt failed"
+        if failure is not None and failure.state != "failed" and scheduler_says not in own:
             return Verdict("failed", f"{own}; scheduler: {scheduler_says}")
         return Verdict("failed", own)
     if scheduler_failed:

@@ -15,22 +15,22 @@ dataset files afterwards (`lifecycle.candidate.verify`). The checks:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class Chain(NamedTuple):
     """The records of a chain that holds, with their digests."""
 
-    attempt: dict
-    result: dict
-    manifest: dict
+    attempt: dict[str, Any]
+    result: dict[str, Any]
+    manifest: dict[str, Any]
     result_sha256: str
     manifest_sha256: str
 
 
 def problem(*, ids: tuple[str, str, str], plan_sha256: str, requested: int, chain: Chain, manifest_rel: str,
             newest_attempt_id: str | None = None, verdict: tuple[str, str] | None = None,
-            winner: dict | None = None) -> str | None:
+            winner: dict[str, Any] | None = None) -> str | None:
     """What is wrong with `chain` (ids = (run id, shard id, attempt id)), or None. Without `winner`, the chain is a
     candidate: `newest_attempt_id` and the attempt's `verdict` (state, reason) are checked too."""
     attempt, result, manifest = chain.attempt, chain.result, chain.manifest

@@ -15,14 +15,19 @@ Secrets are inherited by name and never written into a record.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def missing_inherited(inherit: list[str], environ: dict) -> list[str]:
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+def missing_inherited(inherit: list[str], environ: Mapping[str, str]) -> list[str]:
     """The inherited names `environ` lacks, in the plan's order."""
     return [name for name in inherit if name not in environ]
 
 
-def client_environment(*, path: str, env: dict, inherit: list[str], environ: dict, allocation: dict,
-                       tau: dict) -> dict:
+def client_environment(*, path: str, env: Mapping[str, str], inherit: list[str], environ: Mapping[str, str],
+                       allocation: Mapping[str, str], tau: Mapping[str, str]) -> dict[str, str]:
     """The environment of the client of an attempt. `environ` is the allocation's own environment, `allocation`
     the variables of it that its executor passes on, `tau` tau's variables for this attempt. The caller has checked
     that no inherited name is missing."""

@@ -34,7 +34,8 @@ preemption window ran out), so no rule ever has to read it back out of a reason'
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Mapping
+from typing import Any, Callable, NamedTuple
 
 TERMINAL = frozenset({"completed", "failed", "cancelled", "timed_out", "node_failed", "out_of_memory"})
 FAILURE = TERMINAL - {"completed"}
@@ -48,8 +49,8 @@ class Seen(NamedTuple):
     """One attempt's view in one observation cycle."""
 
     observed_at: float
-    queue: dict | None  # {"state", "raw", "exit_code", "reason"} or None when absent
-    accounting: dict | None
+    queue: dict[str, Any] | None  # {"state", "raw", "exit_code", "reason"} or None when absent
+    accounting: dict[str, Any] | None
     queue_ok: bool = True
     accounting_ok: bool = True
 
@@ -69,11 +70,11 @@ class Evidence(NamedTuple):
     classification: str | None = None  # terminal evidence only: what ended the attempt
 
 
-def _keep(prev: Evidence | None, seen: Seen, windows: dict) -> Evidence | None:
+def _keep(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> Evidence | None:
     return prev
 
 
-def _from(view: dict, source: str, seen: Seen, prev: Evidence | None, terminal: bool) -> Evidence:
+def _from(view: Mapping[str, Any], source: str, seen: Seen, prev: Evidence | None, terminal: bool) -> Evidence:
     state = view["state"]
     changed = seen.observed_at
     if prev is not None and prev.state == state and prev.source == source:
@@ -82,15 +83,19 @@ def _from(view: dict, source: str, seen: Seen, prev: Evidence | None, terminal: 
                     view.get("reason"), CLASSIFICATION[state] if terminal else None)
 
 
-def _accounting_terminal(prev, seen, windows):
+# The rules below run only when their condition in RULES holds: the view they read is there (the asserts say so).
+def _accounting_terminal(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> Evidence:
+    assert seen.accounting is not None
     return _from(seen.accounting, "accounting", seen, prev, True)
 
 
-def _queue_present(prev, seen, windows):
+def _queue_present(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> Evidence:
+    assert seen.queue is not None
     return _from(seen.queue, "queue", seen, prev, False)
 
 
-def _preempted_absent(prev, seen, windows):
+def _preempted_absent(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> Evidence:
+    assert seen.accounting is not None
     if prev is not None and prev.deadline_window == "preemption" and prev.deadline_at is not None:
         deadline = prev.deadline_at
         changed = prev.changed_at
@@ -106,22 +111,24 @@ def _preempted_absent(prev, seen, windows):
                     seen.accounting.get("exit_code"), seen.accounting.get("reason"))
 
 
-def _accounting_nonterminal(prev, seen, windows):
+def _accounting_nonterminal(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> Evidence:
+    assert seen.accounting is not None
     return _from(seen.accounting, "accounting", seen, prev, False)
 
 
-def _lag_expired(prev, seen, windows):
+def _lag_expired(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> Evidence:
     return Evidence("unknown", "absent", False, seen.observed_at, seen.observed_at, None, None, None,
                     "absent from the queue and from accounting past the accounting-lag deadline")
 
 
-def _absent(prev, seen, windows):
+def _absent(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> Evidence:
     deadline = seen.observed_at + windows["accounting_lag_seconds"]
     return Evidence("accounting_lag", "absent", False, seen.observed_at, seen.observed_at, "accounting_lag",
                     deadline, None, "absent from the queue and not yet in accounting")
 
 
-Rule = tuple[str, Callable[[Evidence | None, Seen], bool], Callable]
+Rule = tuple[str, Callable[[Evidence | None, Seen], bool],
+             Callable[[Evidence | None, Seen, Mapping[str, float]], Evidence | None]]
 
 RULES: list[Rule] = [
     ("stale", lambda p, s: p is not None and s.observed_at < p.observed_at, _keep),
@@ -142,7 +149,7 @@ RULES: list[Rule] = [
 ]
 
 
-def next_evidence(prev: Evidence | None, seen: Seen, windows: dict) -> tuple[str, Evidence | None]:
+def next_evidence(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> tuple[str, Evidence | None]:
     """Apply the first matching rule. Returns (rule name, new evidence); None only when prev was None and kept."""
     for name, when, then in RULES:
         if when(prev, seen):
@@ -159,7 +166,8 @@ def ahead(observed_at: float, now: float) -> float | None:
     return observed_at - now if observed_at > now + FUTURE_TOLERANCE else None
 
 
-def clamped(prev: Evidence | None, now: float, windows: dict, present: float | None = None) -> Evidence | None:
+def clamped(prev: Evidence | None, now: float, windows: Mapping[str, float], present: float | None = None
+            ) -> Evidence | None:
     """Persisted evidence with no time beyond `now` (+ the tolerance): such a time came from a fast clock, so it is
     replaced by `present` (default `now`; the reconciler passes the time of the observation in hand, so that the
     new evidence is not "stale" against it), and a deadline beyond `now` plus its own window (the latest a true

@@ -9,8 +9,14 @@ the winners can be collected into one dataset.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def differences(expected: list[dict], actual: list[dict], theirs: str = "the run's") -> list[str]:
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+
+def differences(expected: Sequence[Mapping[str, str]], actual: Sequence[Mapping[str, str]],
+                theirs: str = "the run's") -> list[str]:
     """What `actual` does differently from `expected` (`theirs` names it in the phrases), one phrase each, in field
     order; [] when they are equal."""
     if actual == expected:

@@ -14,7 +14,10 @@ Never a blind duplicate: an entry is replaced only once nothing of its name was 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Set
 
 
 class Resolution(NamedTuple):
@@ -23,7 +26,8 @@ class Resolution(NamedTuple):
     reason: str
 
 
-def resolve(found: dict[str, set], expected: set, past_deadline: bool, job_name: str) -> Resolution:
+def resolve(found: Mapping[str, Set[int | None]], expected: Set[int | None], past_deadline: bool,
+            job_name: str) -> Resolution:
     """`found`: job id -> task indices seen (None for a plain job) of the jobs named `job_name`."""
     if len(found) > 1:
         return Resolution("conflict", None, f"{len(found)} Slurm jobs are named {job_name!r} (ids {sorted(found)}); "

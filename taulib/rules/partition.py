@@ -20,7 +20,7 @@ class Piece(NamedTuple):
 
 
 class Partition(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index, as NamedTuple allows
     rows: int
     pieces: tuple[Piece, ...]
 
