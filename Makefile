@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SCHEDULER ?= local
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: venv demo check test bats man completions bench system-deps slurm-up slurm-down azurite-up azurite-down clean
+.PHONY: venv demo check test bats typecheck man completions bench system-deps slurm-up slurm-down azurite-up azurite-down clean
 
 ## venv: the virtual environment .venv with tau installed editable (every other target depends on it)
 venv: $(STAMP)
@@ -52,6 +52,10 @@ test: venv
 bats: venv system-deps
 	bats tests/bats
 
+## typecheck: mypy over taulib with pyproject.toml's [tool.mypy] (strict layers there); make check runs it as a test
+typecheck: venv
+	$(PY) -m mypy
+
 ## man: render every man page and lint it
 man: venv
 	$(PY) man/build.py
@@ -65,4 +69,4 @@ bench: venv
 	$(PY) bench/run.py
 
 clean:
-	rm -rf demo build .pytest_cache
+	rm -rf demo build .pytest_cache .mypy_cache
