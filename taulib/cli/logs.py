@@ -40,7 +40,7 @@ def cli(run_dir: str, shard: str, attempt_id: str | None, follow: bool, output: 
                          "logs": [dict(entry, text=entry["text"].decode("utf-8", "replace"))
                                   for entry in logs.snapshot(run, attempt)]})
             return
-        last = [None]
+        last: list[str | None] = [None]
 
         def write(source: str, path: str, data: bytes) -> None:
             if source != last[0] and (last[0] is not None or source != "client"):

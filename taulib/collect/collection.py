@@ -94,14 +94,14 @@ def _coordinate(run, book: Journal, found: list, where, parent, asked: Shape, pr
     resumed = None
     entry = book.newest()
     if entry is not None and entry.status is not None and entry.status["state"] in UNFINISHED:
-        plan, status = entry
+        plan, status = entry.plan, entry.status
         if plan["destination"] != where.path:
             raise Busy(f"collection {plan['collection_id']} to {plan['destination']!r} is not finished; run "
                        f"tau-collect for that destination first ({_options(plan)})",
                        collection_id=plan["collection_id"])
         _same_shape(plan, asked, "is being collected by")
         if jobs is None:
-            resumed = entry
+            resumed = plan, status
         else:
             settled = job.settle(run, jobs, book, plan, status, parent, where.name,
                                  lambda p, s, r: _finish(book, p, s, r))

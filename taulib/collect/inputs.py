@@ -104,11 +104,12 @@ class Inputs:
 
     def _take(self):
         if not self.threaded:  # this lane's thread reads too: the next item of the same sequence, in place
-            if self.produced is None:
-                self.produced = self._items()
+            produced = self.produced
+            if produced is None:
+                produced = self.produced = self._items()
             if self.lanes_stop.is_set():
                 raise Stopped()
-            item = next(self.produced)
+            item = next(produced)
             if isinstance(item, BaseException):
                 raise item
             return item

@@ -76,8 +76,8 @@ def settle(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, na
     if accounting is None and jsonio.now_rfc3339() <= grace:
         return progress(plan, status)  # not in accounting yet: accounting lag, not a verdict
     remove_stage(parent, stage_name(plan))
-    verdict = accounting if accounting is not None else "absent from the queue and from accounting"
-    book.retire(status, f"its Slurm job {job} ended ({verdict}) without publishing the dataset")
+    word = accounting if accounting is not None else "absent from the queue and from accounting"
+    book.retire(status, f"its Slurm job {job} ended ({word}) without publishing the dataset")
     return None
 
 

@@ -16,6 +16,7 @@ import hashlib
 import os
 
 from taulib.collect import formats
+from taulib.errors import Internal
 from taulib.fs import writeback
 from taulib.fs.tree import Tree
 
@@ -96,11 +97,17 @@ class Output:
 
         table = pa.Table.from_batches(self.pending).replace_schema_metadata(None)
         self.pending, self.pending_rows = [], 0
-        self.writer.write(table)
+        self._opened()[1].write(table)
 
     def close(self, rows: int) -> dict:
         """Finish the file (fsynced) and describe it: path, size, sha256, rows."""
         self._flush()
-        self.writer.close()
-        self.sink.finish()
-        return {"path": self.name, "size": self.sink.size, "sha256": self.sink.sha.hexdigest(), "rows": rows}
+        sink, writer = self._opened()
+        writer.close()
+        sink.finish()
+        return {"path": self.name, "size": sink.size, "sha256": sink.sha.hexdigest(), "rows": rows}
+
+    def _opened(self) -> tuple[Sink, formats.Writer]:
+        if self.sink is None or self.writer is None:  # a partition always has rows: its first opened it
+            raise Internal(f"partition file {self.name} was closed without rows")
+        return self.sink, self.writer

@@ -4,14 +4,20 @@ way squeue and sacct see a Slurm job (see `taulib.local`). Reads records and /pr
 from __future__ import annotations
 
 import signal
+from typing import TYPE_CHECKING
+
+from taulib.jsonio import Record
 
 from taulib.local.proc import alive
 from taulib.rundir import layout
 
+if TYPE_CHECKING:
+    from taulib.rundir.run import Run
+
 CANCEL_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 
-def observe(run, attempts: list[dict]) -> list[dict]:
+def observe(run: Run, attempts: list[Record]) -> list[Record]:
     """Normalised observations of local attempts."""
     supervisors: dict[str, bool] = {}
     out = []
@@ -39,7 +45,7 @@ def observe(run, attempts: list[dict]) -> list[dict]:
     return out
 
 
-def finished(task: dict) -> dict:
+def finished(task: Record) -> Record:
     """The accounting view of a finished task."""
     sig = task["signal"]
     if sig is not None:

@@ -13,12 +13,15 @@ import os
 import signal
 import sys
 import time
+from types import FrameType
 
 from taulib import env, jsonio
+from taulib.jsonio import Record
 from taulib.errors import Busy
 from taulib.local.proc import alive, process_start_ticks
 from taulib.rundir import layout, locks, state
 from taulib.rundir.journal import tasks
+from taulib.rundir.run import Run
 
 STARTUP_WAIT = 5.0
 
@@ -28,7 +31,7 @@ STARTUP_WAIT = 5.0
 SWEEP_GRACE = 2.0  # seconds a starting supervisor waits for its lock: a sweeper holds it for milliseconds
 
 
-def spawn(run, submission_id: str) -> None:
+def spawn(run: Run, submission_id: str) -> None:
     """Start the detached supervisor of a submission (it exits at once if one already runs)."""
     log = run.dir.open_append(f"submissions/{submission_id}/local/supervisor.log")
     try:
@@ -51,8 +54,6 @@ def spawn(run, submission_id: str) -> None:
 
 def supervise(run_dir: str, submission_id: str) -> int:
     """The supervisor's main loop; returns its exit status."""
-    from taulib.rundir.run import Run
-
     os.umask(0o077)
     with Run(run_dir) as run:
         sub = run.dir.require(f"submissions/{submission_id}/plan.json", "tau.submission-plan")
@@ -64,7 +65,7 @@ def supervise(run_dir: str, submission_id: str) -> int:
             return 0  # another supervisor already runs this submission
 
 
-def _supervise(run, sub: dict, max_parallel: int) -> int:
+def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
     sid = sub["submission_id"]
     me = os.getpid()
     rel = layout.local_supervisor(sid)
@@ -74,9 +75,10 @@ def _supervise(run, sub: dict, max_parallel: int) -> int:
         "pid": me, "start_ticks": process_start_ticks(me) or 0, "started_at": jsonio.now_rfc3339(),
         "max_parallel": max_parallel, "revision": 1 if previous is None else previous["revision"] + 1})
     running: dict[int, tuple[int, str]] = {}  # pid -> (task index, record path)
-    stopping = {"signal": None}
+    stopping: dict[str, int | None] = {"signal": None}
 
-    def forward(signum, frame):  # scancel of the whole job: pass it on to every task, then wait for them
+    def forward(signum: int, frame: FrameType | None) -> None:
+        """A stop signal for the whole job (as scancel sends it): pass it on to every task, then wait for them."""
         stopping["signal"] = signum
         for pid in running:
             try:
@@ -117,7 +119,7 @@ def _supervise(run, sub: dict, max_parallel: int) -> int:
     return 0
 
 
-def _ended(run, submission_id: str) -> None:
+def _ended(run: Run, submission_id: str) -> None:
     """Mark the supervisor's record ended (its folder holds no write of its in progress any more)."""
     rel = layout.local_supervisor(submission_id)
     record = run.dir.read(rel, "tau.local-supervisor")
@@ -125,7 +127,7 @@ def _ended(run, submission_id: str) -> None:
         run.dir.replace(rel, dict(record, revision=record["revision"] + 1, ended_at=jsonio.now_rfc3339()))
 
 
-def sweep(run) -> list[str]:
+def sweep(run: Run) -> list[str]:
     """Tidy the folder of every local supervisor that died without ending (SIGKILL, a crash, a reboot): under its
     lock (not waited for: a live supervisor holds it), the temp files it left are removed and its record is marked
     ended, so each is swept once. Run by tau-reconcile; returns the submissions swept."""
@@ -151,11 +153,11 @@ def sweep(run) -> list[str]:
     return swept
 
 
-def _cancelled(run, shard_id: str) -> bool:
+def _cancelled(run: Run, shard_id: str) -> bool:
     return state.cancellation(run, shard_id, state.run_cancel(run)) is not None
 
 
-def _skip(run, submission_id: str, index: int) -> None:
+def _skip(run: Run, submission_id: str, index: int) -> None:
     """The record of a task never started because its shard was cancelled."""
     now = jsonio.now_rfc3339()
     run.dir.replace(layout.local_task(submission_id, index), {
@@ -164,7 +166,7 @@ def _skip(run, submission_id: str, index: int) -> None:
         "finished_at": now, "exit_code": None, "signal": int(signal.SIGTERM)})
 
 
-def stop(run, attempts: list[dict], whole_run: bool) -> list[dict]:
+def stop(run: Run, attempts: list[Record], whole_run: bool) -> list[Record]:
     """Stop the live local attempts: SIGTERM to the process group of each one's task (tau-attempt passes it on to
     the client), and with `whole_run` to the supervisors of their submissions too (they stop starting tasks).
     Only processes tau recorded, known by pid and start time, are signalled. Returns the attempts signalled."""
@@ -193,7 +195,7 @@ def stop(run, attempts: list[dict], whole_run: bool) -> list[dict]:
     return stopped
 
 
-def _recorded_soon(run, submission_id: str, index: int, patience: float = 5.0) -> dict | None:
+def _recorded_soon(run: Run, submission_id: str, index: int, patience: float = 5.0) -> Record | None:
     """The task record of an attempt that is running already: its supervisor writes it right after starting the
     task, so it is waited for (up to `patience` seconds) while that supervisor lives."""
     record = run.dir.read(layout.local_supervisor(submission_id), "tau.local-supervisor")
@@ -206,7 +208,7 @@ def _recorded_soon(run, submission_id: str, index: int, patience: float = 5.0) -
     return None
 
 
-def _start_task(run, sub: dict, index: int) -> int:
+def _start_task(run: Run, sub: Record, index: int) -> int:
     sid = sub["submission_id"]
     child = env.current()
     child.update({"TAU_LOCAL_JOB_ID": sid, "TAU_LOCAL_TASK_ID": str(index)})
@@ -222,7 +224,7 @@ def _start_task(run, sub: dict, index: int) -> int:
     return proc.pid
 
 
-def _reap(run, running: dict, block: bool) -> None:
+def _reap(run: Run, running: dict[int, tuple[int, str]], block: bool) -> None:
     try:
         pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
     except ChildProcessError:

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+from typing import TYPE_CHECKING
 
 from taulib import env
 from taulib.errors import Ambiguous, SubmitRefused, Unavailable
 from taulib.slurm import parse
+
+if TYPE_CHECKING:
+    from taulib.rundir.run import Run
 
 CHUNK = 500
 SACCT_FORMAT = "JobID,JobIDRaw,JobName%200,State,ExitCode,Submit,Start,End"
@@ -23,7 +27,7 @@ _TRANSIENT = ("timed out", "timeout", "unable to contact", "zero bytes were tran
               "connection reset", "socket", "temporarily unavailable", "try again")
 
 
-def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
@@ -79,7 +83,7 @@ def scancel(targets: list[str]) -> None:
             raise Unavailable(f"scancel failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
 
 
-def sbatch_script(run, rel: str, text: str, pinned: bool = False) -> str:
+def sbatch_script(run: Run, rel: str, text: str, pinned: bool = False) -> str:
     """Publish a job script as RUN/rel (immutable, through the run directory's writer) and submit it; the job id.
     With `pinned`, sbatch runs without the caller's SBATCH_* variables, which would override the script's own
     directives (the collection's CPU job asks for no GPU, and nobody's environment may give it one). Raises

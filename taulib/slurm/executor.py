@@ -52,7 +52,7 @@ class SlurmCollectionJobs(CollectionJobs):
         return rows[-1].raw if rows else None
 
     def identity(self, environ: dict[str, str]) -> str | None:
-        return env.get("SLURM_JOB_ID", environ) or None  # type: ignore[return-value]
+        return env.get("SLURM_JOB_ID", environ) or None
 
 
 class Slurm(Executor):
@@ -142,7 +142,7 @@ class Slurm(Executor):
         return {"executor": self.name, "job_id": job, "task_index": int(task)}
 
     def restarts(self, environ: dict[str, str]) -> int:
-        return env.get("SLURM_RESTART_COUNT", environ)  # type: ignore[return-value]
+        return env.get("SLURM_RESTART_COUNT", environ)
 
     def allocation_variables(self, environ: dict[str, str]) -> dict[str, str]:
         return {k: v for k, v in environ.items() if k.startswith("SLURM_") or k in DEVICE_VARIABLES}

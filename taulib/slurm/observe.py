@@ -10,10 +10,11 @@ unavailable for this cycle, which reconcile treats as "nothing learned", never a
 from __future__ import annotations
 
 from taulib.errors import Unavailable
+from taulib.jsonio import Record
 from taulib.slurm import commands, parse
 
 
-def _view(row: parse.Row, restarts: int = 0) -> dict:
+def _view(row: parse.Row, restarts: int = 0) -> Record:
     reason = row.raw
     if row.signal:
         reason += f", signal {row.signal}"
@@ -26,7 +27,7 @@ def _view(row: parse.Row, restarts: int = 0) -> dict:
     return {"state": row.state, "raw": row.raw, "exit_code": row.exit_code, "reason": reason}
 
 
-def observe(attempts: list[dict]) -> tuple[list[dict], dict]:
+def observe(attempts: list[Record]) -> tuple[list[Record], Record]:
     """(views, sources) for Slurm attempts."""
     job_ids = sorted({a["scheduler"]["job_id"] for a in attempts}, key=int)
     sources = {"queue": "observed", "accounting": "observed", "reason": None}

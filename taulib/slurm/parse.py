@@ -19,6 +19,7 @@ in 22.05.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import NamedTuple
 
 STATE_MAP = {
@@ -89,7 +90,8 @@ def compress_indices(indices: list[int]) -> str:
     if not values:
         raise ValueError("an array needs at least one task index")
     parts, start, prev = [], values[0], values[0]
-    for value in values[1:] + [None]:  # type: ignore[list-item]
+    following: list[int | None] = [*values[1:], None]
+    for value in following:
         if value is not None and value == prev + 1:
             prev = value
             continue
@@ -110,7 +112,7 @@ def _job_fields(text: str) -> tuple[str, list[int | None]]:
     return match["job"], [None]
 
 
-def _split_rows(text: str, count: int, what: str):
+def _split_rows(text: str, count: int, what: str) -> Iterator[tuple[list[str], str]]:
     """(fields, line) of every non-blank line of `|`-separated output, each with exactly `count` fields."""
     for line in text.splitlines():
         if not line.strip():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from typing import Any
 
 from taulib.errors import BadInput
 from taulib.slurm.parse import compress_indices
@@ -29,13 +30,13 @@ _RESERVED = {"--array", "--job-name", "--output", "--error", "--chdir", "--open-
              "--export", "--parsable", "--wrap"}
 
 
-def _check(pattern: re.Pattern, value: str, what: str) -> str:
+def _check(pattern: re.Pattern[str], value: str, what: str) -> str:
     if not isinstance(value, str) or not pattern.match(value):
         raise BadInput(f"slurm {what} {value!r} is not allowed in an sbatch script")
     return value
 
 
-def validate_profile(profile: dict) -> None:
+def validate_profile(profile: dict[str, Any]) -> None:
     """Refuse (BadInput) any field of a plan's `scheduler.slurm` that could not go into an sbatch script."""
     for key, pattern in (("partition", _NAME), ("collect_partition", _NAME), ("account", _NAME), ("qos", _NAME),
                          ("time", _TIME), ("mem", _MEM)):
@@ -47,7 +48,7 @@ def validate_profile(profile: dict) -> None:
             raise BadInput(f"slurm extra option {extra!r} would override one tau sets itself")
 
 
-def _profile_options(profile: dict, partition: str | None) -> dict:
+def _profile_options(profile: dict[str, Any], partition: str | None) -> dict[str, str]:
     """The #SBATCH options that come from the plan's Slurm profile (validated)."""
     options = {}
     if partition:
@@ -64,7 +65,7 @@ def check_path(path: str, what: str) -> str:
 
 
 def render(*, job_name: str, run_dir: str, submission_id: str, task_indices: list[int], python: str,
-           profile: dict) -> str:
+           profile: dict[str, Any]) -> str:
     """The script text. `profile` is the plan's `scheduler.slurm` (partition, time, account, qos, cpus_per_task,
     mem, max_parallel, extra)."""
     if not task_indices:
@@ -100,7 +101,8 @@ def render(*, job_name: str, run_dir: str, submission_id: str, task_indices: lis
                       *sorted(lines), "", "exec " + shlex.join(argv), ""])
 
 
-def render_collection(*, job_name: str, run_dir: str, collection_id: str, python: str, profile: dict) -> str:
+def render_collection(*, job_name: str, run_dir: str, collection_id: str, python: str,
+                      profile: dict[str, Any]) -> str:
     """The zero-GPU CPU job of a collection: one task, no GPU request, running `tau-collect --worker`."""
     _check(_NAME, job_name, "job name")
     _check(_SAFE_PATH, run_dir, "run directory")
