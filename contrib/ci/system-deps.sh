@@ -7,6 +7,9 @@ command -v mandoc >/dev/null 2>&1 || need="$need mandoc"
 command -v jq >/dev/null 2>&1 || need="$need jq"
 command -v zsh >/dev/null 2>&1 || need="$need zsh"    # the shell completion tests
 command -v fish >/dev/null 2>&1 || need="$need fish"
+# the installed-wheel test: man finds the venv's pages from PATH; bash-completion loads the installed completion files
+command -v man >/dev/null 2>&1 || need="$need man-db"
+[ -f /usr/share/bash-completion/bash_completion ] || need="$need bash-completion"
 # the filesystem-without-hard-links tests: a FUSE passthrough (fusepy on libfuse2; fuse3 brings /dev/fuse's tools)
 command -v fusermount3 >/dev/null 2>&1 || need="$need fuse3"
 ldconfig -p 2>/dev/null | grep -q 'libfuse\.so\.2' || need="$need libfuse2"

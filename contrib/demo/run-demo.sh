@@ -3,10 +3,19 @@
 # winners, collect. Leaves demo/run and demo/dataset in the checkout. Exits 0 only when all 8 shards won and
 # the collected row count equals the planned records.
 #   SCHEDULER=local (default) uses the embedded local executor; SCHEDULER=slurm uses the test cluster.
+#   TAU_PYTHON=/abs/path/to/python runs an installed tau instead of the checkout's .venv: the tau commands beside
+#   that Python (put first on PATH), and that Python, with its pyarrow, for the client and the checks.
+#   DEMO_CLIENT=FILE runs that copy of the demo client (default: contrib/demo/client.py); DEMO_DIR=DIR works there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-export PATH="$here/.venv/bin:$PATH"
-py="$here/.venv/bin/python"
+if [ -n "${TAU_PYTHON:-}" ]; then
+  case $TAU_PYTHON in /*) ;; *) echo "demo: TAU_PYTHON must be an absolute path" >&2; exit 2 ;; esac
+  py=$TAU_PYTHON
+else
+  py="$here/.venv/bin/python"
+fi
+export PATH="${py%/*}:$PATH"
+client=${DEMO_CLIENT:-$here/contrib/demo/client.py}
 scheduler=${SCHEDULER:-local}
 work="${DEMO_DIR:-$here/demo}"
 records=800
@@ -25,7 +34,7 @@ rm -rf "$work"
 mkdir -m 700 -p "$work"
 cat >"$work/plan.json" <<JSON
 {"records": $records, "shards": $shards,
- "command": ["$py", "$here/contrib/demo/client.py", "--fail-first", "shard-00003", "--rows-per-file", "40"],
+ "command": ["$py", "$client", "--fail-first", "shard-00003", "--rows-per-file", "40"],
  "scheduler": $sched_json,
  "output": {"format": "parquet", "rows_per_partition": 250},
  "windows": {"accounting_lag_seconds": 30, "preemption_seconds": 60, "submission_visibility_seconds": 60}}
