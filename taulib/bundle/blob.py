@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
+from typing import Any
 
 from taulib import env
 from taulib.bundle.credentials import credential, denied, what_to_set
@@ -53,9 +54,8 @@ def container(location: Location, environ: dict | None = None):
     _quiet()
     retries = env.get("TAU_BLOB_RETRIES", environ)
     read_timeout = env.get("TAU_BLOB_READ_TIMEOUT", environ)
-    kwargs = {}
-    if env.get("TAU_BLOB_API_VERSION", environ):
-        kwargs["api_version"] = env.get("TAU_BLOB_API_VERSION", environ)
+    api_version = env.get("TAU_BLOB_API_VERSION", environ)
+    kwargs: dict[str, Any] = {"api_version": api_version} if api_version else {}  # else the SDK's own
     return ContainerClient(location.account_url, location.container, credential=credential(location, environ),
                            retry_policy=ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=retries),
                            connection_timeout=5, read_timeout=read_timeout, session=_session(),

@@ -32,7 +32,7 @@ class Pool:
 
     def __init__(self, account_url: str, verify, read_timeout: float) -> None:
         url = urlsplit(account_url)
-        self.host, self.port, self.read_timeout = url.hostname, url.port, read_timeout
+        self.host, self.port, self.read_timeout = url.hostname or "", url.port, read_timeout
         self.context = tls_context(verify) if url.scheme == "https" else None
         self.idle: list[http.client.HTTPConnection] = []
         self.busy: set[http.client.HTTPConnection] = set()  # those a request is using now
@@ -112,7 +112,7 @@ def named(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-class _Timed:
+class _Timed(http.client.HTTPConnection):
     """A connection made within CONNECT_TIMEOUT, then waiting at most its `read_timeout` for a byte."""
 
     read_timeout: float
@@ -125,7 +125,7 @@ class _Timed:
         self.sock.settimeout(self.read_timeout)
 
 
-class _Plain(_Timed, http.client.HTTPConnection):
+class _Plain(_Timed):
     def __init__(self, host: str, port: int | None, read_timeout: float) -> None:
         super().__init__(host, port, timeout=CONNECT_TIMEOUT)
         self.read_timeout = read_timeout

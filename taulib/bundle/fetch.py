@@ -120,6 +120,7 @@ def _fetch(parent: Tree, name: str, existed: bool, claim: Claim, location, gener
     manifest_bytes = blob.read_small(client, f"{location.prefix}/{mf.manifest_name(generation)}")
     marker_bytes = blob.read_small(client, f"{location.prefix}/{mf.marker_name(generation)}")
     record = mf.load_ack(generation, manifest_bytes, marker_bytes, where)
+    assert manifest_bytes is not None and marker_bytes is not None, "load_ack refuses a generation without them"
     everything = blob.list_prefix(client, location.prefix)
     listing = mf.reader_view(everything, generation)
     differences = mf.compare(record, {p: v[0] for p, v in listing.items()},

@@ -222,7 +222,8 @@ def volume_location(pv: dict, pvc: dict, claim: str, namespace: str, prefix: str
     controller's rules (pure: no request)."""
     name = (pv.get("metadata") or {}).get("name")
     spec = pv.get("spec") or {}
-    ref = spec.get("claimRef") if isinstance(spec.get("claimRef"), dict) else {}
+    claim_ref = spec.get("claimRef")
+    ref = claim_ref if isinstance(claim_ref, dict) else {}
     uid = (pvc.get("metadata") or {}).get("uid")
     if (ref.get("namespace"), ref.get("name")) != (namespace, claim) or (ref.get("uid") and uid
                                                                           and ref["uid"] != uid):

@@ -25,6 +25,7 @@ import fnmatch
 import hashlib
 import os
 import re
+from collections.abc import Container
 
 from taulib import jsonio, schema
 from taulib.errors import BadInput, CheckFailed, Conflict, Refused, TauError
@@ -222,7 +223,7 @@ def decode(data: bytes, generation: str) -> dict:
     if folders & set(paths):
         raise BadInput(f"manifest of generation {generation!r} lists {sorted(folders & set(paths))[0]!r} both as a "
                        "file and as a folder")
-    own = []
+    own: list[tuple[str, str | None]] = []  # (path, the name it must have; None: no name fits)
     if record.get("checkpoints") is not None:
         own.append((record["checkpoints"]["path"], checkpoint_index_name(generation)))
     for entry in record.get("metrics", []):
@@ -299,7 +300,7 @@ def local_claims(tree: Tree, generation: str) -> dict[str, list[tuple[str, str, 
     return claims(manifests)
 
 
-def compare(manifest: dict, listing: dict[str, int], claimed: object = ()) -> dict:
+def compare(manifest: dict, listing: dict[str, int], claimed: Container[str] = ()) -> dict:
     """Missing, extra and resized files of a listing {path: size} against a manifest (its payload files and its
     parts); a file of the listing that the manifest does not name but another generation's does (`claimed`) is
     not extra."""

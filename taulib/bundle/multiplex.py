@@ -83,11 +83,23 @@ class _Conn:
                  "auth", "error", "address")
 
     def __init__(self, scratch: memoryview) -> None:
-        self.sock, self.scratch, self.address = None, scratch, 0
+        self.sock: socket.socket | None = None  # an ssl.SSLSocket once wrapped; None until first dialled
+        self.scratch, self.address = scratch, 0
         self.state = "connect"  # connect, handshake, send, head, body, idle
-        self.out, self.head, self.get, self.left = b"", bytearray(), None, 0
+        self.out, self.head, self.left = b"", bytearray(), 0
+        self.get: Get | None = None  # the GET on it, None while idle
         self.close_after = self.reused = False
         self.deadline, self.auth, self.error = time.monotonic() + CONNECT_TIMEOUT, "", 0
+
+    def socket_in_use(self) -> socket.socket:
+        """Its socket, which a connection in use always has."""
+        assert self.sock is not None, "a connection in use has a socket"
+        return self.sock
+
+    def get_in_use(self) -> Get:
+        """The GET on it, which a connection that is not idle always has."""
+        assert self.get is not None, "a connection that is not idle has a GET"
+        return self.get
 
 
 class Engine:
@@ -104,7 +116,7 @@ class Engine:
         default = (443 if self.tls else 80) == self.port
         self.host_header = (f"[{self.host}]" if ":" in self.host else self.host) + ("" if default else f":{self.port}")
         self.context = tls_context(client.verify) if self.tls else None
-        self.addresses: list | None = None
+        self.addresses: list = []  # the endpoint's, resolved at the first connection
         self.selector = selectors.DefaultSelector()
         self.conns: list[_Conn] = []
         self.buffers = [memoryview(mmap.mmap(-1, scratch)) for _ in range(connections)]
@@ -171,10 +183,10 @@ class Engine:
         if conn.state == "idle":
             conn.state, conn.reused = "send", True
             conn.deadline = now + self.read_timeout
-            self.selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
+            self.selector.modify(conn.socket_in_use(), selectors.EVENT_WRITE, conn)
 
     def _connect(self) -> _Conn:
-        if self.addresses is None:
+        if not self.addresses:
             try:
                 self.addresses = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
             except OSError as exc:
@@ -221,7 +233,7 @@ class Engine:
     def _retry(self, conn: _Conn, failed: _Failed, retries: list) -> None:
         """The try of conn's GET failed: the connection is closed; the GET goes back to wait for its next try,
         or its failure is raised when its tries are spent."""
-        get, stale = conn.get, failed.stale and conn.reused
+        get, stale = conn.get_in_use(), failed.stale and conn.reused
         self._drop(conn)
         if not stale:
             get.tries += 1
@@ -238,33 +250,35 @@ class Engine:
                 self._drop(conn)
                 return False
             if conn.state == "connect":
-                code = conn.error or conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                code = conn.error or conn.socket_in_use().getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                 if code and conn.address + 1 < len(self.addresses):
                     self._dial(conn, conn.address + 1)
                     return False
                 if code:
                     raise OSError(code, os.strerror(code))
-                if self.tls:
-                    conn.sock = self.context.wrap_socket(conn.sock, server_hostname=self.host,
+                if self.context is not None:  # https
+                    conn.sock = self.context.wrap_socket(conn.socket_in_use(), server_hostname=self.host,
                                                          do_handshake_on_connect=False)
                     self.selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
                     conn.state = "handshake"
                 else:
                     conn.state = "send"
             if conn.state == "handshake":
-                conn.sock.do_handshake()
+                tls = conn.socket_in_use()
+                assert isinstance(tls, ssl.SSLSocket), "only a TLS connection has a handshake"
+                tls.do_handshake()
                 conn.state = "send"
             if conn.state == "send":
                 while conn.out:
-                    conn.out = conn.out[conn.sock.send(conn.out):]
+                    conn.out = conn.out[conn.socket_in_use().send(conn.out):]
                 conn.state, conn.deadline = "head", time.monotonic() + self.read_timeout
-                self.selector.modify(conn.sock, selectors.EVENT_READ, conn)
+                self.selector.modify(conn.socket_in_use(), selectors.EVENT_READ, conn)
                 return False
             return self._receive(conn)
         except _Theirs as theirs:
             raise theirs.error from None
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError) as want:
-            self.selector.modify(conn.sock, selectors.EVENT_READ if isinstance(want, ssl.SSLWantReadError)
+            self.selector.modify(conn.socket_in_use(), selectors.EVENT_READ if isinstance(want, ssl.SSLWantReadError)
                                  else selectors.EVENT_WRITE, conn)
             return False
         except BlockingIOError:
@@ -278,10 +292,10 @@ class Engine:
             raise _Failed(f"Blob storage cannot be reached ({type(exc).__name__})", stale) from None
 
     def _receive(self, conn: _Conn) -> bool:
-        get = conn.get
+        get, sock = conn.get_in_use(), conn.socket_in_use()
         while True:
             if conn.state == "head":
-                data = conn.sock.recv(RECV)
+                data = sock.recv(RECV)
                 if not data:
                     raise _Failed("Blob storage cannot be reached (ProtocolError)", stale=not conn.head)
                 conn.head += data
@@ -290,7 +304,7 @@ class Engine:
                 if conn.state == "body" and not conn.left:
                     return self._ended(conn)
                 continue
-            n = conn.sock.recv_into(conn.scratch[get.got:get.got + conn.left])
+            n = sock.recv_into(conn.scratch[get.got:get.got + conn.left])
             if not n:
                 raise _Failed("Blob storage cannot be reached (IncompleteRead)")
             self._received(conn, n)
@@ -298,7 +312,7 @@ class Engine:
                 return self._ended(conn)
 
     def _received(self, conn: _Conn, n: int) -> None:
-        conn.get.got += n
+        conn.get_in_use().got += n
         conn.left -= n
         conn.deadline = time.monotonic() + self.read_timeout
 
@@ -307,7 +321,7 @@ class Engine:
         end = conn.head.find(b"\r\n\r\n")
         if end < 0:
             if len(conn.head) > HEAD_LIMIT:
-                raise Unavailable(f"downloading {conn.get.name}: Blob storage answered a head of more than "
+                raise Unavailable(f"downloading {conn.get_in_use().name}: Blob storage answered a head of more than "
                                   f"{HEAD_LIMIT} bytes")
             return False
         head, rest = bytes(conn.head[:end]).decode("latin-1"), memoryview(bytes(conn.head[end + 4:]))
@@ -324,7 +338,8 @@ class Engine:
         if 100 <= status < 200:  # an interim answer: the real one follows
             conn.head = bytearray(rest)
             return self._parsed(conn)
-        get, what = conn.get, f"downloading {conn.get.name}"
+        get = conn.get_in_use()
+        what = f"downloading {get.name}"
         conn.close_after = fields.get("connection", "").lower() == "close" or parts[0] == "HTTP/1.0"
         if status not in (200, 206):
             try:
@@ -342,7 +357,7 @@ class Engine:
         return True
 
     def _ended(self, conn: _Conn) -> bool:
-        get = conn.get
+        get = conn.get_in_use()
         conn.get, conn.state = None, "idle"
         if conn.close_after:
             self._drop(conn)

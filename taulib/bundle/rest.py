@@ -37,6 +37,7 @@ import http.client
 import random
 import threading
 from email.utils import formatdate
+from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
 
 from taulib import __version__, env
@@ -44,6 +45,9 @@ from taulib.bundle import connections
 from taulib.bundle.credentials import STORAGE_SCOPE, denied_to, what_to_set
 from taulib.bundle.endpoint import Location
 from taulib.errors import CheckFailed, NotFound, Refused, Unavailable
+
+if TYPE_CHECKING:  # imported only through a proxy (~40 ms)
+    from urllib3 import HTTPConnectionPool
 
 API_VERSION = "2025-01-05"  # Blob storage's REST version asked for (TAU_BLOB_API_VERSION overrides it)
 RETRIED = frozenset({408, 500, 502, 503, 504})  # what the SDK's StorageRetryPolicy retries (5xx but 501 and 505)
@@ -75,7 +79,7 @@ class Client:
         self.read_timeout = env.get("TAU_BLOB_READ_TIMEOUT", environ)
         self.stopped = threading.Event()  # set by close(): no more retries are waited for
         root = f"{location.account_url}/{location.container}/"
-        self.pool = None  # urllib3's pool, through a proxy
+        self.pool: HTTPConnectionPool | None = None  # urllib3's pool, through a proxy
         if env.proxy_named(urlsplit(root).scheme, environ):
             self._through_proxy(root, pool_size)
             return
@@ -139,12 +143,13 @@ class Client:
                                lambda response, length, what: response.read())
             root = ElementTree.fromstring(body)
             for item in root.iterfind("Blobs/Blob"):
-                element = item.find("Name")
+                element, size = item.find("Name"), item.findtext("Properties/Content-Length") or ""
+                if element is None or not size.isdigit():
+                    raise Unavailable(f"listing {prefix}/: Blob storage answered a blob without a name or a size")
                 name = element.text or ""
                 if element.get("Encoded") == "true":
                     name = unquote(name)
-                out[name[len(prefix) + 1:]] = (int(item.findtext("Properties/Content-Length")),
-                                               item.findtext("Properties/Etag"))
+                out[name[len(prefix) + 1:]] = (int(size), item.findtext("Properties/Etag") or "")
             marker = root.findtext("NextMarker") or ""
             if not marker:
                 return out
@@ -250,12 +255,14 @@ class Client:
         if self.pool is None:
             return self._unproxied(what, path, headers, consume)
         from urllib3.exceptions import HTTPError
+        from urllib3.response import HTTPResponse
 
         response = None
         try:
             response = self.pool.urlopen("GET", self.request_base + path, headers=headers, retries=False,
                                          redirect=False, preload_content=False, decode_content=False,
                                          release_conn=False, assert_same_host=False, timeout=self.timeout)
+            assert isinstance(response, HTTPResponse), "urllib3's pool answers with its HTTPResponse"
             if response.status not in (200, 206):
                 response.drain_conn()
                 self.refuse(what, response.status, response.reason, headers)
@@ -331,7 +338,7 @@ class Client:
     def _authorize(self, what: str, path: str, query: dict | None, headers: dict) -> None:
         if self.key is not None:  # SharedKey, as the SDK's StorageSharedKeyCredentialPolicy signs a GET
             signed = "".join(f"{k}:{headers[k]}\n" for k in sorted(k for k in headers if k.startswith("x-ms-")))
-            resource = f"/{self.account}{path}" + "".join(f"\n{k}:{query[k]}" for k in sorted(query or ()))
+            resource = f"/{self.account}{path}" + "".join(f"\n{k}:{v}" for k, v in sorted((query or {}).items()))
             text = f"GET\n\n\n\n\n\n\n\n{headers.get('If-Match', '')}\n\n\n\n{signed}{resource}"
             mac = hmac.new(self.key, text.encode(), hashlib.sha256).digest()
             headers["Authorization"] = f"SharedKey {self.account}:{base64.b64encode(mac).decode()}"

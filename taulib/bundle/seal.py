@@ -58,7 +58,7 @@ class PayloadFailed(TauError):
 METRICS_LIMIT = 256 << 20  # a metrics file is copied whole, in memory
 
 
-def _index_entry(tree, index: str | None, generation: str) -> dict | None:
+def _index_entry(tree, index: str, generation: str) -> dict | None:
     """The manifest's `index` of the declared artifact index; None when it is absent (no acknowledgement)."""
     rel = mf.safe_relpath(index)
     try:
@@ -80,7 +80,7 @@ def _index_entry(tree, index: str | None, generation: str) -> dict | None:
 
 def metrics_names(metrics: list[str]) -> list[str]:
     """The name of each metrics file's copy (its own file name); two files of one name are a usage error."""
-    names = []
+    names: list[str] = []
     for path in metrics:
         name = os.path.basename(path)
         try:
@@ -155,9 +155,10 @@ def run_identity(run_id: str | None, environ: dict | None = None) -> dict | None
            "attempt_id": env.get("TAU_ATTEMPT_ID", environ) if inside else None}
     for key, pattern in (("run_id", r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z"), ("shard_id", r"^shard-[0-9]{5,}\Z"),
                          ("attempt_id", r"^attempt-[0-9]{4,}\Z")):
-        if run[key] is not None and not re.match(pattern, run[key]):
+        value = run[key]
+        if value is not None and not re.match(pattern, value):
             source = "--run" if key == "run_id" else f"TAU_{key.upper()}"
-            raise BadInput(f"{source} {run[key]!r} is not a {key.replace('_', ' ')}")
+            raise BadInput(f"{source} {value!r} is not a {key.replace('_', ' ')}")
     return run
 
 
@@ -268,8 +269,8 @@ def seal(root: str, generation: str, run: dict | None = None, index: str | None 
     if index is not None:
         mf.safe_relpath(index)
     globs = list(dict.fromkeys(mf.check_glob(g) for g in checkpoints))
-    metrics = list(dict.fromkeys(metrics))
-    names = metrics_names(metrics)
+    metric_paths = list(dict.fromkeys(metrics))
+    names = metrics_names(metric_paths)
     if upload is not None:
         from taulib.bundle import endpoint
 
@@ -286,7 +287,7 @@ def seal(root: str, generation: str, run: dict | None = None, index: str | None 
     with mf.open_tree(root) as tree:
         result["root"] = root = tree.path
         listing = mf.walk(tree)  # steps 1 to 3 only read: a refusal leaves the tree as it was
-        index_entry, found, absent = _declared(tree, listing, generation, index, globs, metrics, names)
+        index_entry, found, absent = _declared(tree, listing, generation, index, globs, metric_paths, names)
         if absent:
             result["absent"] = absent
             result["reason"] = (f"generation {generation!r} is not acknowledged: "

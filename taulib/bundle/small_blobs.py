@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
@@ -83,7 +84,9 @@ class _Closing:
     waiting."""
 
     def __init__(self, finish) -> None:
-        self.finish, self.pending, self.failed, self.stopping = finish, deque(), [], False
+        self.finish, self.stopping = finish, False
+        self.pending: deque[threading.Lock] = deque()  # released by each file's thread once it is closed
+        self.failed: list[BaseException] = []
         self.pool = ThreadPoolExecutor(max_workers=FSYNCS)
 
     def add(self, entry: dict, sha: str, fd: int) -> None:

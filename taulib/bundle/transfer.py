@@ -63,7 +63,7 @@ def download(client: Client, name: str, fd: int | None, size: int, etag: str | N
     return its sha256. The blob must keep its etag and have exactly `size` bytes."""
     if size <= RANGE:
         return _small(client, name, fd, size, etag, progress, None)
-    digests = {}
+    digests: dict[str, str] = {}
     _large(client, "", [{"path": name, "size": size}], {name: etag},
            None if fd is None else lambda entry: fd, lambda entry, sha, _fd: digests.update(sha=sha), progress,
            own=False)

@@ -36,7 +36,8 @@ def _conditional():
     try:
         yield
     except HttpResponseError as exc:
-        if exc.status_code == 412 or (exc.status_code == 409 and exc.error_code == "BlobAlreadyExists"):
+        code = getattr(exc, "error_code", None)  # set by azure-storage-blob; azure-core does not declare it
+        if exc.status_code == 412 or (exc.status_code == 409 and code == "BlobAlreadyExists"):
             raise Exists() from None
         raise
 
@@ -73,7 +74,7 @@ def upload_file(client, name: str, fd: int, size: int, etag: str | None = None, 
             return sha.hexdigest()
         blob = client.get_blob_client(name)
         token = os.urandom(6).hex()
-        ids = []
+        ids: list[str] = []
         with ThreadPoolExecutor(max_workers=WINDOW) as pool:
             futures = []
             try:

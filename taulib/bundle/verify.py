@@ -48,6 +48,7 @@ def check_ack(report: dict, generation: str, manifest_bytes: bytes | None, marke
         return None
     from taulib import jsonio
 
+    assert manifest_bytes is not None, "load_ack refuses a generation without a manifest"
     report["manifest_sha256"] = jsonio.sha256_hex(manifest_bytes)
     report["files"], report["bytes"] = record["totals"]["files"], record["totals"]["bytes"]
     return record

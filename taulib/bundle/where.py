@@ -38,7 +38,7 @@ def record_sealed(run_dir: str, generation: str, url: str, manifest_sha256: str,
     """`record` for tau-bundle-seal --record: the shard and attempt are the environment's (TAU_SHARD_ID,
     TAU_ATTEMPT_ID) only when the seal runs inside an allocation of that same run (TAU_RUN_DIR names it)."""
     own = env.get("TAU_RUN_DIR", environ)
-    inside = bool(own) and os.path.realpath(own) == os.path.realpath(run_dir)  # type: ignore[arg-type]
+    inside = bool(own and os.path.realpath(own) == os.path.realpath(run_dir))
     return record(run_dir, generation, url, manifest_sha256, env.get("TAU_SHARD_ID", environ) if inside else None,
                   env.get("TAU_ATTEMPT_ID", environ) if inside else None)
 
