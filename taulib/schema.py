@@ -5,26 +5,27 @@ reference `jsonschema` implementation. At run time tau uses this small validator
 keywords our schemas use, refuses a schema that uses any other keyword (so nothing is silently unchecked), and
 imports nothing heavy, which keeps fast commands fast.
 
-The schemas are package data, `taulib/schemas`, read through importlib.resources, so that one way finds them in the
-checkout (bin/tau-* put it on PYTHONPATH), an editable install and an installed wheel alike. In the repository
-`taulib/schemas` is a symbolic link to `share/schemas`, where the sources are kept; a wheel or an sdist holds the
-files themselves (pyproject.toml's package-data).
+The schemas are package data, `taulib/schemas`, found beside the package's own files (the folder of
+`taulib.__file__`), so that one way finds them in the checkout (bin/tau-* put it on PYTHONPATH), an editable install
+and an installed wheel alike. That is what importlib.resources' file reader does for a package installed on disk
+(pip never installs one zipped), without the ~10 ms of imports (pathlib, tempfile, zipfile) it would add to every
+command that validates a record (measured). In the repository `taulib/schemas` is a symbolic link to
+`share/schemas`, where the sources are kept; a wheel or an sdist holds the files themselves (pyproject.toml's
+package-data).
 
 Reads: `taulib/schemas/<name>.schema.json`. Writes: nothing.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import orjson
 
+import taulib
 from taulib.errors import BadInput, Internal
-
-if TYPE_CHECKING:
-    from importlib.resources.abc import Traversable
 
 _META = {"$schema", "$id", "title", "description", "$comment", "default", "examples", "$defs"}
 _KEYWORDS = {
@@ -48,20 +49,18 @@ class SchemaViolation(BadInput):
     """An instance does not satisfy its schema; `details` carry the JSON pointer and the schema name."""
 
 
-@lru_cache(maxsize=None)
-def folder() -> Traversable:
-    """The schemas' folder, `taulib/schemas` (importlib.resources is imported on the first load, not with tau)."""
-    from importlib.resources import files
-
-    return files("taulib") / "schemas"
+def folder() -> str:
+    """The schemas' folder, `taulib/schemas` beside the package's own modules."""
+    return os.path.join(os.path.dirname(os.path.abspath(taulib.__file__)), "schemas")
 
 
 @lru_cache(maxsize=None)
 def load(name: str) -> dict:
     try:
-        schema = orjson.loads((folder() / f"{name}.schema.json").read_bytes())
+        with open(os.path.join(folder(), f"{name}.schema.json"), "rb") as fh:
+            schema = orjson.loads(fh.read())
     except FileNotFoundError:
-        raise Internal(f"schema {name!r} is missing from {str(folder())!r}") from None
+        raise Internal(f"schema {name!r} is missing from {folder()!r}") from None
     _check_keywords(schema, name)
     return schema
 
@@ -219,12 +218,12 @@ def _validate(value: object, schema: dict, root: dict, path: str) -> tuple[str, 
     if "anyOf" in schema:
         errors = [_validate(value, sub, root, path) for sub in schema["anyOf"]]
         if all(e is not None for e in errors):
-            return min(errors, key=lambda e: -len(e[0]))  # type: ignore[arg-type, return-value]
+            return min(errors, key=lambda e: -len(e[0]))  # type: ignore[arg-type, return-value, index]
     if "oneOf" in schema:
         errors = [_validate(value, sub, root, path) for sub in schema["oneOf"]]
         passing = sum(e is None for e in errors)
         if passing == 0:
-            return min(errors, key=lambda e: -len(e[0]))  # type: ignore[arg-type, return-value]
+            return min(errors, key=lambda e: -len(e[0]))  # type: ignore[arg-type, return-value, index]
         if passing > 1:
             return path, "matches more than one alternative"
     return None
