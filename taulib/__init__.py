@@ -5,17 +5,24 @@ The library under the `tau-*` commands, in layers; a module imports only from it
 
   cli/        one thin module per command, the command registry, completion, the front command `tau`
   lifecycle/  a run's shards from plan to winner: init, submission, retry, attempt, candidate, winner, observe,
-              reconcile
+              reconcile, and the porcelain's status, logs and cancel
   collect/    merging the winners into one dataset (tau-collect and its CPU job)
   bundle/     artifact bundles: seal, verify, fetch, Blob storage, where a bundle is
   k8s/        Kubernetes workload status (tau-observe --kubernetes)
-  slurm/ local/  the two executors: Slurm's commands and parsers, and the embedded local executor
+  executor    the executor seam: what an executor is, and the one table of executors
+  slurm/      the Slurm executor: sbatch scripts, strict parsers of squeue, sacct and sbatch text, the commands
+  local/      the embedded local executor: a supervisor process per submission, no daemon
   rundir/     the run directory: names, the one writer (RunDir), locks, journals, the sealed index, the read model
   rules/      the rules of the domain as pure functions (standard library only)
   fs/         the safe-filesystem layer: Tree, the write protocols, no-replace publication
-  errors, env, schema, jsonio, failpoints, table
-              the exit-code table, the environment-variable table, the JSON Schema validator, canonical JSON,
-              failpoints, text tables
+  errors      the one exit-code table, and the typed errors that carry its codes
+  env         every environment variable tau reads or sets, in one table
+  schema      validation against the JSON Schemas in share/schemas
+  jsonio      canonical JSON, the one encoding of every record, and the digests over it
+  failpoints  named failpoints at every step of every commit protocol, armed from the environment
+  signals     clean-up that a stop signal cannot cut short, and a signal that reaches the main thread at once
+  progress    progress on standard error for the commands that move bulk data
+  table       plain-text tables for people (-o table)
 """
 
 __version__ = "0.1.0"

@@ -310,3 +310,115 @@ def test_the_schemas_name_exactly_the_executors_of_the_table():
     for name in ("plan-request.schema.json", "plan.schema.json"):
         scheduler = schemas[name]["properties"]["scheduler"]["properties"]
         assert sorted(scheduler) == sorted([*EXECUTORS, "profile"]), f"{name}: scheduler holds {sorted(scheduler)}"
+
+
+# -- every package maps its modules --------------------------------------------------------------------------------
+# A package's map is the last paragraph of its __init__.py docstring (the lines after its last blank line), and
+# nothing else is in that paragraph. Each entry is one line: two spaces, the name (a module's file name without
+# .py, `__main__` included; a sub-package's folder name followed by `/`), two or more spaces, its description. A
+# description too long for one line goes on in the lines below, each indented by more than two spaces (aligned
+# under the description, as the maps do). Any other line there is a stray line: prose belongs before the map.
+
+MAP_ENTRY = re.compile(r"^  (?P<name>[A-Za-z_][A-Za-z0-9_]*/?) {2,}\S")
+MAP_CONTINUATION = re.compile(r"^ {3,}\S")
+PACKAGES = {module_name(p): p.parent for p in sorted(TAULIB.rglob("__init__.py"))}
+
+
+def read_map(doc: str) -> tuple[list[str], list[str]]:
+    """The names a package's docstring `doc` maps, in order, and the lines of its map that are neither an entry nor
+    the continuation of one."""
+    lines = doc.rstrip().split("\n")
+    start = max((i + 1 for i, line in enumerate(lines) if not line.strip()), default=0)
+    names: list[str] = []
+    stray: list[str] = []
+    for line in lines[start:]:
+        entry = MAP_ENTRY.match(line)
+        if entry:
+            names.append(entry["name"])
+        elif not (names and MAP_CONTINUATION.match(line)):
+            stray.append(line)
+    return names, stray
+
+
+def package_contents(folder: Path) -> list[str]:
+    """What a package's map must name: its modules, and its sub-packages with a `/`."""
+    modules = [p.stem for p in folder.glob("*.py") if p.name != "__init__.py"]
+    packages = [p.name + "/" for p in folder.iterdir() if (p / "__init__.py").is_file()]
+    return sorted(modules + packages)
+
+
+def test_a_package_map_is_read_from_the_last_paragraph_with_wrapped_descriptions():
+    doc = ("Title.\n\n  prose   in an earlier paragraph is no entry\n\n  tree     Tree: a folder reached\n"
+           "           through one descriptor\n  cli/  the commands\n  writeback  blocks handed to writeback\n")
+    assert read_map(doc) == (["tree", "cli/", "writeback"], []), read_map(doc)
+    assert read_map("Title.\n\n  a, b, c\n        what a, b and c are\nprose\n") == \
+        ([], ["  a, b, c", "        what a, b and c are", "prose"]), "one name per entry line, then its description"
+    assert read_map("Slurm: the `script` and `parse` modules, in prose.") == \
+        ([], ["Slurm: the `script` and `parse` modules, in prose."]), "a docstring without a map maps nothing"
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_every_package_maps_each_of_its_modules_in_its_docstring_and_nothing_else(package):
+    folder = PACKAGES[package]
+    doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8")), clean=False) or ""
+    names, stray = read_map(doc)
+    have = package_contents(folder)
+    problems = []
+    if missing := [n for n in have if n not in names]:
+        problems.append(f"lacks {', '.join(missing)}")
+    if unknown := [n for n in names if n not in have]:
+        problems.append(f"names {', '.join(unknown)}, which do not exist")
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"names {', '.join(twice)} twice")
+    if stray:
+        problems.append(f"has lines that are neither an entry nor its continuation: {stray}")
+    assert not problems, (f"{folder.relative_to(ROOT)}/__init__.py: its map (the docstring's last paragraph, "
+                          "'  name  description' a line) " + "; ".join(problems))
+
+
+# -- no reference to a document outside this repository --------------------------------------------------------------
+# A reader has this repository and nothing else: a rule is cited by the man page that says it ("tau-winner(1)",
+# "tau-run(5) \"The client's environment\""), a test or a goal says what it is for, never which request asked for
+# it. Public upstream issues (`kueue#14811`) name where the world's bug is, and stay.
+
+OUTSIDE = re.compile(r"\bSPEC\b\s*(?:§|section\b|[0-9])|\bissues?\s*(?:#\s*)?[0-9]+", re.IGNORECASE)
+SCANNED = ("taulib", "man", "bench", "contrib", "tests", "README.md", "CONTRIBUTING.md")
+SKIPPED = {"__pycache__", ".pytest_cache", ".mypy_cache", "node_modules"}
+
+
+def _scanned_text():
+    """(path relative to the repository, its text) of every text file under SCANNED; this section's own lines are
+    blanked (they name what they refuse)."""
+    own = Path(__file__).resolve()
+    for top in SCANNED:
+        start = ROOT / top
+        paths = [start] if start.is_file() else sorted(p for p in start.rglob("*") if p.is_file()) if start.is_dir() \
+            else []
+        for path in paths:
+            if SKIPPED & set(path.relative_to(ROOT).parts):
+                continue
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                continue
+            if path.resolve() == own:
+                lines = text.split("\n")
+                begin = lines.index(next(line for line in lines if line.startswith("# -- no reference to a document")))
+                end = next((i for i in range(begin + 1, len(lines)) if lines[i].startswith("# -- ")), len(lines))
+                text = "\n".join(lines[:begin] + [""] * (end - begin) + lines[end:])
+            yield path.relative_to(ROOT), text
+
+
+def test_a_citation_of_an_outside_document_is_recognised_and_an_upstream_issue_is_not():
+    for cited in ("destination (SPEC 8)", "SPEC §5", "the spec section 3", "the 1 GiB case of issue 4",
+                  "Issue 10 on the cluster", "goal (issues 4 and 13)", "issue #11"):
+        assert OUTSIDE.search(cited), cited
+    for fine in ("SPECIAL_EXIT", "_PV_SPEC_FIELDS", "kueue#14811", "its issue counts", "github.com/ray/issues/2314",
+                 "a pod spec with 2 containers"):
+        assert not OUTSIDE.search(fine), fine
+
+
+def test_nothing_cites_a_specification_or_an_issue_that_is_not_in_this_repository():
+    found = [f"{path}:{n}: {line.strip()}" for path, text in _scanned_text()
+             for n, line in enumerate(text.split("\n"), 1) if OUTSIDE.search(line)]
+    assert not found, "cite the man page that says the rule, or say what it is for:\n" + "\n".join(found)
