@@ -22,7 +22,7 @@ grows slower over its life (measured: 1 GiB served for 0.9-1.1 CPU-s when fresh,
 downloads, its garbage collector's threads the difference), which billed each client for the ones before it.
 Each child's wall time, and from its rusage (os.wait4) its peak RSS and its CPU seconds (user + system), and the
 CPU seconds Azurite spent meanwhile (/proc). Prints per workload the median seconds, MB/s, peak RSS, CPU seconds per
-GiB and per file, Azurite's CPU seconds, and the speed ratios tau/rclone (goal, issue 13: at least 1.0x on every
+GiB and per file, Azurite's CPU seconds, and the speed ratios tau/rclone (goal: at least 1.0x on every
 workload) and tau/plain; then one JSON line. rclone is for this benchmark
 only (`apt-get install rclone`); without it the rclone rows are skipped and said to be. Run it alone on the machine
 (`flock /tmp/tau-bench.lock .venv/bin/python bench/bundle_fetch.py`): the storage endpoint shares its cores.

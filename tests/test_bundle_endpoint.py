@@ -1,4 +1,5 @@
-"""Which Blob URLs tau contacts: every refusal of issue 4 and SPEC 9, decided from the URL alone, before any request.
+"""Which Blob URLs tau contacts: every refusal tau-bundle-fetch(1) "Trusted endpoints" lists, decided from the URL
+alone, before any request.
 
 The pure cases call taulib.bundle.endpoint directly. The command cases run tau-bundle-fetch, -verify and -seal as
 real processes with every HTTP(S) request routed through a proxy that is a plain TCP listener owned by the test:

@@ -69,7 +69,7 @@ def test_the_table_of_a_scene_matches_its_golden_file(api, fixture):
     check_golden(f"kubernetes/{fixture}.table", proc.stdout)
 
 
-# -- the points of the issue, spelled out (the golden files pin the rest) ------------------------------------------
+# -- what a user reads first, spelled out (the golden files pin the rest) ------------------------------------------
 
 def test_a_job_pending_in_kueue_says_why_kueue_has_not_admitted_it(api):
     api.stage(k8s_fixtures.job_pending_in_kueue())

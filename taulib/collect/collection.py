@@ -1,4 +1,4 @@
-"""Collection (tau-collect): every shard's winner, in planned order, into one deterministic dataset (SPEC 8).
+"""Collection (tau-collect(1)): every shard's winner, in planned order, into one deterministic dataset.
 
 Reads and Writes: the collection journal (`rundir.journal.COLLECTIONS`) under run.lock (shared) and collect.lock;
 the destination's parent folder (the stage, the published dataset). Order of work:

@@ -1,4 +1,5 @@
-"""Step 2 of a collection: where the dataset may go, and the folder it is staged and published in (SPEC 8).
+"""Step 2 of a collection: where the dataset may go, and the folder it is staged and published in
+(tau-collect(1) "Destination authorisation").
 
 Reads: the plan's `collection.allowed_roots`, the destination's parent folder and, when a dataset is there, its
 `_tau_collection.json`. Writes: the parent folders of the destination (0700, when missing), the stage and its

@@ -1,5 +1,5 @@
 """Step 1 of a collection: every planned shard's winner chain, validated from its records before any bulk data is
-read (SPEC 8).
+read (tau-collect(1) "Order of work", step 1).
 
 Reads: each shard's winner.json and the records of its chain (`lifecycle.winner.check_chain`). Writes: nothing.
 Promises: a collection starts only when every shard has exactly the winner its records describe, the winners share

@@ -1,4 +1,4 @@
-"""Winners: validating a shard's whole chain and publishing exactly one immutable winner (SPEC 7).
+"""Winners: validating a shard's whole chain and publishing exactly one immutable winner (tau-winner(1)).
 
 Chain: the shard's latest attempt is succeeded and is not contradicted by terminal scheduler evidence; its
 result.json is complete (actual == requested == the shard's range) and names manifest.json by path and sha256;

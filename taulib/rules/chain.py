@@ -1,5 +1,6 @@
-"""The winner chain (SPEC 7): whether a shard's attempt, its result and its candidate manifest make a whole,
-consistent chain that may win, or that a published winner still stands on. Pure (tests/test_rules_chain.py).
+"""The winner chain (tau-winner(1) "The chain"): whether a shard's attempt, its result and its candidate manifest
+make a whole, consistent chain that may win, or that a published winner still stands on. Pure
+(tests/test_rules_chain.py).
 
 `problem(...)` returns the first thing wrong with a chain, in words, or None when the chain holds. Its inputs are
 the records as read (validated against their schemas) and their digests; the caller reads them, and hashes the

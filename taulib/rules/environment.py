@@ -1,5 +1,5 @@
-"""The client's environment: exactly what the run says, the same for every attempt of every shard (SPEC 11). Pure
-(tests/test_rules_environment.py).
+"""The client's environment: exactly what the run says, the same for every attempt of every shard (tau-run(5)
+"The client's environment"). Pure (tests/test_rules_environment.py).
 
 A client gets, and gets nothing else:
   PATH                the PATH tau-init ran with (fixed in run.json)

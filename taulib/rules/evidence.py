@@ -1,4 +1,5 @@
-"""The evidence table: what the scheduler's latest word does to an attempt's persisted evidence (SPEC 5).
+"""The evidence table: what the scheduler's latest word does to an attempt's persisted evidence (tau-reconcile(1)
+"Evidence rules").
 
 Pure: every input is an argument (no file, no clock, no environment), so the rules are tested exhaustively and by
 properties (tests/test_rules_evidence.py). `taulib.lifecycle.reconcile` does the I/O around them under locks.

@@ -1,4 +1,5 @@
-"""Resolving an ambiguous submission by its job's exact name (SPEC 6): adopt, wait, retire, or refuse.
+"""Resolving an ambiguous submission by its job's exact name (tau-slurm(7) "Submission: the journal and an
+ambiguous reply"): adopt, wait, retire, or refuse.
 
 Pure (tests/test_rules_journal.py). When `sbatch` timed out or its reply was lost, the journal entry stays PREPARED;
 the next call asks Slurm for this user's jobs of exactly the entry's job name submitted since the entry was made

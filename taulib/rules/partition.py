@@ -1,4 +1,4 @@
-"""Partition planning (SPEC 8): which rows of which winner file go into which output file. Pure
+"""Partition planning (tau-collect(1) "Shape"): which rows of which winner file go into which output file. Pure
 (tests/test_rules_partition.py, with properties).
 
 The input is the row count of every winner file in collection order (shards in planned order, each shard's files

@@ -1,4 +1,4 @@
-"""Retry selection (SPEC 6): which shards get a new attempt. Pure (tests/test_rules_retry.py).
+"""Retry selection (tau-retry(1)): which shards get a new attempt. Pure (tests/test_rules_retry.py).
 
 A shard is retryable when it has no winner, is not cancelled, and its newest attempt's verdict is failed or
 unknown (`RETRYABLE`) with attempts left in its budget (`rules.budget`): a sealed shard is never touched, a live one

@@ -1,5 +1,5 @@
-"""One regression test per defect that issue 11 found under faults and hostile input (each failed on the code
-before it). The suite's generated cases are in the other modules of tests/adversarial/."""
+"""One regression test per defect found under faults and hostile input (each failed on the code before it), so
+that none comes back. The suite's generated cases are in the other modules of tests/adversarial/."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Large bundles on real Blob storage (Azurite), and failures in the middle of a download.
 
-The 1 GiB case of issue 4: a sealed bundle of 200 small files and one 1 GiB file round-trips byte for byte (the one
+The 1 GiB case: a sealed bundle of 200 small files and one 1 GiB file round-trips byte for byte (the one
 slow test here, about 20 s). Then two failures while a large blob is being downloaded, each caught at a real
 moment (the stage folder beside the destination already holds bytes), never by a failpoint:
   - Azurite killed with SIGKILL (a dedicated Azurite on its own port, TAU_TEST_AZURITE_KILL_PORT, default the test

@@ -1,6 +1,6 @@
-"""Issue 10 on the real Slurm test cluster: a relative client from `/` and from a cron-like `env -i` runs the same
-program in the same environment on every attempt, and tau-cancel of a running array (running and pending tasks)
-leaves every shard cancelled, no job behind, and nothing started again.
+"""The client's environment and tau-cancel on the real Slurm test cluster: a relative client from `/` and from a
+cron-like `env -i` runs the same program in the same environment on every attempt, and tau-cancel of a running
+array (running and pending tasks) leaves every shard cancelled, no job behind, and nothing started again.
 
 Each test has its own run under `workspace`; every job it started is cancelled (by id) when it ends.
 """
