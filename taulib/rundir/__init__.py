@@ -6,5 +6,6 @@
   journal  the submission and collection journals (plan, then PREPARED, then the scheduler)
   index    the sealed-shard index that keeps finished shards cheap to read
   run      Run: an existing run opened and its plan verified
-  state    the read model: shard views and the rolled-up run status, from records through the rules
+  state    the read model: shard views, from records through the rules
+  status   the rolled-up run status (tau.status): every shard's state, the budget, the time left
 """
