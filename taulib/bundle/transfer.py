@@ -10,7 +10,7 @@ opened (positional writes); nothing else. Promises:
   the same buffer meanwhile, so no byte is read back and no transfer waits for the disk; a buffer is reused once its
   range is hashed and written, and at most BUFFERS ranges are held (SPANS in flight, the others arrived and waiting
   for the one before them, or being written), so memory is bounded whatever the sizes. A staged file on a local
-  block file system is written with direct I/O (`fs.writeback.direct`: no copy into the page cache, nothing
+  block file system is written with direct I/O (`fs.writeback.start_direct_io`: no copy into the page cache, nothing
   evicted, nothing left for the final fsync to write; its last block padded with zeros, then the file cut to its
   size); on any other file system through the page cache, each hashed range handed to writeback and dropped from
   the cache. A file is finished (checked, fsynced by the caller) when its last range is hashed and written, while
@@ -125,7 +125,7 @@ def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_f
         entry, offset, _ = jobs[i]
         if offset == 0:
             fd = open_fd(entry) if open_fd else None
-            files[entry["path"]] = [fd, hashlib.sha256(), own and fd is not None and writeback.direct(fd)]
+            files[entry["path"]] = [fd, hashlib.sha256(), own and fd is not None and writeback.start_direct_io(fd)]
         held[i] = spare.pop() if spare else mmap.mmap(-1, SPAN)
 
     def fetch(i: int, stopped: threading.Event) -> None:

@@ -5,10 +5,10 @@ takes it, not going through the page cache at all (direct I/O).
 
 Reads: /proc/self/mountinfo (which file system a descriptor is on). Writes: bytes the caller gives at the offsets it
 gives, into descriptors it holds (`write_all`, WRITE bytes a call; `write_direct`, aligned); otherwise only advice
-to the kernel about those descriptors, and their O_DIRECT flag (`direct`, `undirect`).
+to the kernel about those descriptors, and their O_DIRECT flag (`start_direct_io`, `stop_direct_io`).
 Promises: `Behind.wrote(end)` after every write (end: the bytes now surely in the file): each STEP-byte block is
 handed to writeback once it is complete, and dropped from the page cache LAG blocks later (POSIX_FADV_DONTNEED,
-which on Linux starts writing a range back and drops only the pages that are clean). `direct(fd)` turns direct I/O
+which on Linux starts writing a range back and drops only the pages that are clean). `start_direct_io(fd)` turns direct I/O
 on only for a file on a local block file system of DIRECT_TYPES (where writes of ALIGN-aligned buffers at
 ALIGN-aligned offsets bypass the page cache: no copy into it, nothing to write back at fsync, nothing evicted); on
 any other file system (NFS, Lustre, FUSE, tmpfs ...) the descriptor stays as it was. Never changes a byte; where
@@ -50,18 +50,18 @@ def write_direct(fd: int, view: memoryview, offset: int, length: int) -> None:
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
-            undirect(fd)
+            stop_direct_io(fd)
             write_all(fd, view[:max(0, end - offset)], offset)
             return
         view, offset = view[written:], offset + written
 
 
-def undirect(fd: int) -> None:
+def stop_direct_io(fd: int) -> None:
     """Turn direct I/O off for fd (nothing when it is off)."""
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~getattr(os, "O_DIRECT", 0))
 
 
-def direct(fd: int) -> bool:
+def start_direct_io(fd: int) -> bool:
     """Turn direct I/O on for fd when its file system is a local block one of DIRECT_TYPES and takes it; whether
     it is on."""
     o_direct = getattr(os, "O_DIRECT", 0)
