@@ -8,9 +8,9 @@ gives, into descriptors it holds (`write_all`, WRITE bytes a call; `write_direct
 to the kernel about those descriptors, and their O_DIRECT flag (`start_direct_io`, `stop_direct_io`).
 Promises: `Behind.wrote(end)` after every write (end: the bytes now surely in the file): each STEP-byte block is
 handed to writeback once it is complete, and dropped from the page cache LAG blocks later (POSIX_FADV_DONTNEED,
-which on Linux starts writing a range back and drops only the pages that are clean). `start_direct_io(fd)` turns direct I/O
-on only for a file on a local block file system of DIRECT_TYPES (where writes of ALIGN-aligned buffers at
-ALIGN-aligned offsets bypass the page cache: no copy into it, nothing to write back at fsync, nothing evicted); on
+which on Linux starts writing a range back and drops only the pages that are clean). `start_direct_io(fd)` turns
+direct I/O on only for a file on a local block file system of DIRECT_TYPES (where writes of ALIGN-aligned buffers
+at ALIGN-aligned offsets bypass the page cache: no copy into it, nothing to write back at fsync, nothing evicted); on
 any other file system (NFS, Lustre, FUSE, tmpfs ...) the descriptor stays as it was. Never changes a byte; where
 the advice does not exist it does nothing.
 """
