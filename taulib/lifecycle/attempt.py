@@ -29,6 +29,7 @@ from __future__ import annotations
 import signal
 import time
 from contextlib import ExitStack
+from typing import TYPE_CHECKING
 
 from taulib import env as environment
 from taulib import executor, failpoints, jsonio
@@ -38,13 +39,16 @@ from taulib.rundir import layout, locks, state
 from taulib.rundir.journal import find_task
 from taulib.rundir.run import Run
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
 
-def allocation_identity(env: dict) -> dict:
+
+def allocation_identity(env: dict[str, str]) -> Record:
     """The scheduler identity this process runs under, from its environment (the executors' table asked)."""
     return executor.identity(env)
 
 
-def _fence(run: Run, sid: str, aid: str, identity: dict, restarts: int) -> dict:
+def _fence(run: Run, sid: str, aid: str, identity: Record, restarts: int) -> Record:
     """Return the attempt record when this allocation may write, else raise Refused (nothing written)."""
     submitted = state.Submitted(run)  # read now: a newer submission may have given the shard a newer attempt
     attempt = state.attempt_record(run, sid, aid, submitted)
@@ -73,11 +77,11 @@ def _fence(run: Run, sid: str, aid: str, identity: dict, restarts: int) -> dict:
     raise Refused(f"{where} is already {attempt['state']}; a duplicate allocation writes nothing", shard_id=sid)
 
 
-def _await_binding(run: Run, submission_id: str, env: dict, stop: client.Stop) -> None:
+def _await_binding(run: Run, submission_id: str, env: dict[str, str], stop: client.Stop) -> None:
     """Wait until the submission is bound to its job (a Slurm allocation can start before tau-submit has recorded
     the job id). A retired submission, or one not bound in time, means this allocation is late: Refused. A stop
     signal ends the wait (Interrupted): nothing has been written."""
-    limit = time.monotonic() + environment.get("TAU_BINDING_WAIT", env)  # type: ignore[operator]
+    limit = time.monotonic() + environment.get("TAU_BINDING_WAIT", env)
     rel = f"submissions/{submission_id}/status.json"
     while True:
         if stop.signum is not None:
@@ -94,14 +98,15 @@ def _await_binding(run: Run, submission_id: str, env: dict, stop: client.Stop) -
         stop.wait(1.0)
 
 
-def _update(run: Run, attempt: dict, **changes: object) -> dict:
+def _update(run: Run, attempt: Record, **changes: object) -> Record:
     now = jsonio.now_rfc3339()
     record = dict(attempt, revision=attempt["revision"] + 1, updated_at=max(now, attempt["updated_at"]), **changes)
     run.dir.replace(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "attempt.json"), record)
     return record
 
 
-def run_task(run_dir: str, submission_id: str, publish_winner: bool = True, env: dict | None = None) -> dict:
+def run_task(run_dir: str, submission_id: str, publish_winner: bool = True,
+             env: dict[str, str] | None = None) -> Record:
     """Run this allocation's task (see the module docstring). Raises Interrupted when a stop signal arrived: the
     caller ends the process by that signal."""
     env = environment.current() if env is None else env
@@ -113,8 +118,8 @@ def run_task(run_dir: str, submission_id: str, publish_winner: bool = True, env:
     return summary
 
 
-def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict, identity: dict,
-              stop: client.Stop) -> dict:
+def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict[str, str], identity: Record,
+              stop: client.Stop) -> Record:
     with Run(run_dir) as run:
         sub = run.dir.read(f"submissions/{submission_id}/plan.json", "tau.submission-plan")
         if sub is None:
@@ -162,7 +167,7 @@ def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict,
             return summary
 
 
-def _end_cancelled(run: Run, attempt: dict, why: str) -> dict:
+def _end_cancelled(run: Run, attempt: Record, why: str) -> Record:
     """End an attempt whose shard was cancelled before its client started (the caller holds the shard lock)."""
     attempt = _update(run, attempt, state="failed",
                       terminal={"classification": "cancelled", "reason": why, "exit_code": None})
@@ -171,20 +176,21 @@ def _end_cancelled(run: Run, attempt: dict, why: str) -> dict:
             "outcome": "cancelled", "exit_code": None, "records": None, "error": why}
 
 
-def _finish(run: Run, attempt: dict, outcome: client.ClientOutcome) -> dict:
+def _finish(run: Run, attempt: Record, outcome: client.ClientOutcome) -> Record:
     from taulib.lifecycle import candidate
 
     sid, aid = attempt["shard_id"], attempt["attempt_id"]
     shard = run.shard(sid)
     requested = shard["record_end"] - shard["record_start"]
-    manifest = None
+    manifest: Record | None = None
     error = outcome.error
-    actual = None
+    actual: int | None = None
     if error is None and outcome.exit_code == 0:
         try:
             files, digest, fields = candidate.describe(run.dir, attempt["dataset"])
             actual = sum(f["rows"] for f in files)
             if files:
+                assert fields is not None  # a candidate with files has their fields
                 manifest = {"kind": "tau.manifest", "schema_version": 1, "run_id": run.run_id, "shard_id": sid,
                             "attempt_id": aid, "ordinal": attempt["ordinal"], "created_at": jsonio.now_rfc3339(),
                             "dataset": attempt["dataset"], "format": "parquet", "requested_records": requested,
@@ -200,7 +206,7 @@ def _finish(run: Run, attempt: dict, outcome: client.ClientOutcome) -> dict:
     if error is None and actual != requested:
         error = f"the client wrote {actual} of {requested} records"
     outcome_name = "complete" if error is None else ("partial" if actual and 0 < actual < requested else "failed")
-    manifest_ref = None
+    manifest_ref: Record | None = None
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, locks.shard_lock_name(sid)):
         current = run.dir.require(layout.attempt_file(sid, aid, "attempt.json"), "tau.attempt")
         if current["revision"] != attempt["revision"] or current["state"] != "running":

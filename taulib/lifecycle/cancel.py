@@ -17,17 +17,23 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import TYPE_CHECKING
 
 from taulib import executor, failpoints, jsonio
 from taulib.lifecycle.observe import by_executor
 from taulib.rundir import layout, locks, state
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
 
-def cancel(run, shard_ids: list[str] | None = None) -> dict:
+
+def cancel(run: Run, shard_ids: list[str] | None = None) -> Record:
     """Cancel the whole run (no `shard_ids`) or the named shards; returns what was recorded and stopped."""
     wanted = sorted(set(shard_ids)) if shard_ids else None
     for sid in wanted or []:
         run.check_shard(sid)
+    whole_run: Record | None
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "submit"):
         if wanted is None:
             with locks.hold(run.dir, "root"):
@@ -35,7 +41,9 @@ def cancel(run, shard_ids: list[str] | None = None) -> dict:
         else:
             whole_run = state.run_cancel(run)
         requested = whole_run["requested_at"] if whole_run else None
-        sealed, cancelled, targets = [], [], []
+        sealed: list[str] = []
+        cancelled: list[str] = []
+        targets: list[Record] = []
         submitted = state.Submitted(run)  # the journal cannot change: this holds submit.lock
         for sid in wanted if wanted is not None else run.shard_ids():
             with locks.hold(run.dir, locks.shard_lock_name(sid)):
@@ -59,7 +67,7 @@ def cancel(run, shard_ids: list[str] | None = None) -> dict:
             "problem": problem}
 
 
-def _record(run, sid: str | None) -> dict:
+def _record(run: Run, sid: str | None) -> Record:
     """The cancellation of the run (sid None) or of one shard: the one already there, or a new one."""
     rel = layout.CANCEL if sid is None else layout.shard_cancel(sid)
     existing = run.dir.read(rel, "tau.cancel")
@@ -71,9 +79,9 @@ def _record(run, sid: str | None) -> dict:
     return record
 
 
-def _stop(run, attempts: list[dict], whole_run: bool) -> tuple[list[dict], str | None]:
+def _stop(run: Run, attempts: list[Record], whole_run: bool) -> tuple[list[Record], str | None]:
     """Stop the live attempts through their executors; (the attempts stopped, why stopping failed or None)."""
-    stopped: list[dict] = []
+    stopped: list[Record] = []
     for name, group in by_executor(attempts).items():
         done = executor.get(name).stop(run, group, whole_run)
         stopped += done.attempts

@@ -15,17 +15,25 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from typing import TYPE_CHECKING
 
 from taulib import jsonio
 from taulib.errors import BadInput, Conflict, Refused
 from taulib.rules import fields as rules_fields
 from taulib.rundir import layout, locks
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from taulib.jsonio import Record
+    from taulib.rundir.records import RunDir
+    from taulib.rundir.run import Run
+
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.parquet$")
 CHUNK = 1 << 20
 
 
-def schema_digest(arrow_schema) -> str:
+def schema_digest(arrow_schema: pa.Schema) -> str:
     return hashlib.sha256(arrow_schema.remove_metadata().serialize().to_pybytes()).hexdigest()
 
 
@@ -42,7 +50,7 @@ def _hash_fd(fd: int) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def _parquet_facts(fd: int, shown: str) -> tuple[int, str, list[dict]]:
+def _parquet_facts(fd: int, shown: str) -> tuple[int, str, list[dict[str, str]]]:
     """(rows, schema digest, fields) of a Parquet file."""
     import pyarrow.parquet as pq
 
@@ -56,7 +64,7 @@ def _parquet_facts(fd: int, shown: str) -> tuple[int, str, list[dict]]:
         return meta.num_rows, schema_digest(arrow), [{"name": f.name, "type": str(f.type)} for f in arrow]
 
 
-def _open_own_file(run_dir, shown: str) -> int:
+def _open_own_file(run_dir: RunDir, shown: str) -> int:
     """A read descriptor of a dataset file that is the run's alone: a regular file of ours with no other name. A
     hard link to a file outside the run would let tau change (fchmod) or vouch for bytes that live elsewhere."""
     fd = run_dir.open_read(shown)
@@ -68,12 +76,12 @@ def _open_own_file(run_dir, shown: str) -> int:
     return fd
 
 
-def describe(run_dir, dataset_rel: str) -> tuple[list[dict], str | None, list[dict] | None]:
+def describe(run_dir: RunDir, dataset_rel: str) -> tuple[list[Record], str | None, list[dict[str, str]] | None]:
     """Files of a dataset folder as manifest entries, their common schema digest and their fields (None, None when
     the folder is empty)."""
     entries = run_dir.scan(dataset_rel)
-    files = []
-    digests = set()
+    files: list[Record] = []
+    digests: set[str] = set()
     fields = None
     for name, kind in entries:
         shown = f"{dataset_rel}/{name}"
@@ -94,7 +102,7 @@ def describe(run_dir, dataset_rel: str) -> tuple[list[dict], str | None, list[di
     return files, (digests.pop() if digests else None), fields
 
 
-def verify(run_dir, manifest: dict) -> None:
+def verify(run_dir: RunDir, manifest: Record) -> None:
     """Re-hash every file of a candidate and compare sizes, digests, row counts and the schema digest."""
     dataset = manifest["dataset"]
     present = {name for name, _ in run_dir.scan(dataset)}
@@ -121,15 +129,15 @@ def verify(run_dir, manifest: dict) -> None:
             raise Conflict(f"{shown} has a schema other than the manifest's", path=shown)
 
 
-def run_schema(run) -> dict | None:
+def run_schema(run: Run) -> Record | None:
     """The run's output schema record (schema.json), or None until it is fixed."""
     return run.dir.read(layout.SCHEMA, "tau.output-schema")
 
 
-def fix_schema(run, fields: list[dict], fixed_by: dict | None) -> dict:
+def fix_schema(run: Run, fields: list[dict[str, str]], fixed_by: dict[str, str] | None) -> Record:
     """Record the run's output schema once (immutable; the first to publish it fixes it) and return the record that
     stands, which may be another's."""
-    record = {"kind": "tau.output-schema", "schema_version": 1, "run_id": run.run_id, "fields": fields,
+    record: Record = {"kind": "tau.output-schema", "schema_version": 1, "run_id": run.run_id, "fields": fields,
               "fixed_by": fixed_by, "fixed_at": jsonio.now_rfc3339()}
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "root"):
         existing = run_schema(run)
@@ -139,7 +147,7 @@ def fix_schema(run, fields: list[dict], fixed_by: dict | None) -> dict:
         return record
 
 
-def schema_problem(run, sid: str, aid: str, fields: list[dict]) -> str | None:
+def schema_problem(run: Run, sid: str, aid: str, fields: list[dict[str, str]]) -> str | None:
     """Why a complete candidate's columns cannot join the run's (naming the fields that differ), or None. The first
     complete candidate of a run without a declared schema fixes it."""
     record = run_schema(run) or fix_schema(run, fields, {"shard_id": sid, "attempt_id": aid})

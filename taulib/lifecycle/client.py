@@ -25,12 +25,19 @@ import os
 import signal
 import subprocess
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import executor, jsonio, signals
 from taulib.errors import Busy, TauError
 from taulib.rules import environment as environment_rules
 from taulib.rundir import layout, locks, state
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
 
 STOP_SIGNALS = signals.STOPS  # the signals that stop a command, and that the client is given
 STOP_GRACE = 2.0  # seconds between the client's death by a stop signal and this process's own, at most
@@ -67,7 +74,7 @@ class Stop:
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self.client: subprocess.Popen | None = None
+        self.client: subprocess.Popen[bytes] | None = None
         self.forwarded = False
         self.record_tried = False
 
@@ -75,12 +82,12 @@ class Stop:
         self._previous = {s: signal.signal(s, self._caught) for s in STOP_SIGNALS}
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self.signum is None:  # not stopped: the caller's handlers again (a stopped command ends by the signal)
             for s, handler in self._previous.items():
                 signal.signal(s, handler)
 
-    def _caught(self, signum, frame) -> None:
+    def _caught(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is None:
             self.signum = signum
             self.forward()
@@ -102,7 +109,7 @@ class Stop:
         return self.signum is not None
 
 
-def readiness(run, attempt: dict, state_name: str, message: str | None, records_done: int | None = None) -> None:
+def readiness(run: Run, attempt: Record, state_name: str, message: str | None, records_done: int | None = None) -> None:
     """Replace the attempt's readiness (the caller holds the shard lock)."""
     rel = layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "readiness.json")
     current = run.dir.read(rel, "tau.readiness")
@@ -113,7 +120,7 @@ def readiness(run, attempt: dict, state_name: str, message: str | None, records_
         "message": message, "records_done": records_done})
 
 
-def _briefly(run, attempt: dict, wait: float, write) -> bool:
+def _briefly(run: Run, attempt: Record, wait: float, write: Callable[[], None]) -> bool:
     """Run `write()` under the run lock (shared) and the shard lock, waiting `wait` seconds at most for them;
     False when they were not granted (the write is given up rather than held up)."""
     wait = min(wait, locks.timeout_seconds())
@@ -126,7 +133,7 @@ def _briefly(run, attempt: dict, wait: float, write) -> bool:
         return False
 
 
-def record_stop(run, attempt: dict, stop: Stop) -> None:
+def record_stop(run: Run, attempt: Record, stop: Stop) -> None:
     """Readiness "stopped", once. The scheduler kills the allocation soon (Slurm: KillWait after the signal), so the
     locks are waited for STOP_LOCK_WAIT seconds at most; when not granted by then, the record is given up (the
     scheduler's evidence still decides the attempt) rather than left to be killed half-way."""
@@ -137,7 +144,7 @@ def record_stop(run, attempt: dict, stop: Stop) -> None:
         run, attempt, "stopped", f"stopped by signal {stop.signum}; the scheduler's evidence decides the attempt"))
 
 
-def records_done(run, attempt: dict) -> int | None:
+def records_done(run: Run, attempt: Record) -> int | None:
     """The count of records the client wrote into its progress file, or None (no file, or not a count)."""
     try:
         data = run.dir.read_bytes(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], PROGRESS),
@@ -148,19 +155,20 @@ def records_done(run, attempt: dict) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def cancelled(run, attempt: dict) -> str | None:
+def cancelled(run: Run, attempt: Record) -> str | None:
     """Why the attempt's shard is cancelled, or None."""
     record = state.cancellation(run, attempt["shard_id"], state.run_cancel(run))
     return None if record is None else state.cancel_reason(record)
 
 
-def command(run, attempt: dict, environ: dict) -> tuple[list[str], dict, str | None, str | None]:
+def command(run: Run, attempt: Record, environ: dict[str, str]
+            ) -> tuple[list[str], dict[str, str], str | None, str | None]:
     """(argument vector, environment, working folder, problem) of the attempt's client: the program, PATH and
     folder fixed at tau-init and the environment the run defines (`rules.environment`). A problem (an inherited
     variable the allocation lacks, a working folder that is gone) means the client is not started."""
     shard = run.shard(attempt["shard_id"])
     fixed = run.environment
-    argv = list(run.plan["command"])
+    argv: list[str] = list(run.plan["command"])
     path, cwd = environ.get("PATH", os.defpath), None
     if fixed is not None:  # runs made before the pre-flight run the command as given, where they are
         argv[0], path, cwd = fixed["program"], fixed["path"], fixed["cwd"]
@@ -184,7 +192,7 @@ def command(run, attempt: dict, environ: dict) -> tuple[list[str], dict, str | N
                                                       allocation=allocation, tau=tau), cwd, None
 
 
-def run_client(run, attempt: dict, environ: dict, stop: Stop) -> ClientOutcome:
+def run_client(run: Run, attempt: Record, environ: dict[str, str], stop: Stop) -> ClientOutcome:
     """Start the client and wait for it, keeping readiness, stop signals and cancellation in view."""
     started = jsonio.now_rfc3339()
     log = run.dir.open_append(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "client.log"))
@@ -211,7 +219,7 @@ def run_client(run, attempt: dict, environ: dict, stop: Stop) -> ClientOutcome:
                          stop.signum, why)
 
 
-def _wait(run, attempt: dict, proc: subprocess.Popen, stop: Stop) -> tuple[int, str | None]:
+def _wait(run: Run, attempt: Record, proc: subprocess.Popen[bytes], stop: Stop) -> tuple[int, str | None]:
     """Wait for the client: (its exit status, why it was cancelled or None)."""
     heartbeat = run.plan["windows"]["heartbeat_seconds"]
     now = time.monotonic()
@@ -239,7 +247,7 @@ def _wait(run, attempt: dict, proc: subprocess.Popen, stop: Stop) -> tuple[int, 
             _heartbeat(run, attempt)
 
 
-def _heartbeat(run, attempt: dict) -> None:
+def _heartbeat(run: Run, attempt: Record) -> None:
     """Readiness again, with the client's progress; skipped rather than held up when the locks are busy."""
     done = records_done(run, attempt)
     _briefly(run, attempt, STOP_LOCK_WAIT, lambda: readiness(run, attempt, "running", None, done))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from typing import TYPE_CHECKING
 
 from taulib import __version__, env, executor, failpoints, jsonio, schema
 from taulib.errors import BadInput, Conflict, NotFound, UsageError
@@ -30,13 +31,17 @@ from taulib.rules.shards import shard_count
 from taulib.rundir import layout, locks
 from taulib.rundir.records import RunDir
 from taulib.rundir.run import RUN_FORMAT
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+
 MAX_SHARDS = 1_000_000  # as the plan request's `shards` maximum: one Slurm array index per shard
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards", "submissions", "collections", "index", "bundles",
                 "cancel.json", "schema.json"}
 
 
-def resolve_plan(request: dict, run_id: str) -> dict:
+def resolve_plan(request: Record, run_id: str) -> Record:
     """The resolved plan (a pure function of the request and the run id: no clock, no machine facts)."""
     schema.validate(request, "plan-request", "plan on standard input")
     records = request["records"]
@@ -80,7 +85,7 @@ def resolve_plan(request: dict, run_id: str) -> dict:
     return plan
 
 
-def _check_environment(plan: dict) -> None:
+def _check_environment(plan: Record) -> None:
     """A variable is set by the plan or inherited, never both; PATH is fixed at tau-init and TAU_* are tau's."""
     both = sorted(set(plan["env"]) & set(plan["inherit_env"]))
     if both:
@@ -122,7 +127,7 @@ def run_id_for(run_dir: str) -> str:
     return name
 
 
-def init(run_dir: str, request: object, environ: dict | None = None) -> dict:
+def init(run_dir: str, request: object, environ: dict[str, str] | None = None) -> Record:
     if not isinstance(request, dict):
         raise BadInput("plan on standard input must be a JSON object")
     run_id = run_id_for(run_dir)
@@ -135,27 +140,27 @@ def init(run_dir: str, request: object, environ: dict | None = None) -> dict:
     plan_bytes = jsonio.canonical(plan)
     plan_sha = jsonio.sha256_hex(plan_bytes)
     _refuse_foreign_directory(run_dir)
-    with RunDir(run_dir, create=True) as run, locks.hold(run, "run"):
-        existing = run.read(layout.RUN, "tau.run")
+    with RunDir(run_dir, create=True) as folder, locks.hold(folder, "run"):
+        existing = folder.read(layout.RUN, "tau.run")
         if existing is not None:
             if existing["plan"]["sha256"] != plan_sha:
                 raise Conflict(f"run {run_id!r} already exists with a different plan; choose another run "
-                               "directory", run_dir=run.path, plan_sha256=existing["plan"]["sha256"])
-            return _summary(run, existing, plan, created=False)
-        run.publish_bytes(layout.PLAN, plan_bytes)
+                               "directory", run_dir=folder.path, plan_sha256=existing["plan"]["sha256"])
+            return _summary(folder, existing, plan, created=False)
+        folder.publish_bytes(layout.PLAN, plan_bytes)
         failpoints.hit("init.plan_written")
-        run.make_folders(layout.SHARDS)
-        if plan["output"]["schema"] is not None and run.read(layout.SCHEMA, "tau.output-schema") is None:
+        folder.make_folders(layout.SHARDS)
+        if plan["output"]["schema"] is not None and folder.read(layout.SCHEMA, "tau.output-schema") is None:
             # declared: every candidate must have exactly these columns (a re-run after a crash keeps the first)
-            run.publish(layout.SCHEMA, {"kind": "tau.output-schema", "schema_version": 1, "run_id": run_id,
-                                        "fields": plan["output"]["schema"], "fixed_by": None,
-                                        "fixed_at": jsonio.now_rfc3339()})
+            folder.publish(layout.SCHEMA, {"kind": "tau.output-schema", "schema_version": 1, "run_id": run_id,
+                                           "fields": plan["output"]["schema"], "fixed_by": None,
+                                           "fixed_at": jsonio.now_rfc3339()})
         failpoints.hit("init.shards_written")
         record = {"kind": "tau.run", "schema_version": 1, "run_id": run_id, "created_at": jsonio.now_rfc3339(),
                   "plan": {"path": layout.PLAN, "sha256": plan_sha}, "shard_count": plan["shard_count"],
                   "run_format": RUN_FORMAT, "tau_version": __version__, "environment": environment}
-        run.publish(layout.RUN, record)
-        return _summary(run, record, plan, created=True)
+        folder.publish(layout.RUN, record)
+        return _summary(folder, record, plan, created=True)
 
 
 def _refuse_foreign_directory(run_dir: str) -> None:
@@ -170,8 +175,8 @@ def _refuse_foreign_directory(run_dir: str) -> None:
                        "folder", run_dir=os.path.abspath(run_dir))
 
 
-def _summary(run: RunDir, record: dict, plan: dict, created: bool) -> dict:
-    return {"run_id": record["run_id"], "run_dir": run.path, "created": created,
+def _summary(folder: RunDir, record: Record, plan: Record, created: bool) -> Record:
+    return {"run_id": record["run_id"], "run_dir": folder.path, "created": created,
             "plan_sha256": record["plan"]["sha256"], "records": plan["records"],
             "shard_count": plan["shard_count"], "scheduler": plan["scheduler"]["profile"],
             "program": (record.get("environment") or {}).get("program")}

@@ -11,16 +11,23 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from taulib import executor
 from taulib.errors import NotFound
 from taulib.rundir import layout, state
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
+
 POLL = 0.5  # seconds between reads of the files while following
 LIVE_EVERY = 2.0  # seconds between looks at the executor while following
 
 
-def attempt_of(run, sid: str, aid: str | None) -> dict:
+def attempt_of(run: Run, sid: str, aid: str | None) -> Record:
     run.check_shard(sid)
     if aid is None:
         attempt = state.latest_attempt(run, sid)
@@ -33,13 +40,13 @@ def attempt_of(run, sid: str, aid: str | None) -> dict:
     return attempt
 
 
-def sources(run, attempt: dict) -> list[tuple[str, str]]:
+def sources(run: Run, attempt: Record) -> list[tuple[str, str]]:
     """(name, path relative to the run) of the attempt's output files: the client's, then the allocation's."""
     return [("client", layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "client.log")),
             ("allocation", executor.of_attempt(attempt).output_path(attempt))]
 
 
-def read(run, rel: str, offset: int = 0) -> bytes:
+def read(run: Run, rel: str, offset: int = 0) -> bytes:
     """The bytes of an output file from `offset` on (nothing when it does not exist yet)."""
     try:
         fd = run.dir.open_read(rel)
@@ -55,13 +62,14 @@ def read(run, rel: str, offset: int = 0) -> bytes:
         os.close(fd)
 
 
-def snapshot(run, attempt: dict) -> list[dict]:
+def snapshot(run: Run, attempt: Record) -> list[Record]:
     """Every output file of the attempt with what it holds now."""
     return [{"source": name, "path": os.path.join(run.path, rel), "text": read(run, rel)}
             for name, rel in sources(run, attempt)]
 
 
-def follow(run, attempt: dict, write, stop=lambda: False) -> None:
+def follow(run: Run, attempt: Record, write: Callable[[str, str, bytes], None],
+           stop: Callable[[], bool] = lambda: False) -> None:
     """Call write(source, path, bytes) with what the files hold and then with what is appended to them, until the
     attempt has ended (or `stop()` says so), and then with the rest."""
     offsets = {rel: 0 for _, rel in sources(run, attempt)}
@@ -77,7 +85,7 @@ def follow(run, attempt: dict, write, stop=lambda: False) -> None:
         time.sleep(POLL)
 
 
-def _drain(run, attempt: dict, offsets: dict, write) -> None:
+def _drain(run: Run, attempt: Record, offsets: dict[str, int], write: Callable[[str, str, bytes], None]) -> None:
     for name, rel in sources(run, attempt):
         data = read(run, rel, offsets[rel])
         if data:
@@ -85,7 +93,7 @@ def _drain(run, attempt: dict, offsets: dict, write) -> None:
             write(name, os.path.join(run.path, rel), data)
 
 
-def _ended(run, attempt: dict) -> bool:
+def _ended(run: Run, attempt: Record) -> bool:
     """Whether the attempt has ended: its record says so, or its executor no longer has it queued or running."""
     record = state.attempt_record(run, attempt["shard_id"], attempt["attempt_id"])
     if record is None or record["state"] in ("succeeded", "failed"):

@@ -9,11 +9,17 @@ the result is one normalised `tau.observations` document (schema `observations`)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from taulib import executor, jsonio, schema
 from taulib.rundir import layout, state
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
 
-def live_attempts(run) -> list[dict]:
+
+def live_attempts(run: Run) -> list[Record]:
     """The newest attempt of each shard without a winner that is unfinished, or finished while the scheduler has
     not yet said its last word on it (it was seen live, and its evidence is neither terminal nor unknown): an
     allocation that exits before accounting shows it is asked about until it does, so its exit code and Slurm's
@@ -36,10 +42,10 @@ def live_attempts(run) -> list[dict]:
     return out
 
 
-def observe(run) -> dict:
+def observe(run: Run) -> Record:
     attempts = live_attempts(run)
     observed_at = jsonio.now_rfc3339()
-    views: list[dict] = []
+    views: list[Record] = []
     problems: dict[str, list[str]] = {"queue": [], "accounting": []}
     for name, group in by_executor(attempts).items():
         seen = executor.get(name).observe(run, group)
@@ -56,9 +62,9 @@ def observe(run) -> dict:
     return doc
 
 
-def by_executor(attempts: list[dict]) -> dict[str, list[dict]]:
+def by_executor(attempts: list[Record]) -> dict[str, list[Record]]:
     """The attempts grouped by the executor that runs each (in the order the executors first appear)."""
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[Record]] = {}
     for attempt in attempts:
         groups.setdefault(attempt["scheduler"]["executor"], []).append(attempt)
     return groups

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import executor, failpoints, jsonio, schema
 from taulib.errors import BadInput, Busy, NotFound, Refused, UsageError
@@ -28,18 +29,23 @@ from taulib.rules.attempt import effective_attempt, terminal_classification
 from taulib.rundir import layout, locks, state
 from taulib.rundir.status import run_status
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rules.evidence import Evidence
+    from taulib.rundir.run import Run
 
-def validate_document(doc: object) -> dict:
+
+def validate_document(doc: object) -> Record:
     if not isinstance(doc, dict):
         raise BadInput("observations on standard input must be one JSON object (the output of tau-observe)")
     schema.validate(doc, "observations", "observations on standard input")
-    return doc  # type: ignore[return-value]
+    return doc
 
 
 class StatusFile:
     """Where `--status-file PATH` writes: a file in an existing folder outside the run directory."""
 
-    def __init__(self, run, path: str) -> None:
+    def __init__(self, run: Run, path: str) -> None:
         if not path or "\0" in path:
             raise UsageError("--status-file must be a path")
         full = os.path.abspath(path)
@@ -62,7 +68,7 @@ class StatusFile:
             self.tree.close()
             raise Refused(f"--status-file {path!r} is a folder", path=self.path)
 
-    def write(self, status: dict) -> None:
+    def write(self, status: Record) -> None:
         self.tree.replace_beside(self.name, jsonio.canonical(status))
 
     def close(self) -> None:
@@ -72,7 +78,7 @@ class StatusFile:
 BESIDE_EXTRA = len(".") + len(".tau-") + 16 + len(".tmp")  # what `atomic.beside_temp` adds to a name
 
 
-def apply(run, doc: dict, status_file: str | None = None) -> dict:
+def apply(run: Run, doc: Record, status_file: str | None = None) -> Record:
     """Apply a validated observations document; returns the run status with the `changes` made (also written to
     `status_file` when given)."""
     target = None if status_file is None else StatusFile(run, status_file)
@@ -83,12 +89,12 @@ def apply(run, doc: dict, status_file: str | None = None) -> dict:
             target.close()
 
 
-def _apply(run, doc: dict, target: StatusFile | None) -> dict:
+def _apply(run: Run, doc: Record, target: StatusFile | None) -> Record:
     if doc["run_id"] != run.run_id:
         raise BadInput(f"observations on standard input are for run {doc['run_id']!r}, not {run.run_id!r}")
     now = time.time()
     seen = seen_of(doc, now)
-    seen_by_shard: dict[str, list[dict]] = {}
+    seen_by_shard: dict[str, list[Record]] = {}
     for view in doc["attempts"]:
         try:
             run.check_shard(view["shard_id"])
@@ -96,7 +102,7 @@ def _apply(run, doc: dict, target: StatusFile | None) -> dict:
             raise BadInput(f"observations name {view['shard_id']}, which run {run.run_id!r} does not have",
                            shard_id=view["shard_id"]) from None
         seen_by_shard.setdefault(view["shard_id"], []).append(view)
-    changes = []
+    changes: list[Record] = []
     with locks.hold(run.dir, "run", shared=True):
         submitted = state.Submitted(run)  # the attempts that only their submissions record yet
         for view in doc["attempts"]:  # refuse the whole document before writing any of it
@@ -123,7 +129,7 @@ def _apply(run, doc: dict, target: StatusFile | None) -> dict:
     return status
 
 
-def _tidy_run_folder(run) -> None:
+def _tidy_run_folder(run: Run) -> None:
     """A publish into the run's own folder (schema.json, cancel.json) that crashed leaves a temp file no later
     write there would remove, since those records are written once: it is removed under the root lock that owns
     the folder, when the lock is free (a writer holding it now may be mid-publish)."""
@@ -136,7 +142,7 @@ def _tidy_run_folder(run) -> None:
         pass
 
 
-def seen_of(doc: dict, now: float) -> dict:
+def seen_of(doc: Record, now: float) -> dict[tuple[str, str], tuple[Record, evidence_rules.Seen]]:
     """The `Seen` of every attempt a validated document names, {(shard id, attempt id): (view, Seen)}. A document
     dated beyond this machine's clock (more than the tolerance) is refused: it would hide later evidence."""
     try:
@@ -156,20 +162,30 @@ def seen_of(doc: dict, now: float) -> dict:
             for v in doc["attempts"]}
 
 
-def next_for(run, view: dict, seen: evidence_rules.Seen, now: float, submitted: state.Submitted | None = None):
-    """(attempt record, persisted observation record, its evidence, rule, new evidence) for one attempt; the
-    persisted evidence is read `clamped` to `now`: a time from a fast clock becomes the time of this observation,
-    so it never hides the new evidence."""
+class Next(NamedTuple):
+    """What one view does to its attempt's evidence (`next_for`)."""
+
+    attempt: Record  # the attempt's record
+    prev_record: Record | None  # its persisted observation.json
+    prev: Evidence | None  # the evidence that record holds, clamped
+    rule: str  # the name of the rule of `rules.evidence` that applies
+    new: Evidence | None  # the evidence after the view (None only when there was none and the rule kept it)
+
+
+def next_for(run: Run, view: Record, seen: evidence_rules.Seen, now: float,
+             submitted: state.Submitted | None = None) -> Next:
+    """What the view of one attempt does to its evidence (`Next`); the persisted evidence is read `clamped` to
+    `now`: a time from a fast clock becomes the time of this observation, so it never hides the new evidence."""
     sid, aid = view["shard_id"], view["attempt_id"]
     attempt = _recorded_attempt(run, view, submitted)
     prev_record = run.dir.read(layout.attempt_file(sid, aid, "observation.json"), "tau.observation")
     prev = evidence_rules.clamped(state.evidence_from_record(prev_record), now, attempt["windows"],
                                   present=seen.observed_at)
     rule, new = evidence_rules.next_evidence(prev, seen, attempt["windows"])
-    return attempt, prev_record, prev, rule, new
+    return Next(attempt, prev_record, prev, rule, new)
 
 
-def _recorded_attempt(run, view: dict, submitted: state.Submitted | None = None) -> dict:
+def _recorded_attempt(run: Run, view: Record, submitted: state.Submitted | None = None) -> Record:
     """The attempt record a view names, or BadInput when the run has no such attempt under that identity."""
     sid, aid = view["shard_id"], view["attempt_id"]
     attempt = state.attempt_record(run, sid, aid, submitted)
@@ -181,14 +197,14 @@ def _recorded_attempt(run, view: dict, submitted: state.Submitted | None = None)
     return attempt
 
 
-def _apply_one(run, view: dict, seen: evidence_rules.Seen, now: float,
-               submitted: state.Submitted | None = None) -> dict | None:
+def _apply_one(run: Run, view: Record, seen: evidence_rules.Seen, now: float,
+               submitted: state.Submitted | None = None) -> Record | None:
     sid, aid = view["shard_id"], view["attempt_id"]
     obs_rel = layout.attempt_file(sid, aid, "observation.json")
     attempt, prev_record, prev, rule, new = next_for(run, view, seen, now, submitted)
     if new is None:
         return None
-    change = None
+    change: Record | None = None
     if evidence_rules.changed(prev, new):
         revision = 1 if prev_record is None else prev_record["revision"] + 1
         run.dir.replace(obs_rel, state.evidence_record(new, attempt, revision))
@@ -198,8 +214,8 @@ def _apply_one(run, view: dict, seen: evidence_rules.Seen, now: float,
         # terminal evidence ends an unfinished attempt; COMPLETED without a finalised attempt is a failure too
         verdict = effective_attempt(attempt, new)
         state.record_attempt(run, attempt)  # an attempt only its submission recorded gets its attempt.json first
-        now = jsonio.now_rfc3339()
-        record = dict(attempt, revision=attempt["revision"] + 1, updated_at=max(now, attempt["updated_at"]),
+        stamp = jsonio.now_rfc3339()
+        record = dict(attempt, revision=attempt["revision"] + 1, updated_at=max(stamp, attempt["updated_at"]),
                       state="failed", terminal={"classification": terminal_classification(new),
                                                 "reason": verdict.reason, "exit_code": new.exit_code})
         run.dir.replace(layout.attempt_file(sid, aid, "attempt.json"), record)

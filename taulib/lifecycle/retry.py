@@ -10,14 +10,20 @@ submit lock, so a second or concurrent call finds the new attempts pending and d
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from taulib import executor
 from taulib.lifecycle import submission
 from taulib.rules.retry import ShardFacts, select_initial, select_retry
 from taulib.rundir import layout, state
 from taulib.rundir.status import run_status
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
 
-def retry(run, explicit: list[str] | None = None) -> dict:
+
+def retry(run: Run, explicit: list[str] | None = None) -> Record:
     """Submit the retryable shards (or, with `explicit`, these shards, granting exhausted ones one attempt more).
     The result says why nothing was submitted when the run is past its failure budget (`stopped`)."""
     wanted = None
@@ -27,7 +33,7 @@ def retry(run, explicit: list[str] | None = None) -> dict:
         wanted = set(explicit)
     stopped = None
 
-    def select(run_) -> tuple[list[str], list[dict], list[str]]:
+    def select(run_: Run) -> submission.Selection:
         nonlocal stopped
         status = run_status(run_, parallel=executor.of(run_).limits(run_.plan).parallel)
         stopped = status["budget"]["stopped"]
@@ -41,10 +47,10 @@ def retry(run, explicit: list[str] | None = None) -> dict:
     return result
 
 
-def initial(run) -> dict:
+def initial(run: Run) -> Record:
     """tau-submit: the first attempt of every shard that has none and is not cancelled."""
 
-    def select(run_) -> tuple[list[str], list[dict], list[str]]:
+    def select(run_: Run) -> submission.Selection:
         if state.run_cancel(run_) is not None:
             return [], [], []
         present = set(run_.dir.listdir(layout.SHARDS))  # a shard without a folder has no record and no cancel

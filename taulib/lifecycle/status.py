@@ -9,18 +9,24 @@ for the same observation, without the `changes` it would make.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from taulib import executor
 from taulib.lifecycle import observe, reconcile
 from taulib.rundir import locks, state
 from taulib.rundir.status import run_status
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rules.evidence import Evidence
+    from taulib.rundir.run import Run
 
-def status(run) -> dict:
+
+def status(run: Run) -> Record:
     with locks.hold(run.dir, "run", shared=True):
         doc = reconcile.validate_document(observe.observe(run))
         now = time.time()
-        evidence = {}
+        evidence: dict[tuple[str, str], Evidence] = {}
         submitted = state.Submitted(run)
         for key, (view, seen) in reconcile.seen_of(doc, now).items():
             *_, new = reconcile.next_for(run, view, seen, now, submitted)

@@ -26,18 +26,30 @@ Allocations of a retired job are fenced by tau-attempt.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from taulib import env, executor, failpoints, jsonio
 from taulib.errors import BadInput, Busy, Conflict, SubmitRefused
 from taulib.rules import environment as environment_rules
 from taulib.rundir import layout, locks, state
 from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks, job_name, tasks
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def journal(run) -> Journal:
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
+
+# what a submission's `select` returns: (the shard ids that get their next attempt, the shards skipped with their
+# state and why, the shard ids granted an attempt beyond their budget)
+Selection = tuple[list[str], list[dict[str, str]], list[str]]
+
+
+def journal(run: Run) -> Journal:
     return Journal(run, SUBMISSIONS)
 
 
-def submit(run, purpose: str, select) -> dict:
+def submit(run: Run, purpose: str, select: Callable[[Run], Selection]) -> Record:
     """Create and hand off a submission for the shards `select(run)` returns ((shard ids, skipped, granted): each
     gets its next attempt; a granted one is recorded as such), or, for the initial submission of a run already
     submitted, report it.
@@ -61,7 +73,7 @@ def submit(run, purpose: str, select) -> dict:
         _check_inherited(run)
         present = set(run.dir.listdir(layout.SHARDS))  # a shard without a folder has no attempt of its own
         submitted = state.Submitted(run)  # the attempts the bound submissions gave, which have no folder yet
-        chosen = []
+        chosen: list[Record] = []
         for sid in shard_ids:
             ordinal = len(state.attempt_ids(run, sid, submitted, on_disk=sid in present)) + 1
             task = {"shard_id": sid, "attempt_id": layout.attempt_id(ordinal), "ordinal": ordinal,
@@ -80,16 +92,16 @@ def submit(run, purpose: str, select) -> dict:
         return dict(_summary(plan, status, created=True), skipped=skipped)
 
 
-def _settle(run, book: Journal) -> tuple[dict, dict] | None:
+def _settle(run: Run, book: Journal) -> tuple[Record, Record] | None:
     """Finish, resolve or discard the newest journal entry (caller holds submit.lock); (plan, status) of the entry
     this call settled, or None when there was none to settle."""
     entry = book.newest()
-    if entry is not None and entry.status["state"] == "prepared":
+    if entry is not None and entry.status is not None and entry.status["state"] == "prepared":
         return entry.plan, _resolve(run, book, entry.plan, entry.status)
     return None
 
 
-def _hand_off(run, book: Journal, plan: dict, status: dict, text: str | None) -> dict:
+def _hand_off(run: Run, book: Journal, plan: Record, status: Record, text: str | None) -> Record:
     """Step 3 for a new PREPARED entry (the script was rendered before the entry was written), then bind."""
     try:
         job_id = executor.get(plan["executor"]).hand_off(run, plan, text)
@@ -99,7 +111,7 @@ def _hand_off(run, book: Journal, plan: dict, status: dict, text: str | None) ->
     return _bind(run, book, plan, status, job_id)
 
 
-def _resolve(run, book: Journal, plan: dict, status: dict) -> dict:
+def _resolve(run: Run, book: Journal, plan: Record, status: Record) -> Record:
     """Settle a PREPARED entry as its executor resolves it: adopt its job, wait, retire it, or refuse."""
     verdict, seen = executor.get(plan["executor"]).resolve(run, plan, status)
     if verdict.action == "conflict":
@@ -108,11 +120,12 @@ def _resolve(run, book: Journal, plan: dict, status: dict) -> dict:
         raise Busy(f"submission {plan['submission_id']} is not resolved yet: {verdict.reason}; it is resolved by "
                    f"{status['deadline']}: try again", submission_id=plan["submission_id"])
     if verdict.action == "adopt":
-        return _bind(run, book, plan, status, verdict.job_id)  # type: ignore[arg-type]
+        assert verdict.job_id is not None  # an executor adopts the job it names
+        return _bind(run, book, plan, status, verdict.job_id)
     return book.retire(status, verdict.reason)
 
 
-def _bind(run, book: Journal, plan: dict, status: dict, job_id: str) -> dict:
+def _bind(run: Run, book: Journal, plan: Record, status: Record, job_id: str) -> Record:
     """Steps 4-6."""
     if run.format < 2:
         _publish_attempts(run, plan, job_id)
@@ -123,7 +136,7 @@ def _bind(run, book: Journal, plan: dict, status: dict, job_id: str) -> dict:
     return status
 
 
-def _publish_attempts(run, plan: dict, job_id: str) -> None:
+def _publish_attempts(run: Run, plan: Record, job_id: str) -> None:
     """Step 4 of a format-1 run: each attempt.json, under its shard lock, in ascending shard order (one already
     there, published by a crashed call, must be bound to this submission)."""
     for task in sorted(tasks(plan), key=lambda t: t["shard_id"]):
@@ -138,7 +151,7 @@ def _publish_attempts(run, plan: dict, job_id: str) -> None:
                 raise Conflict(f"{rel} is bound to another submission", path=rel)
 
 
-def _ensure_started(run, plan: dict) -> None:
+def _ensure_started(run: Run, plan: Record) -> None:
     """Start again what a submitted submission's tasks wait on when it is gone (under the local executor, its
     supervisor was killed, or tau-submit crashed before starting it)."""
     chosen = executor.get(plan["executor"])
@@ -147,7 +160,7 @@ def _ensure_started(run, plan: dict) -> None:
         chosen.start(run, plan)
 
 
-def _check_inherited(run) -> None:
+def _check_inherited(run: Run) -> None:
     """The variables the plan inherits must be in this process's environment, which the allocations get: a
     submission without them is refused rather than run differently (a retry from cron, say)."""
     missing = environment_rules.missing_inherited(run.plan["inherit_env"], env.current())
@@ -157,7 +170,7 @@ def _check_inherited(run) -> None:
                        missing=missing)
 
 
-def _summary(plan: dict, status: dict, created: bool) -> dict:
+def _summary(plan: Record, status: Record, created: bool) -> Record:
     return {"submission_id": plan["submission_id"], "purpose": plan["purpose"], "job_id": status["job_id"],
             "job_name": plan["job_name"], "state": status["state"], "created": created, "adopted": False,
             "tasks": tasks(plan)}

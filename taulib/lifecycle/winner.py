@@ -20,6 +20,7 @@ see it and report it. An existing winner is re-validated (records only) on every
 from __future__ import annotations
 
 from contextlib import ExitStack
+from typing import TYPE_CHECKING
 
 from taulib import failpoints, jsonio
 from taulib.errors import CheckFailed, Conflict, NotFound, TauError
@@ -28,8 +29,12 @@ from taulib.rules.attempt import effective_attempt
 from taulib.rules.chain import Chain
 from taulib.rundir import index, layout, locks, state
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
 
-def read_chain(run, sid: str, aid: str, submitted: state.Submitted | None = None) -> Chain:
+
+def read_chain(run: Run, sid: str, aid: str, submitted: state.Submitted | None = None) -> Chain:
     """The records of the chain of attempt `aid` (CheckFailed when the result or the manifest is missing)."""
     attempt = state.attempt_record(run, sid, aid, submitted)
     if attempt is None:
@@ -46,7 +51,7 @@ def read_chain(run, sid: str, aid: str, submitted: state.Submitted | None = None
     return Chain(attempt, result, manifest, jsonio.sha256_hex(result_bytes), jsonio.sha256_hex(manifest_bytes))
 
 
-def check_chain(run, sid: str, aid: str, winner: dict | None = None,
+def check_chain(run: Run, sid: str, aid: str, winner: Record | None = None,
                 submitted: state.Submitted | None = None) -> Chain:
     """The chain of attempt `aid` when it holds (`rules.chain`), as a candidate or, given `winner`, as the
     published winner's; CheckFailed naming the first problem otherwise. `submitted`: the journal's snapshot (read
@@ -67,7 +72,7 @@ def check_chain(run, sid: str, aid: str, winner: dict | None = None,
     return chain
 
 
-def publish(run, sid: str, resume_held: bool = False, submitted: state.Submitted | None = None) -> dict:
+def publish(run: Run, sid: str, resume_held: bool = False, submitted: state.Submitted | None = None) -> Record:
     """Publish the shard's winner (or confirm the existing one). Returns a summary; raises CheckFailed when the
     shard has no eligible candidate. `submitted`: a snapshot of the journal for many shards (a candidate's shard
     gets no newer attempt: it is not retryable), else read now."""
@@ -118,7 +123,7 @@ def publish(run, sid: str, resume_held: bool = False, submitted: state.Submitted
         return _summary(record, published=True)
 
 
-def _tidy_ended(run, sid: str, submitted: state.Submitted | None) -> None:
+def _tidy_ended(run: Run, sid: str, submitted: state.Submitted | None) -> None:
     """Remove what crashed writers left in the folders of the shard's ended attempts, once, as the shard is sealed
     (the caller holds the shard lock, which every writer of those folders takes: an observation replaced by a
     tau-reconcile killed mid-write is otherwise never written again, so never tidied). A live attempt's folder
@@ -130,7 +135,7 @@ def _tidy_ended(run, sid: str, submitted: state.Submitted | None) -> None:
             run.dir.clean_debris(folder)
 
 
-def _note_sealed(run, sid: str, attempt: dict) -> None:
+def _note_sealed(run: Run, sid: str, attempt: Record) -> None:
     """Add a shard just sealed to its segment of the sealed-shard index (the caller holds the run lock, no shard
     lock). An index busy for NOTE_WAIT seconds, or a segment that cannot be read or written, is left to the next
     tau-reconcile, which says what is wrong with it: the winner is published, whatever becomes of its cache."""
@@ -141,7 +146,7 @@ def _note_sealed(run, sid: str, attempt: dict) -> None:
         pass
 
 
-def publish_many(run, shard_ids: list[str]) -> dict:
+def publish_many(run: Run, shard_ids: list[str]) -> Record:
     for sid in shard_ids:
         run.check_shard(sid)  # an unknown shard is an error (66), not a shard without a winner
     results = []
@@ -160,6 +165,6 @@ def publish_many(run, shard_ids: list[str]) -> dict:
             "counts": {"won": won, "without_winner": len(results) - won}}
 
 
-def _summary(record: dict, published: bool) -> dict:
+def _summary(record: Record, published: bool) -> Record:
     return {"shard_id": record["shard_id"], "winner": record["attempt_id"], "published": published,
             "manifest_sha256": record["manifest"]["sha256"], "reason": None}

@@ -26,8 +26,14 @@ calling its shard sealed.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from taulib import jsonio
 from taulib.rundir import layout, locks
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
 
 SEGMENT = 1000  # shards a segment holds: a winner's publisher rewrites a few kB, a reader reads N/1000 records
 NOTE_WAIT = 2.0  # seconds a winner's publisher waits for the index's lock before leaving the shard to reconcile
@@ -37,12 +43,12 @@ def segment_count(shard_count: int) -> int:
     return -(-shard_count // SEGMENT)
 
 
-def load(run) -> list[int]:
+def load(run: Run) -> list[int]:
     """Winning ordinal per shard index (0: not sealed)."""
     return load_all(run)[0]
 
 
-def load_all(run) -> tuple[list[int], list[int | None]]:
+def load_all(run: Run) -> tuple[list[int], list[int | None]]:
     """(winning ordinal, seconds the winning attempt ran) per shard index; (0, None) when not sealed, None for a
     duration tau does not know (an index written before durations were kept)."""
     values: list[int] = [0] * run.shard_count
@@ -62,7 +68,7 @@ def load_all(run) -> tuple[list[int], list[int | None]]:
     return values, durations
 
 
-def _legacy(run) -> tuple[list[int], list[int | None]] | None:
+def _legacy(run: Run) -> tuple[list[int], list[int | None]] | None:
     """The whole-run index of earlier versions of tau, when it has the run's shape."""
     record = run.dir.read(layout.SEALED_LEGACY, "tau.sealed-index")
     if record is None or record["shard_count"] != run.shard_count:
@@ -77,11 +83,16 @@ def _legacy(run) -> tuple[list[int], list[int | None]] | None:
     return values, durations
 
 
-def _count(run, k: int) -> int:
+def _count(run: Run, k: int) -> int:
     return min(SEGMENT, run.shard_count - k * SEGMENT)
 
 
-def _parse(run, k: int, record: dict | None) -> tuple[list[int], list[int | None]] | None:
+def _unsealed(count: int) -> tuple[list[int], list[int | None]]:
+    """(ordinals, durations) of `count` shards none of which is sealed."""
+    return [0] * count, [None] * count
+
+
+def _parse(run: Run, k: int, record: Record | None) -> tuple[list[int], list[int | None]] | None:
     """(ordinals, durations) of segment `k`'s record, or None when it is missing or not of the run's shape."""
     if record is None or record["first"] != k * SEGMENT or record["count"] != _count(run, k):
         return None
@@ -94,7 +105,7 @@ def _parse(run, k: int, record: dict | None) -> tuple[list[int], list[int | None
     return [int(v) for v in ordinals], [int(v) if v else None for v in durations]
 
 
-def add(run, sealed: dict[int, tuple[int, int | None]], timeout: float | None = None) -> None:
+def add(run: Run, sealed: dict[int, tuple[int, int | None]], timeout: float | None = None) -> None:
     """Record newly sealed shards {shard index: (winning ordinal, seconds it ran)} in their segments, under the
     index's lock (the caller holds the run lock and no shard lock). Busy (75) when the lock is not granted within
     `timeout` (default: TAU_LOCK_TIMEOUT)."""
@@ -108,12 +119,12 @@ def add(run, sealed: dict[int, tuple[int, int | None]], timeout: float | None = 
             _add_to_segment(run, k, by_segment[k])
 
 
-def _add_to_segment(run, k: int, entries: dict[int, tuple[int, int | None]]) -> None:
+def _add_to_segment(run: Run, k: int, entries: dict[int, tuple[int, int | None]]) -> None:
     rel = layout.sealed_segment(k)
     record = run.dir.read(rel, "tau.sealed-segment")
     first, count = k * SEGMENT, _count(run, k)
     parsed = _parse(run, k, record)
-    values, durations = parsed if parsed is not None else ([0] * count, [None] * count)
+    values, durations = parsed if parsed is not None else _unsealed(count)
     changed = parsed is None
     for index, (ordinal, seconds) in entries.items():
         if values[index - first] == 0:
@@ -129,7 +140,7 @@ def _add_to_segment(run, k: int, entries: dict[int, tuple[int, int | None]]) -> 
         "durations": ",".join("" if d is None else str(d) for d in durations)})
 
 
-def seconds(attempt: dict | None) -> int | None:
+def seconds(attempt: Record | None) -> int | None:
     """How long an attempt ran (both ends by the clock of the machine it ran on, so no skew between machines)."""
     if attempt is None or not attempt.get("started_at"):
         return None

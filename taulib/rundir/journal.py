@@ -23,10 +23,14 @@ every task (`tasks`); `tasks`, `task_count`, `task_indices` and `find_task` read
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import jsonio
 from taulib.rundir import layout
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
 
 
 class Kind(NamedTuple):
@@ -41,10 +45,10 @@ SUBMISSIONS = Kind("submissions", "submission", "submission_id", "tau.submission
 COLLECTIONS = Kind("collections", "collection", "collection_id", "tau.collection-plan", "tau.collection-status")
 
 
-def compact_tasks(tasks: list[dict]) -> list[dict]:
+def compact_tasks(tasks: list[Record]) -> list[Record]:
     """The `task_ranges` of tasks in ascending task order: {first, count, ordinal} (and granted, when true) per run
     of consecutive task indices with the same ordinal and grant."""
-    ranges: list[dict] = []
+    ranges: list[Record] = []
     for task in tasks:
         last = ranges[-1] if ranges else None
         granted = bool(task.get("granted"))
@@ -59,31 +63,32 @@ def compact_tasks(tasks: list[dict]) -> list[dict]:
     return ranges
 
 
-def _task(index: int, ordinal: int, granted: bool) -> dict:
-    task = {"shard_id": layout.shard_id(index), "attempt_id": layout.attempt_id(ordinal), "ordinal": ordinal,
-            "task_index": index}
+def _task(index: int, ordinal: int, granted: bool) -> Record:
+    task: Record = {"shard_id": layout.shard_id(index), "attempt_id": layout.attempt_id(ordinal),
+                    "ordinal": ordinal, "task_index": index}
     return dict(task, granted=True) if granted else task
 
 
-def tasks(plan: dict) -> list[dict]:
+def tasks(plan: Record) -> list[Record]:
     """Every task of a submission plan, in its order (either form)."""
     if "tasks" in plan:
-        return plan["tasks"]
+        listed: list[Record] = plan["tasks"]
+        return listed
     return [_task(r["first"] + k, r["ordinal"], bool(r.get("granted")))
             for r in plan["task_ranges"] for k in range(r["count"])]
 
 
-def task_count(plan: dict) -> int:
+def task_count(plan: Record) -> int:
     return len(plan["tasks"]) if "tasks" in plan else sum(r["count"] for r in plan["task_ranges"])
 
 
-def task_indices(plan: dict) -> list[int]:
+def task_indices(plan: Record) -> list[int]:
     if "tasks" in plan:
         return [t["task_index"] for t in plan["tasks"]]
     return [r["first"] + k for r in plan["task_ranges"] for k in range(r["count"])]
 
 
-def find_task(plan: dict, task_index: int) -> dict | None:
+def find_task(plan: Record, task_index: int) -> Record | None:
     """The plan's task of that index, or None."""
     if "tasks" in plan:
         return next((t for t in plan["tasks"] if t["task_index"] == task_index), None)
@@ -93,7 +98,7 @@ def find_task(plan: dict, task_index: int) -> dict | None:
     return None
 
 
-def job_name(run, number: str) -> str:
+def job_name(run: Run, number: str) -> str:
     """The scheduler's job name of entry `number` ("0002", "c0001"): `tau-<run id>-<sha256 of run.json, 8
     hex>-<number>`, derived from persisted records only, so an ambiguous submission can be found again by it, and
     different for two runs made from the same plan in folders of the same name (run.json holds its creation time)."""
@@ -101,14 +106,14 @@ def job_name(run, number: str) -> str:
 
 
 class Entry(NamedTuple):
-    plan: dict
-    status: dict | None
+    plan: Record
+    status: Record | None
 
 
 class Journal:
     """The journal of one kind in an open run (a `taulib.rundir.run.Run`)."""
 
-    def __init__(self, run, kind: Kind) -> None:
+    def __init__(self, run: Run, kind: Kind) -> None:
         self.run = run
         self.kind = kind
         self._name = re.compile(rf"^{kind.prefix}-([0-9]{{4,}})\Z")
@@ -126,7 +131,7 @@ class Journal:
 
     def next_id(self) -> str:
         ids = self.ids()
-        number = int(self._name.match(ids[-1]).group(1)) + 1 if ids else 1  # type: ignore[union-attr]
+        number = int(ids[-1].removeprefix(f"{self.kind.prefix}-")) + 1 if ids else 1
         return f"{self.kind.prefix}-{number:04d}"
 
     def read(self, entry_id: str) -> Entry:
@@ -148,7 +153,7 @@ class Journal:
             return None
         return self.read(newest)
 
-    def open(self, plan: dict, **fields: object) -> dict:
+    def open(self, plan: Record, **fields: object) -> Record:
         """Publish `plan` (its id field names the entry, its created_at the time), then its status PREPARED
         (revision 1, with `fields` and the visibility deadline). Returns the status."""
         entry_id = plan[self.kind.id_field]
@@ -164,16 +169,16 @@ class Journal:
         self.run.dir.replace(self.status_rel(entry_id), status)
         return status
 
-    def advance(self, status: dict, **changes: object) -> dict:
+    def advance(self, status: Record, **changes: object) -> Record:
         """The status one revision on, with `changes`, stamped now."""
         status = dict(status, revision=status["revision"] + 1, updated_at=jsonio.now_rfc3339(), **changes)
         self.run.dir.replace(self.status_rel(status[self.kind.id_field]), status)
         return status
 
-    def retire(self, status: dict, reason: str) -> dict:
+    def retire(self, status: Record, reason: str) -> Record:
         """Mark the entry failed, saying why."""
         return self.advance(status, state="failed", reason=reason[:500])
 
-    def reread(self, status: dict) -> dict:
+    def reread(self, status: Record) -> Record:
         """The stored status of the same entry (another process may have advanced it)."""
         return self.run.dir.require(self.status_rel(status[self.kind.id_field]), self.kind.status_kind)

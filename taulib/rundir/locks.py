@@ -28,31 +28,31 @@ import sys
 import time
 import types
 from contextlib import contextmanager
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from taulib import env
 from taulib.errors import Busy
 
+if TYPE_CHECKING:
+    from taulib.fs.tree import Tree
 
-def _portalocker():
-    """Import portalocker without its version lookup.
+
+def _skip_version_lookup() -> None:
+    """Let portalocker be imported without its version lookup.
 
     portalocker's `__about__` imports importlib.metadata (about 25 ms, half the start-up budget of a fast command)
-    only to learn its own version, which tau never reads. A stand-in for that one module is registered first; the
-    locking code itself is portalocker's own.
+    only to learn its own version, which tau never reads. A stand-in for that one module is registered before
+    portalocker is first imported; the locking code itself is portalocker's own.
     """
     if "portalocker" not in sys.modules and "portalocker.__about__" not in sys.modules:
         about = types.ModuleType("portalocker.__about__")
         about.__dict__.update(__package_name__="portalocker", __author__="", __email__="", __version__="unknown",
                               __description__="", __url__="")
         sys.modules["portalocker.__about__"] = about
-    import portalocker
-
-    return portalocker
 
 
 def timeout_seconds() -> float:
-    return env.get("TAU_LOCK_TIMEOUT")  # type: ignore[return-value]
+    return env.get("TAU_LOCK_TIMEOUT")
 
 
 def _rank(name: str) -> tuple[int, str]:
@@ -76,9 +76,11 @@ class _Held:
 
 
 @contextmanager
-def hold(run, name: str, shared: bool = False, timeout: float | None = None) -> Iterator[None]:
-    """Hold lock `name` of the run (a `RunDir`) for the duration of the block."""
-    portalocker = _portalocker()
+def hold(tree: Tree, name: str, shared: bool = False, timeout: float | None = None) -> Iterator[None]:
+    """Hold lock `name` of `tree` (a run's `RunDir`, or any folder whose locks live in its `locks/`) for the
+    duration of the block."""
+    _skip_version_lookup()
+    import portalocker
 
     rank = _rank(name)
     if _Held.stack and rank <= _Held.stack[-1]:
@@ -89,19 +91,19 @@ def hold(run, name: str, shared: bool = False, timeout: float | None = None) -> 
     deadline = time.monotonic() + limit
     pause = 0.005
     while True:
-        fd = run.open_lock_file(rel)
+        fd = tree.open_lock_file(rel)
         fh = os.fdopen(fd, "r+b", buffering=0)
         try:
             portalocker.lock(fh, flags)
         except portalocker.exceptions.LockException:
             fh.close()
             if time.monotonic() >= deadline:
-                raise Busy(f"{run.path!r} is busy: another tau process holds {rel} (waited {limit:g}s); "
-                           "try again", lock=rel, path=run.path) from None
+                raise Busy(f"{tree.path!r} is busy: another tau process holds {rel} (waited {limit:g}s); "
+                           "try again", lock=rel, path=tree.path) from None
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
             continue
-        if run.same_file(rel, fd):
+        if tree.same_file(rel, fd):
             break
         fh.close()  # the lock file was replaced under us: take the lock on the new one
     _Held.stack.append(rank)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING
 
 from taulib import jsonio, schema
 from taulib.errors import BadInput, Conflict, NotFound, Refused
@@ -24,11 +25,15 @@ from taulib.fs import atomic
 from taulib.fs.openat import open_root
 from taulib.fs.tree import Tree, _operation
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 _COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
-def schema_of(kind: str) -> str:
+def schema_of(kind: object) -> str:
+    """The schema of a record of `kind` ("tau.run" -> "run"); BadInput for anything but a tau record kind."""
     if not isinstance(kind, str) or not kind.startswith("tau."):
         raise BadInput(f"record kind {kind!r} is not a tau record kind")
     return kind[4:]
@@ -65,7 +70,7 @@ class RunDir(Tree):
         return super().read_bytes(rel, limit)
 
     @_operation
-    def read(self, rel: str, kind: str | None = None) -> dict | None:
+    def read(self, rel: str, kind: str | None = None) -> Record | None:
         """The validated record at `rel`, or None when absent. It must be canonical, of `kind` when given, and
         valid against its schema."""
         data = self.read_bytes(rel)
@@ -73,21 +78,21 @@ class RunDir(Tree):
             return None
         return self.decode(rel, data, kind)
 
-    def decode(self, rel: str, data: bytes, kind: str | None = None) -> dict:
+    def decode(self, rel: str, data: bytes, kind: str | None = None) -> Record:
         shown = self.show(rel)
         record = jsonio.loads(data, shown)
         if not isinstance(record, dict):
             raise BadInput(f"{shown} is not a JSON object", path=shown)
         if kind is not None and record.get("kind") != kind:
             raise BadInput(f"{shown} has kind {record.get('kind')!r}, expected {kind!r}", path=shown)
-        schema.validate(record, schema_of(record.get("kind")), shown)  # type: ignore[arg-type]
+        schema.validate(record, schema_of(record.get("kind")), shown)
         if jsonio.canonical(record) != data:
             raise BadInput(f"{shown} is not in canonical form; it was edited by hand or by another tool",
                            path=shown)
         return record
 
     @_operation
-    def require(self, rel: str, kind: str) -> dict:
+    def require(self, rel: str, kind: str) -> Record:
         record = self.read(rel, kind)
         if record is None:
             raise NotFound(f"{self.show(rel)} does not exist", path=self.show(rel))
@@ -95,7 +100,7 @@ class RunDir(Tree):
 
     # -- writing ------------------------------------------------------------------------------------------------
     @_operation
-    def publish(self, rel: str, record: dict) -> bool:
+    def publish(self, rel: str, record: Record) -> bool:
         """Publish an immutable record. True when this call created it, False when identical bytes were there."""
         return self.publish_bytes(rel, self._encode(rel, record))
 
@@ -110,7 +115,7 @@ class RunDir(Tree):
         return False
 
     @_operation
-    def replace(self, rel: str, record: dict) -> None:
+    def replace(self, rel: str, record: Record) -> None:
         """Replace a mutable record whose `revision` must grow by exactly one (1 for a new record). The caller
         holds the lock that owns the record."""
         revision = record.get("revision")
@@ -137,9 +142,9 @@ class RunDir(Tree):
         return fd
 
     @_operation
-    def _encode(self, rel: str, record: dict) -> bytes:
+    def _encode(self, rel: str, record: Record) -> bytes:
         shown = self.show(rel)
-        schema.validate(record, schema_of(record.get("kind")), f"record for {shown}")  # type: ignore[arg-type]
+        schema.validate(record, schema_of(record.get("kind")), f"record for {shown}")
         data = jsonio.canonical(record)
         if len(data) > MAX_RECORD_BYTES:
             raise BadInput(f"record for {shown} is larger than {MAX_RECORD_BYTES} bytes", path=shown)

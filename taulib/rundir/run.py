@@ -17,6 +17,7 @@ and keeps the per-shard records of format 1 in every later submission, so earlie
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from taulib import jsonio
 from taulib.errors import Conflict, NotFound
@@ -24,6 +25,9 @@ from taulib.rules.plan import with_defaults
 from taulib.rules.shards import shard_range
 from taulib.rundir import layout
 from taulib.rundir.records import RunDir
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
 
 RUN_FORMAT = 2  # what tau-init writes now; a run.json without `run_format` is format 1
 _SHARD_ID = r"^shard-[0-9]{5,}\Z"  # compiled on first use (re caches it): most commands never check one
@@ -53,7 +57,7 @@ class Run:
         self.plan_sha256: str = record["plan"]["sha256"]
         self.shard_count: int = record["shard_count"]
         self.format: int = record.get("run_format", 1)
-        self.environment: dict | None = record.get("environment")  # None for runs made before the pre-flight
+        self.environment: Record | None = record.get("environment")  # None for runs made before the pre-flight
         self.path = self.dir.path
 
     def close(self) -> None:
@@ -73,7 +77,7 @@ class Run:
             raise NotFound(f"run {self.run_id!r} has no shard {sid!r}", shard_id=sid)
         return layout.shard_index(sid)
 
-    def shard(self, sid: str) -> dict:
+    def shard(self, sid: str) -> Record:
         """The shard's record ({index, record_start, record_end, ...}, as shard.json holds it)."""
         index = self.check_shard(sid)
         if self.format >= 2:

@@ -15,7 +15,7 @@ the shard's lock (`record_attempt`; failpoint attempt.recorded), then changes it
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import failpoints, jsonio
 from taulib.errors import Conflict
@@ -25,8 +25,12 @@ from taulib.rules.evidence import Evidence
 from taulib.rundir import index, layout
 from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
 
-def evidence_from_record(rec: dict | None) -> Evidence | None:
+
+def evidence_from_record(rec: Record | None) -> Evidence | None:
     if rec is None:
         return None
     deadline = rec.get("deadline")
@@ -38,36 +42,42 @@ def evidence_from_record(rec: dict | None) -> Evidence | None:
         exit_code=rec.get("exit_code"), reason=rec.get("reason"), classification=rec.get("classification"))
 
 
-def evidence_record(ev: Evidence, attempt: dict, revision: int) -> dict:
+def evidence_record(ev: Evidence, attempt: Record, revision: int) -> Record:
     return {
         "kind": "tau.observation", "schema_version": 1, "run_id": attempt["run_id"],
         "shard_id": attempt["shard_id"], "attempt_id": attempt["attempt_id"], "revision": revision,
         "state": ev.state, "source": ev.source, "terminal": ev.terminal,
         "observed_at": jsonio.format_time(ev.observed_at), "changed_at": jsonio.format_time(ev.changed_at),
-        "deadline": None if ev.deadline_window is None else
-        {"window": ev.deadline_window, "at": jsonio.format_time(ev.deadline_at)},  # type: ignore[arg-type]
+        "deadline": _deadline_record(ev),
         "exit_code": ev.exit_code, "reason": ev.reason, "classification": ev.classification}
 
 
-def read_evidence(run, sid: str, aid: str) -> Evidence | None:
+def _deadline_record(ev: Evidence) -> Record | None:
+    if ev.deadline_window is None:
+        return None
+    assert ev.deadline_at is not None  # the rules set a deadline's window and its time together
+    return {"window": ev.deadline_window, "at": jsonio.format_time(ev.deadline_at)}
+
+
+def read_evidence(run: Run, sid: str, aid: str) -> Evidence | None:
     return evidence_from_record(run.dir.read(layout.attempt_file(sid, aid, "observation.json"), "tau.observation"))
 
 
-def run_cancel(run) -> dict | None:
+def run_cancel(run: Run) -> Record | None:
     """The run's cancellation record (tau-cancel RUN), or None."""
     return run.dir.read(layout.CANCEL, "tau.cancel")
 
 
-def cancellation(run, sid: str, whole_run: dict | None) -> dict | None:
+def cancellation(run: Run, sid: str, whole_run: Record | None) -> Record | None:
     """The record that cancels shard `sid`: the run's (`whole_run`, read once by the caller) or its own."""
     return whole_run or run.dir.read(layout.shard_cancel(sid), "tau.cancel")
 
 
-def cancel_reason(record: dict) -> str:
+def cancel_reason(record: Record) -> str:
     return f"cancelled by the user at {record['requested_at']}"
 
 
-def submitted_record(run, plan: dict, job_id: str, task_index: int, ordinal: int) -> dict:
+def submitted_record(run: Run, plan: Record, job_id: str, task_index: int, ordinal: int) -> Record:
     """The attempt.json revision 1 of a task of a bound submission: what tau-submit publishes in format 1, and what
     a format-2 attempt's record is until it first changes."""
     sid, aid = layout.shard_id(task_index), layout.attempt_id(ordinal)
@@ -86,9 +96,9 @@ class Submitted:
     read once for a pass over many shards (a caller that looks at one shard lets the functions below read it). In a
     format-1 run it is empty: every attempt there has its attempt.json."""
 
-    def __init__(self, run) -> None:
+    def __init__(self, run: Run) -> None:
         self.run = run
-        self._entries: list[tuple[dict, str, list[int], list[dict]]] = []
+        self._entries: list[tuple[Record, str, list[int], list[Record]]] = []
         if run.format < 2:
             return
         for plan, status in Journal(run, SUBMISSIONS).entries():
@@ -98,22 +108,22 @@ class Submitted:
                 sorted(plan["tasks"], key=lambda t: t["task_index"]))
             self._entries.append((plan, status["job_id"], [r["first"] for r in ranges], ranges))
 
-    def ordinals(self, task_index: int) -> dict[int, tuple[dict, str]]:
+    def ordinals(self, task_index: int) -> dict[int, tuple[Record, str]]:
         """{ordinal: (submission plan, job id)} of the attempts the bound submissions gave shard `task_index`."""
-        found = {}
+        found: dict[int, tuple[Record, str]] = {}
         for plan, job_id, firsts, ranges in self._entries:
             position = bisect_right(firsts, task_index) - 1
             if position >= 0 and task_index < firsts[position] + ranges[position]["count"]:
                 found[ranges[position]["ordinal"]] = (plan, job_id)
         return found
 
-    def record(self, task_index: int, ordinal: int) -> dict | None:
+    def record(self, task_index: int, ordinal: int) -> Record | None:
         """The revision-1 record of that attempt when a bound submission gave it, else None."""
         given = self.ordinals(task_index).get(ordinal)
         return None if given is None else submitted_record(self.run, given[0], given[1], task_index, ordinal)
 
 
-def attempt_ids(run, sid: str, submitted: Submitted | None = None, on_disk: bool = True) -> list[str]:
+def attempt_ids(run: Run, sid: str, submitted: Submitted | None = None, on_disk: bool = True) -> list[str]:
     """The shard's attempts in order: its attempt folders and, in a format-2 run, the attempts its bound submissions
     gave it; they must be numbered 1..n without gaps. A name in the attempts folder that is not an attempt's (tau
     never makes one) is no attempt and is ignored. `on_disk=False`: the caller knows the shard has no folder."""
@@ -129,7 +139,7 @@ def attempt_ids(run, sid: str, submitted: Submitted | None = None, on_disk: bool
     return names
 
 
-def attempt_record(run, sid: str, aid: str, submitted: Submitted | None = None) -> dict | None:
+def attempt_record(run: Run, sid: str, aid: str, submitted: Submitted | None = None) -> Record | None:
     """The attempt's record: its attempt.json, or (format 2) the revision 1 its bound submission implies; None
     when neither exists."""
     record = run.dir.read(layout.attempt_file(sid, aid, "attempt.json"), "tau.attempt")
@@ -139,7 +149,7 @@ def attempt_record(run, sid: str, aid: str, submitted: Submitted | None = None) 
                                                                            layout.attempt_ordinal(aid))
 
 
-def latest_attempt(run, sid: str, submitted: Submitted | None = None, on_disk: bool = True) -> dict | None:
+def latest_attempt(run: Run, sid: str, submitted: Submitted | None = None, on_disk: bool = True) -> Record | None:
     """The newest attempt record of a shard (an attempt folder without a record, of no bound submission, is an
     interrupted submission that never reached the scheduler)."""
     if submitted is None and run.format >= 2:
@@ -151,7 +161,7 @@ def latest_attempt(run, sid: str, submitted: Submitted | None = None, on_disk: b
     return None
 
 
-def record_attempt(run, attempt: dict) -> bool:
+def record_attempt(run: Run, attempt: Record) -> bool:
     """Publish the attempt.json of an attempt only its submission records yet (format 2), before the caller
     changes it; the caller holds the shard's lock. True when this call published it (failpoint attempt.recorded
     after); an attempt that has its attempt.json is left alone."""
@@ -165,17 +175,17 @@ def record_attempt(run, attempt: dict) -> bool:
 
 class ShardView(NamedTuple):
     shard_id: str
-    winner: dict | None
-    attempt: dict | None
+    winner: Record | None
+    attempt: Record | None
     evidence: Evidence | None
     verdict: Verdict | None  # the latest attempt's
     state: str
     reason: str
     attempts: int = 0  # the ordinal of its newest attempt
-    cancelled: dict | None = None  # the cancellation record that applies to it
+    cancelled: Record | None = None  # the cancellation record that applies to it
 
 
-def shard_view(run, sid: str, whole_run_cancel: dict | None = None,
+def shard_view(run: Run, sid: str, whole_run_cancel: Record | None = None,
                evidence: dict[tuple[str, str], Evidence] | None = None,
                submitted: Submitted | None = None) -> ShardView:
     """What the records say of shard `sid`. `evidence` replaces the persisted evidence of the attempts it names
@@ -185,8 +195,8 @@ def shard_view(run, sid: str, whole_run_cancel: dict | None = None,
         submitted = Submitted(run)
     winner = run.dir.read(layout.winner(sid), "tau.winner")
     attempt = latest_attempt(run, sid, submitted)
-    found = None
-    verdict = None
+    found: Evidence | None = None
+    verdict: Verdict | None = None
     if attempt is not None:
         key = (sid, attempt["attempt_id"])
         found = evidence[key] if evidence and key in evidence else read_evidence(run, sid, attempt["attempt_id"])
@@ -203,7 +213,7 @@ def shard_view(run, sid: str, whole_run_cancel: dict | None = None,
     return ShardView(sid, winner, attempt, found, verdict, state, reason, attempts, cancelled)
 
 
-def unsealed_shards(run) -> list[str]:
+def unsealed_shards(run: Run) -> list[str]:
     """Shard ids the sealed-shard index does not list (they may still have a winner: check it)."""
     sealed = index.load(run)
     return [sid for position, sid in enumerate(run.shard_ids()) if not sealed[position]]

@@ -14,17 +14,24 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from taulib import jsonio
 from taulib.rules import budget, rollup
 from taulib.rundir import index, layout, state
 from taulib.rundir.journal import COLLECTIONS, SUBMISSIONS, Journal, task_count
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rules.evidence import Evidence
+    from taulib.rundir.journal import Entry, Kind
+    from taulib.rundir.run import Run
+
 LIVE = ("running", "pending", "accounting_lag", "candidate")
 
 
-def run_status(run, *, parallel: int | None, sources: dict | None = None, update_index: bool = False,
-               now: float | None = None, evidence: dict | None = None) -> dict:
+def run_status(run: Run, *, parallel: int | None, sources: Record | None = None, update_index: bool = False,
+               now: float | None = None, evidence: dict[tuple[str, str], Evidence] | None = None) -> Record:
     """The rolled-up status. `parallel` is how many of the run's tasks its executor runs at once (its
     `Limits.parallel`; None: as many as the scheduler gives), for the estimate of the time left; `now` is the time
     of the observation (default: this machine's clock); `evidence` replaces the persisted evidence of the attempts
@@ -35,7 +42,7 @@ def run_status(run, *, parallel: int | None, sources: dict | None = None, update
     max_attempts = run.plan["retry"]["max_attempts"]
     found: dict[int, tuple[int, int | None]] = {}
     submitted = state.Submitted(run)
-    shards = []
+    shards: list[Record] = []
     failed_attempts = 0  # of the whole run, counted shard by shard by the budget's rules
     for position, sid in enumerate(run.shard_ids()):
         if sealed[position]:
@@ -83,14 +90,14 @@ def run_status(run, *, parallel: int | None, sources: dict | None = None, update
     }
 
 
-def sealed_entry(sid: str, ordinal: int, max_attempts: int) -> dict:
+def sealed_entry(sid: str, ordinal: int, max_attempts: int) -> Record:
     aid = layout.attempt_id(ordinal)
     return {"id": sid, "state": "succeeded", "reason": "sealed by its winner", "attempt": aid, "winner": aid,
             "attempts": ordinal, "max_attempts": max_attempts, "log": None, "progress": None, "stalled": None,
             "evidence": None}
 
 
-def shard_entry(run, view: state.ShardView, now: float) -> dict:
+def shard_entry(run: Run, view: state.ShardView, now: float) -> Record:
     ev = view.evidence
     attempt = view.attempt
     progress = stalled = None
@@ -100,7 +107,9 @@ def shard_entry(run, view: state.ShardView, now: float) -> dict:
         if progress is not None and progress["age_seconds"] > stall:
             stalled = (f"no heartbeat for {progress['age_seconds']:.0f}s (the run's stall_seconds is {stall}); "
                        "the attempt is still running as far as the scheduler knows")
-    failed = view.state in rollup.DEGRADED and attempt is not None
+    log = None
+    if view.state in rollup.DEGRADED and attempt is not None:
+        log = os.path.join(run.path, layout.attempt_file(view.shard_id, attempt["attempt_id"], "client.log"))
     return {
         "id": view.shard_id,
         "state": view.state,
@@ -109,8 +118,7 @@ def shard_entry(run, view: state.ShardView, now: float) -> dict:
         "winner": view.winner["attempt_id"] if view.winner else None,
         "attempts": view.attempts,
         "max_attempts": run.plan["retry"]["max_attempts"],
-        "log": os.path.join(run.path, layout.attempt_file(view.shard_id, attempt["attempt_id"], "client.log"))
-        if failed else None,
+        "log": log,
         "progress": progress,
         "stalled": stalled,
         "evidence": {
@@ -127,7 +135,7 @@ def shard_entry(run, view: state.ShardView, now: float) -> dict:
     }
 
 
-def _progress(run, attempt: dict, now: float) -> dict | None:
+def _progress(run: Run, attempt: Record, now: float) -> Record | None:
     """The running attempt's readiness: its state, the records its client reported done, and how long ago (by the
     observer's clock, never less than 0) it last wrote a heartbeat."""
     record = run.dir.read(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "readiness.json"),
@@ -140,7 +148,7 @@ def _progress(run, attempt: dict, now: float) -> dict | None:
             "age_seconds": round(max(0.0, now - jsonio.parse_time(record["updated_at"])), 1)}
 
 
-def unresolved_submissions(run) -> list[dict]:
+def unresolved_submissions(run: Run) -> list[Record]:
     """The newest submission when it is still PREPARED (an ambiguous sbatch outcome waiting on its deadline)."""
     entry = _newest(run, SUBMISSIONS)
     if entry is None or entry.status is None or entry.status["state"] != "prepared":
@@ -149,9 +157,9 @@ def unresolved_submissions(run) -> list[dict]:
              "deadline": entry.status["deadline"], "tasks": task_count(entry.plan)}]
 
 
-def collections(run) -> list[dict]:
+def collections(run: Run) -> list[Record]:
     """Every collection of the run and where it stands."""
-    out = []
+    out: list[Record] = []
     for plan, status in Journal(run, COLLECTIONS).entries():
         out.append({"collection_id": plan["collection_id"], "destination": plan["destination"],
                     "format": plan["format"], "state": status["state"] if status else "prepared",
@@ -159,7 +167,7 @@ def collections(run) -> list[dict]:
     return out
 
 
-def _newest(run, kind):
+def _newest(run: Run, kind: Kind) -> Entry | None:
     journal = Journal(run, kind)
     ids = journal.ids()
     if not ids or not run.dir.exists(journal.status_rel(ids[-1])):
@@ -167,7 +175,7 @@ def _newest(run, kind):
     return journal.read(ids[-1])
 
 
-def eta(counts: dict, durations: list[int], parallel: int | None) -> int | None:
+def eta(counts: dict[str, int], durations: list[int], parallel: int | None) -> int | None:
     """Seconds until every shard left is done, estimated from the finished attempts' durations: their mean times
     the rounds the executor's parallelism (`parallel`, or the attempts running now) needs for the shards left. None
     before any attempt finished."""
