@@ -53,6 +53,8 @@ def files(shell: str) -> dict[str, str]:
     from click.shell_completion import get_completion_class
 
     cls = get_completion_class(shell)
+    if cls is None:  # click ships bash, zsh and fish; SHELLS names only those
+        raise UsageError(f"click has no completion for {shell!r}")
     where = {"bash": "share/bash-completion/completions/{}", "fish": "share/fish/vendor_completions.d/{}.fish"}[shell]
     result = {}
     for command in registry.COMMANDS:
