@@ -3,13 +3,15 @@
 Reads and Writes, under `run.lock` (shared) then `submit.lock`: the submission journal
 (`rundir.journal.SUBMISSIONS`), in format-1 runs the shards' attempt.json (each under its shard lock), and under
 Slurm the job script `submissions/<id>/job.sh`. Protocol:
-  1. settle the newest journal entry: one that never reached PREPARED is removed; a PREPARED one is finished
-     (local) or resolved (Slurm, by exact job name: `rules.journal.resolve`) before anything new is planned;
+  1. settle the newest journal entry: one that never reached PREPARED is removed; a PREPARED one is resolved by
+     its executor (`Executor.resolve`: the local executor adopts its own job; Slurm finds the job by its exact
+     name, `rules.journal.resolve`) before anything new is planned;
   2. the journal entry: plan.json (the shards' next attempts as `task_ranges` of task indices, which are the shards'
      indices; the job name derived from the run id, the digest of run.json and the submission number), then status
      PREPARED with a visibility deadline;                                         failpoint submit.prepared
-  3. hand the tasks to the executor and learn the job id: the local executor's job id is the submission id; for
-     Slurm, the rendered script is published as `job.sh` and submitted with `sbatch --parsable` as one job array.
+  3. hand the tasks to the executor and learn the job id (`Executor.render` before step 2, then
+     `Executor.hand_off`): the local executor's job id is the submission id; for Slurm, the rendered script is
+     published as `job.sh` and submitted with `sbatch --parsable` as one job array.
      A definite refusal retires the entry (FAILED, exit 69); an ambiguous outcome (timeout, lost reply, unparsable
      reply) leaves it PREPARED and exits 75: the next call resolves it, and never submits blindly again;
   4. format-1 runs only (made by earlier versions of tau): publish each attempt.json (state submitted, bound to the
@@ -17,7 +19,8 @@ Slurm the job script `submissions/<id>/job.sh`. Protocol:
   5. status SUBMITTED: the commit point. In a format-2 run this alone gives every task its attempt: nothing is
      written per shard, and each attempt's record is the revision 1 the plan and the job id imply
      (`rundir.state.Submitted`) until the first process that changes it publishes it;  failpoint submit.submitted
-  6. local executor: start the supervisor.
+  6. `Executor.start`: whatever must run for the tasks to start (the local executor's supervisor; nothing under
+     Slurm).
 Promises: a crash at any step is finished by the next tau-submit or tau-retry, and no step is ever done twice with a
 different outcome: attempts are derived from the plan (and in format 1 published with those bytes, so re-publishing
 them is idempotent).
