@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SCHEDULER ?= local
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: venv demo check test bats typecheck man completions bench system-deps slurm-up slurm-down azurite-up azurite-down clean
+.PHONY: venv demo check quick lint test bats typecheck man completions bench system-deps slurm-up slurm-down azurite-up azurite-down clean
 
 ## venv: the virtual environment .venv with tau installed editable (every other target depends on it)
 venv: $(STAMP)
@@ -45,6 +45,20 @@ azurite-down:
 ## check: every test (pytest and bats); ends with "N passed, N failed"
 check: venv system-deps
 	tests/run-all.sh
+
+## lint: ruff over the code, the tests and the tools (as tests/test_lint.py does), and mandoc's lint of the man pages
+LINT_PATHS := taulib tests bench man contrib
+lint: venv
+	$(PY) -m ruff check $(LINT_PATHS)
+	$(PY) man/build.py --lint-only
+
+## quick: the inner loop, about 90 s on 2 cores: ruff, mypy (make typecheck), then every test that needs no
+## service, no root and no wheel build and is not slow (the markers of pyproject.toml); make check runs them all
+QUICK_TESTS ?= not slurm and not azurite and not root and not install and not slow
+quick: venv
+	$(PY) -m ruff check $(LINT_PATHS)
+	@$(MAKE) --no-print-directory typecheck
+	$(PY) -m pytest -q -n "$${TAU_TEST_WORKERS:-2}" --dist loadgroup -m "$(QUICK_TESTS)" tests
 
 test: venv
 	$(PY) -m pytest -q tests

@@ -51,26 +51,26 @@ def nolink_fs(tmp_path_factory):
 
 @pytest.fixture
 def nolink_workspace(nolink_fs, request) -> Path:
-    """A private workspace folder on the filesystem without hard links."""
+    """A private workspace folder on the filesystem without hard links, for a test marked `root` (to mount it)."""
     import re
 
+    from needs import declared
+
+    declared(request, "nolink_workspace")
     ws = nolink_fs / re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:100]
     ws.mkdir(mode=0o700)
     return ws
 
 
-SLURM_MODULES = ("tests/integration/test_slurm_", "tests/integration/test_demo.py")
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
     """make check runs the tests on pytest-xdist workers (`-n 2 --dist loadgroup`, tests/run-all.sh): each module
-    whole on one worker, so its module fixtures are made once, and every module that drives the one Slurm test
-    cluster on the same worker, one after another (some of them stop its daemons)."""
+    whole on one worker, so its module fixtures are made once, and every module with a test marked `slurm` (one
+    that drives the one Slurm test cluster) on the same worker, one after another (some of them stop its daemons)."""
+    slurm_modules = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slurm")}
     for item in items:
         module = item.nodeid.split("::", 1)[0]
-        group = "slurm" if module.startswith(SLURM_MODULES) else module
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group("slurm" if module in slurm_modules else module))
 
 
 # -- the adversarial suite's report (its counts are in tests/adversarial/harness.py) ----------------------------------

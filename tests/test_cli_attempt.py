@@ -62,6 +62,7 @@ def test_an_allocation_that_is_not_the_persisted_attempt_writes_nothing(settled,
     assert snapshot(settled) == before
 
 
+@pytest.mark.slow
 def test_a_late_allocation_of_a_retried_shard_is_stale_and_writes_nothing(workspace):
     run_dir = init_run(workspace, records=10, shards=1,
                        command=[PYTHON, CLIENT, "--fail-first", "shard-00000", "--sleep", "1"])
@@ -196,6 +197,7 @@ def test_a_stop_is_recorded_at_once_while_the_client_is_still_ending_and_the_att
     assert not _attempt_file(run_dir, "result.json").exists()
 
 
+@pytest.mark.slow
 def test_a_client_killed_by_sigterm_while_the_attempt_gets_no_stop_signal_fails_after_a_short_grace(workspace):
     run_dir = init_run(workspace, records=10, shards=1, command=[PYTHON, CLIENT, "--sleep", "60"])
     assert tau("tau-submit", str(run_dir)).returncode == 0
@@ -210,6 +212,7 @@ def test_a_client_killed_by_sigterm_while_the_attempt_gets_no_stop_signal_fails_
     assert _readiness(run_dir)["state"] == "failed"
 
 
+@pytest.mark.slow
 def test_the_stop_record_waits_for_its_locks_only_briefly_and_the_attempt_still_ends_by_the_signal(workspace):
     run_dir = init_run(workspace, records=10, shards=1, command=[PYTHON, CLIENT, "--sleep", "60"])
     assert tau("tau-submit", str(run_dir)).returncode == 0

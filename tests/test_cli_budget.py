@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from helpers import PYTHON, init_run, settle, tau
 from test_cli_run_environment import PROBE
 
@@ -22,6 +24,7 @@ def retry(run_dir, *args) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_a_failing_shard_stops_after_max_attempts_and_a_named_retry_grants_one_more(workspace):
     run_dir = init_run(workspace, plan_doc=failing(records=2, shards=1, retry={"max_attempts": 2}))
     assert tau("tau-submit", str(run_dir)).returncode == 0
@@ -45,6 +48,7 @@ def test_a_failing_shard_stops_after_max_attempts_and_a_named_retry_grants_one_m
     assert (doc["shards"][0]["state"], doc["shards"][0]["attempts"]) == ("exhausted", 3)
 
 
+@pytest.mark.slow
 def test_a_run_of_twenty_always_failing_shards_stops_retrying_at_its_failure_budget(workspace):
     run_dir = init_run(workspace, plan_doc=failing(records=20, shards=20, retry={"max_attempts": 10}))
     assert tau("tau-submit", str(run_dir)).returncode == 0
@@ -61,6 +65,7 @@ def test_a_run_of_twenty_always_failing_shards_stops_retrying_at_its_failure_bud
     assert [t["shard_id"] for t in named["tasks"]] == ["shard-00004"]
 
 
+@pytest.mark.slow
 def test_within_its_budget_a_run_keeps_retrying_what_failed(workspace):
     run_dir = init_run(workspace, plan_doc=failing(records=20, shards=20, retry={"max_attempts": 3,
                                                                                  "max_failed_attempts": 100}))

@@ -8,6 +8,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers import PYTHON, copy_run, error_of, init_run, settle, snapshot, tau, wait_settled
 from test_cli_run_environment import PROBE
 
@@ -69,6 +71,7 @@ def cancel(run_dir: Path, *args: str) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_cancelling_a_running_local_run_stops_every_process_and_nothing_starts_again(workspace):
     run_dir = init_run(workspace, plan_doc=sleeping())
     assert tau("tau-submit", str(run_dir)).returncode == 0
@@ -100,6 +103,7 @@ def test_cancelling_a_running_local_run_stops_every_process_and_nothing_starts_a
     assert {(a["state"], a["terminal"]["classification"]) for a in attempts} == {("failed", "cancelled")}
 
 
+@pytest.mark.slow
 def test_cancelling_named_shards_leaves_the_others_running_to_their_end(workspace):
     run_dir = init_run(workspace, plan_doc=sleeping(2, records=40, shards=4, scheduler={
         "profile": "local", "local": {"max_parallel": 4}}))

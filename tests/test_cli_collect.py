@@ -75,6 +75,7 @@ def test_collecting_twice_to_the_same_destination_reports_the_first_collection(d
     assert os.listdir(run_dir / "collections") == ["collection-0001"]
 
 
+@pytest.mark.slow
 def test_two_identical_runs_collect_to_byte_identical_files(done, tmp_path):
     first_run = copy_run(done, tmp_path / "one")
     (tmp_path / "two").mkdir(mode=0o700)
@@ -148,6 +149,7 @@ def test_a_destination_whose_parent_others_can_write_exits_77(done, tmp_path):
     assert os.listdir(shared) == []
 
 
+@pytest.mark.slow
 def test_a_run_with_a_shard_without_a_winner_exits_1_and_collects_nothing(workspace):
     run_dir = init_run(workspace, records=20, shards=2, fail_first=("shard-00001",))
     assert tau("tau-submit", str(run_dir)).returncode == 0
@@ -164,6 +166,7 @@ def test_a_run_with_a_shard_without_a_winner_exits_1_and_collects_nothing(worksp
     assert snapshot(run_dir) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_text_formats_collect_the_right_row_counts(workspace, fmt):
     run_dir = complete_run(workspace, records=40, shards=2, output={"format": fmt, "rows_per_partition": 15})
@@ -230,6 +233,7 @@ SHAPES = [("parquet", None, ()), ("csv", 25, ("--format", "csv", "--rows-per-par
           ("jsonl", 50, ("--format", "jsonl", "--rows-per-partition", "50"))]
 
 
+@pytest.mark.slow
 def test_one_run_is_collected_in_all_three_formats_one_after_another_from_the_same_winners(done, tmp_path):
     run_dir = copy_run(done, tmp_path / "ws")
     docs, snapshots = {}, {}

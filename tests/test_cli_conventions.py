@@ -134,6 +134,7 @@ def test_a_folder_without_run_json_is_not_a_run_and_exits_66(command, workspace)
 
 # -- busy locks ---------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_held_run_lock_ends_every_command_in_exit_75_after_the_timeout_and_changes_nothing(workspace, done):
     # tau-attempt and tau-collect need a run with a submission and winners; the others a freshly created run.
     # The eight commands wait for the lock at the same time, to keep the test as short as one timeout.

@@ -6,6 +6,8 @@ import json
 import subprocess
 import time
 
+import pytest
+
 from helpers import BIN, PYTHON, env_for_tests, error_of, init_run, settle, tau
 from test_cli_cancel import wait_for
 from test_cli_run_environment import PROBE
@@ -32,6 +34,7 @@ def test_a_failed_attempts_log_shows_its_stderr_then_the_allocations_output(work
     assert proc.stderr == ""
 
 
+@pytest.mark.slow
 def test_a_named_attempt_and_json_for_programs(workspace):
     run_dir = init_run(workspace, plan_doc=plan("--fail", retry={"max_attempts": 5}))
     assert tau("tau-submit", str(run_dir)).returncode == 0
@@ -47,6 +50,7 @@ def test_a_named_attempt_and_json_for_programs(workspace):
     assert newest.startswith("probe: failing shard-00000 attempt-0002, as asked\n")
 
 
+@pytest.mark.slow
 def test_follow_streams_a_live_attempt_and_ends_when_it_ends(workspace):
     run_dir = init_run(workspace, plan_doc=plan("--say", "started", "--sleep", "3", records=10, shards=1))
     assert tau("tau-submit", str(run_dir)).returncode == 0

@@ -286,6 +286,7 @@ def test_an_unreachable_cluster_exits_69_within_seconds_with_a_clear_error(api, 
     assert "connection refused" in message and proc.stdout == ""
 
 
+@pytest.mark.slow
 def test_an_api_server_that_accepts_but_never_answers_exits_69_after_the_request_timeout(tmp_path):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -366,6 +367,7 @@ def test_observe_names_its_source_once_and_watch_is_a_table(tmp_path, args, mess
 
 # -- --watch -------------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_watch_renders_each_change_once_and_ends_when_the_workload_ends(api):
     scene = k8s_fixtures.job_pending_in_kueue()
     api.stage(scene)
@@ -394,6 +396,7 @@ def test_watch_renders_each_change_once_and_ends_when_the_workload_ends(api):
     assert states == ["pending", "running", "succeeded"], renders
 
 
+@pytest.mark.slow
 def test_watch_keeps_going_while_the_api_server_does_not_answer(api, tmp_path):
     closed = kubeapi.closed_port()
     config = api.kubeconfig(tmp_path / "closed", port=closed)

@@ -43,6 +43,7 @@ def test_observe_prints_one_observations_document_and_writes_nothing(settled):
     assert snapshot(settled) == before
 
 
+@pytest.mark.slow
 def test_observe_lists_the_live_attempts_of_a_running_run(workspace):
     run_dir = init_run(workspace, records=20, shards=2, command=[PYTHON, CLIENT, "--sleep", "1"])
     assert tau("tau-submit", str(run_dir)).returncode == 0

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from helpers import PYTHON, init_run, settle, tau
 from test_cli_run_environment import PROBE
+
+pytestmark = pytest.mark.slow
 
 
 def plan(*args: str, **extra) -> dict:

@@ -91,6 +91,7 @@ def test_a_variable_the_plan_both_sets_and_inherits_or_that_tau_sets_is_refused(
 
 # -- one environment per run -------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_every_attempt_sees_exactly_the_runs_environment_from_a_shell_and_from_cron(workspace):
     folder = client_dir(workspace)
     doc = plan(["./probe.py", "--fail", "--report", "."], env={"FOO": "x"}, inherit_env=["SECRET_TOKEN"],

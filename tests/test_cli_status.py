@@ -10,6 +10,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from helpers import BIN, PYTHON, copy_run, env_for_tests, error_of, init_run, settle, snapshot, tau
 from test_cli_cancel import wait_for
 from test_cli_run_environment import PROBE
@@ -39,6 +41,7 @@ def frozen(run_dir, signum) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_status_writes_nothing_at_all_while_the_run_is_live_and_after(workspace):
     run_dir = init_run(workspace, plan_doc=run_plan("--sleep", "3"))
     assert tau("tau-submit", str(run_dir)).returncode == 0
@@ -71,6 +74,7 @@ def test_status_says_what_reconcile_would_say(settled, tmp_path):
         (s["id"], s["state"], s["reason"], s["log"]) for s in rec["shards"]]
 
 
+@pytest.mark.slow
 def test_a_running_attempt_shows_the_progress_its_client_reports_and_its_heartbeat(workspace):
     run_dir = init_run(workspace, plan_doc=run_plan("--progress", "--sleep", "6"))
     assert tau("tau-submit", str(run_dir)).returncode == 0
@@ -89,6 +93,7 @@ def test_a_running_attempt_shows_the_progress_its_client_reports_and_its_heartbe
     settle(run_dir)
 
 
+@pytest.mark.slow
 def test_an_attempt_that_stops_heartbeating_is_shown_stalled_and_recovers(workspace):
     run_dir = init_run(workspace, plan_doc=run_plan("--sleep", "30", records=10, shards=1))
     assert tau("tau-submit", str(run_dir)).returncode == 0
@@ -110,6 +115,7 @@ def test_an_attempt_that_stops_heartbeating_is_shown_stalled_and_recovers(worksp
     assert tau("tau-cancel", str(run_dir)).returncode == 0
 
 
+@pytest.mark.slow
 def test_the_run_status_names_an_unresolved_submission_the_collections_and_the_time_left(settled, tmp_path):
     run_dir = copy_run(settled, tmp_path / "copy")
     doc = status(run_dir)
@@ -125,6 +131,7 @@ def test_the_run_status_names_an_unresolved_submission_the_collections_and_the_t
                                    "format": "parquet", "state": "succeeded", "job_id": None, "reason": None}]
 
 
+@pytest.mark.slow
 def test_watch_renders_until_the_run_has_finished(workspace):
     run_dir = init_run(workspace, plan_doc=run_plan("--sleep", "1"))
     assert tau("tau-submit", str(run_dir)).returncode == 0

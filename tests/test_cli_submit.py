@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from helpers import BIN, env_for_tests, error_of, init_run, settle, tau
 
 
@@ -29,6 +31,7 @@ def test_submit_gives_every_shard_its_first_attempt_at_its_own_task_index(worksp
     assert doc["retryable"] == ["shard-00001"]
 
 
+@pytest.mark.slow
 def test_submitting_twice_submits_once(workspace):
     run_dir = init_run(workspace, records=40, shards=2)
     first = tau("tau-submit", str(run_dir))

@@ -52,6 +52,7 @@ def batches(draw):
     return pa.record_batch(arrays, names=names)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
 def test_lines_are_the_per_row_definition_byte_for_byte(batch):

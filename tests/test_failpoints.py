@@ -33,6 +33,8 @@ NO_LINKS = {"store.publish.renamed"}
 LEAVES_TEMP = {"store.publish.temp_written", "store.publish.temp_synced", "store.publish.linked",
                "store.replace.temp_written", "store.replace.temp_synced"}
 STORE_NAMES = [name for name in failpoints.NAMES if name.startswith("store.")]
+# those on the FUSE filesystem take root (to mount it); the rest run anywhere
+STORE_PARAMS = [pytest.param(name, marks=pytest.mark.root) if name in NO_LINKS else name for name in STORE_NAMES]
 
 CHILD = r"""
 import json, sys, time
@@ -125,7 +127,7 @@ def workspace_for(name: str, request) -> Path:
     return request.getfixturevalue("nolink_workspace" if name in NO_LINKS else "workspace")
 
 
-@pytest.mark.parametrize("name", STORE_NAMES)
+@pytest.mark.parametrize("name", STORE_PARAMS)
 def test_a_crash_at_each_store_step_leaves_the_old_or_the_new_state_and_debris_the_next_write_removes(
         request, name):
     workspace = workspace_for(name, request)
@@ -161,7 +163,7 @@ def test_a_crash_at_each_store_step_leaves_the_old_or_the_new_state_and_debris_t
         assert temps(folder) == []
 
 
-@pytest.mark.parametrize("name", STORE_NAMES)
+@pytest.mark.parametrize("name", STORE_PARAMS)
 def test_a_failpoint_armed_with_error_raises_failpoint_error_and_commits_nothing_before_its_step(request, name):
     workspace = workspace_for(name, request)
     protocol = protocol_of(name)

@@ -13,6 +13,8 @@ import pytest
 from helpers import (as_format_1, complete_run, copy_run, error_of, init_run, module_workspace, plan, settle, snapshot,
                      tau)
 
+pytestmark = pytest.mark.slow
+
 
 def crash(command: str, failpoint: str, *args: str):
     proc = tau(command, *args, env={"TAU_FAILPOINTS": f"{failpoint}=crash"})

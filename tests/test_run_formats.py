@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from test_cli_cancel import alive, process_groups, sleeping
 
 from helpers import (BIN, as_format_1, env_for_tests, error_of, init_run, plan, quiesce, settle, snapshot, status,
@@ -57,6 +58,7 @@ def test_tau_init_of_100000_shards_writes_nothing_per_shard_and_the_ranges_come_
     assert (last["index"], last["record_start"], last["record_end"]) == (99_999, 249_997, 250_000)
 
 
+@pytest.mark.slow
 def test_tau_submit_writes_nothing_per_shard_and_every_task_has_its_attempt(workspace):
     run_dir = init_run(workspace, plan_doc=sleeping(60, records=40, shards=4,
                                                     scheduler={"profile": "local", "local": {"max_parallel": 1}}))
@@ -83,6 +85,7 @@ def test_tau_submit_writes_nothing_per_shard_and_every_task_has_its_attempt(work
         "executor": "local", "job_id": "submission-0001", "task_index": 3}
 
 
+@pytest.mark.slow
 def test_a_late_allocation_is_stale_when_a_newer_attempt_has_no_record_yet(workspace):
     """A retry's attempt exists from its submission's status alone: the fence of the older allocation sees it."""
     run_dir = init_run(workspace, records=20, shards=2, fail_first=("shard-00001",))
@@ -115,6 +118,7 @@ def test_a_late_allocation_is_stale_when_a_newer_attempt_has_no_record_yet(works
 
 # -- format 1: runs made by earlier versions ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_format_1_run_observes_reconciles_retries_collects_and_keeps_its_format(workspace):
     run_dir = as_format_1(init_run(workspace, records=40, shards=4, fail_first=("shard-00002",)))
     shards_before = {sid: (run_dir / "shards" / sid / "shard.json").read_bytes()
@@ -161,6 +165,7 @@ def test_a_format_1_shard_without_its_shard_json_fails_its_attempt_as_before(wor
     assert [(s["id"], s["state"]) for s in doc["shards"]] == [("shard-00000", "succeeded"), ("shard-00001", "failed")]
 
 
+@pytest.mark.slow
 def test_the_whole_run_index_of_an_earlier_version_is_still_read_and_never_written(workspace):
     run_dir = as_format_1(init_run(workspace, records=20, shards=2))
     assert tau("tau-submit", str(run_dir)).returncode == 0

@@ -55,6 +55,7 @@ def test_the_winners_publishers_keep_the_index_so_the_first_reconcile_reads_no_s
     assert error_of(read)["message"].startswith(f"tau-status: {winner} is not valid JSON"), read.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("round_", range(5))
 def test_winners_published_at_once_are_each_added_to_their_segment_exactly_once(complete, tmp_path, round_):
     run_dir = copy_run(complete, tmp_path / "c")
@@ -89,6 +90,7 @@ with Run(sys.argv[1]) as run:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("round_", range(3))
 def test_concurrent_writers_of_several_segments_lose_no_shard(workspace, round_):
     run_dir = init_run(workspace, plan_doc=plan(records=2500, shards=2500))
@@ -113,6 +115,7 @@ def test_concurrent_writers_of_several_segments_lose_no_shard(workspace, round_)
     assert debris(run_dir) == []
 
 
+@pytest.mark.slow
 def test_a_winner_whose_segment_is_busy_is_added_by_the_next_reconcile(complete, tmp_path):
     run_dir = copy_run(complete, tmp_path / "c")
     unseal(run_dir, "shard-00001")

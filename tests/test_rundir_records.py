@@ -369,6 +369,7 @@ def test_listdir_hides_temp_files_but_not_near_misses(run_path, rd):
     assert rd.listdir("shards/shard-00000") == [".tau.0123456789ABCDEF.tmp", "shard.json"]
 
 
+@pytest.mark.slow
 def test_reading_thousands_of_folders_keeps_a_bounded_number_of_descriptors_open(tmp_path):
     from taulib.fs import tree
 

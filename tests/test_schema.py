@@ -160,6 +160,7 @@ def samples(corpus) -> dict[str, list]:
     return corpus["by_name"]
 
 
+@pytest.mark.slow
 def test_every_record_file_of_a_completed_run_validates_with_both_validators(corpus):
     kinds = set()
     for root, path in corpus["files"]:

@@ -18,6 +18,8 @@ from helpers import module_workspace, BIN, complete_run, env_for_tests, error_of
 from taulib import jsonio
 from taulib.rundir.records import RunDir
 
+pytestmark = pytest.mark.slow
+
 RACERS = 32
 
 

@@ -28,6 +28,8 @@ from helpers import module_workspace, BIN, complete_run, env_for_tests, plan, ta
 from taulib import failpoints
 from taulib.rundir.records import RunDir
 
+pytestmark = pytest.mark.slow
+
 DEBRIS = re.compile(r"^\.tau\.[0-9a-f]{16}\.tmp$|\.tau-stage-|\.tau-reserved$|\.tau-fetch-|\.tau-[0-9a-f]{16}\.tmp$")
 REACHED_ELSEWHERE = {  # failpoints this life cannot reach, and the tests that crash them
     "store.publish.renamed": "tests/test_failpoints.py (on a FUSE filesystem without hard links)",

@@ -169,6 +169,7 @@ def test_nul_in_argv_env_or_an_allowed_root_is_refused_before_anything_is_writte
     assert not (workspace / "nul").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", ["submissions/submission-x", "collections/collection-x",
                                     "shards/shard-00001/attempts/attempt-abc"])
 def test_a_folder_with_a_malformed_name_is_ignored_by_every_command(run_copy, workspace, folder):
@@ -511,6 +512,7 @@ def test_tau_init_killed_at_a_publish_step_finishes_when_run_again(workspace, fa
     assert temps == []
 
 
+@pytest.mark.root
 def test_a_run_on_a_filesystem_without_hard_links_inits_runs_wins_and_collects(nolink_workspace):
     run_dir = complete_run(nolink_workspace, records=40, shards=2)
     dest = nolink_workspace / "data"
@@ -537,6 +539,7 @@ pq.write_table(pa.table({"id": list(range(middle, end))}), os.path.join(out, "pa
 """
 
 
+@pytest.mark.slow
 def test_resume_always_keeps_the_shards_dataset_across_attempts_and_the_winner_holds_both_halves(workspace):
     client = workspace / "resuming.py"
     client.write_text(RESUMING_CLIENT)

@@ -20,6 +20,8 @@ import pytest
 from helpers import PYTHON, complete_run, error_of, plan, snapshot, tau
 from taulib import jsonio
 
+pytestmark = pytest.mark.root
+
 # a client whose records are incompressible: 2 KiB of random bytes each, so that a small disk fills up
 FAT_CLIENT = r"""
 import os, pyarrow as pa, pyarrow.parquet as pq

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from helpers import CLIENT, PYTHON, snapshot
 from taulib import jsonio
 
+pytestmark = pytest.mark.slow
+
 FULL_PLAN = {
     "records": 20, "shards": 2, "command": [PYTHON, CLIENT, "--rows-per-file", "10"],
     "env": {"MY_VALUE": "x"}, "inherit_env": ["HOME"], "resume": "never",

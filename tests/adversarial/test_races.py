@@ -21,6 +21,8 @@ from taulib.rundir.records import RunDir
 from taulib.rundir.run import Run
 from taulib.rundir.state import attempt_ids
 
+pytestmark = pytest.mark.slow
+
 RACERS = 64
 ROUNDS = range(scaled(10))
 ENV = {"TAU_LOCK_TIMEOUT": "300"}

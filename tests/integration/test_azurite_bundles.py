@@ -22,6 +22,8 @@ import pytest
 import azurite as az
 from helpers import error_of, tau
 
+pytestmark = pytest.mark.azurite
+
 BIG_MIB = 24
 
 

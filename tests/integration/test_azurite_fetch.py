@@ -19,9 +19,12 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 import azurite as az
 from helpers import BIN, env_for_tests, error_of, tau
 
+pytestmark = pytest.mark.azurite
 
 azurite_running = az.azurite_running  # the module's fixtures, shared
 box = az.box

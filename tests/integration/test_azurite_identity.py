@@ -38,6 +38,8 @@ import pytest
 import azurite as az
 from helpers import BIN, error_of
 
+pytestmark = pytest.mark.azurite
+
 PORT = int(os.environ.get("TAU_TEST_AZURITE_OAUTH_PORT", str(az.PORT + 2)))
 ORIGIN = f"https://127.0.0.1:{PORT}"
 ACCOUNT_URL = f"{ORIGIN}/{az.ACCOUNT}"

@@ -16,6 +16,8 @@ import kubeapi
 from helpers import error_of, tau
 from taulib.bundle import kube
 
+pytestmark = pytest.mark.azurite
+
 PREFIX = "runs/r1/out"
 
 

@@ -27,6 +27,8 @@ import azurite as az
 from helpers import BIN, env_for_tests, error_of, tau
 from taulib.bundle.transfer import SPAN, SPANS
 
+pytestmark = pytest.mark.azurite
+
 GIB_MIB = 1024
 # Twice what a fetch asks for at once (SPANS ranges of SPAN bytes): ranges are still to be asked for when the
 # test acts (a GET already answering goes on with the blob as it was when it was asked), small enough to upload

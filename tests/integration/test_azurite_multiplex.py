@@ -16,8 +16,12 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 import azurite as az
 from helpers import error_of, tau
+
+pytestmark = pytest.mark.azurite
 
 azurite_running = az.azurite_running  # the module's fixtures, shared
 box = az.box

@@ -23,6 +23,8 @@ from test_azurite_multiplex import Front, canned, fetch
 
 from taulib.bundle import transfer
 
+pytestmark = pytest.mark.azurite
+
 azurite_running = az.azurite_running  # the module's fixtures, shared
 box = az.box
 

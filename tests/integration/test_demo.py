@@ -9,7 +9,8 @@ import pytest
 from helpers import ROOT, env_for_tests
 
 
-@pytest.mark.parametrize("scheduler", ["local", "slurm"])
+@pytest.mark.parametrize("scheduler", [pytest.param("local", marks=pytest.mark.slow),
+                                       pytest.param("slurm", marks=pytest.mark.slurm)])
 def test_the_demo_wins_every_shard_and_collects_every_record_with_private_permissions(tmp_path: Path, scheduler,
                                                                                      request):
     if scheduler == "slurm":

@@ -23,6 +23,8 @@ from slurm import (LOST_REPLY, attempt_record, cancel_workspace_jobs, daemon_sto
                    task_states, wait_for, wait_job_gone, wait_until)
 from test_slurm_recipes import _cron_command
 
+pytestmark = pytest.mark.slurm
+
 INSTALLED_WORKER = Path("/etc/slurm/tau-reconcile-run")
 NOT_CONCLUDED = ("failed", "unknown", "accounting_lag", "exhausted")
 

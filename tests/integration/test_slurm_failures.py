@@ -18,6 +18,8 @@ from slurm import (attempt_record, cancel_workspace_jobs, clients_running, daemo
                    observation_of, observe_reconcile, run_cmd, sacct_rows, settled, shard, submit, task_states,
                    two_tasks_running, wait_for, wait_job_gone, wait_until)
 
+pytestmark = pytest.mark.slurm
+
 WINDOWS = {"accounting_lag_seconds": 30, "preemption_seconds": 60, "submission_visibility_seconds": 30}
 
 

@@ -16,6 +16,8 @@ from helpers import Sampler, tau
 from slurm import (attempt_record, cancel_workspace_jobs, init_slurm_run, job_id, observation_of, observe_reconcile,
                    run_cmd, sacct_rows, settled, shard, submit, task_states, wait_for, wait_task_state, wait_until)
 
+pytestmark = pytest.mark.slurm
+
 
 @pytest.fixture
 def extra_jobs(workspace):

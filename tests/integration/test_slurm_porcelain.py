@@ -17,6 +17,8 @@ from slurm import (cancel_workspace_jobs, job_id, observe_reconcile, shard, slur
                    wait_for, wait_job_gone, wait_until)
 from test_cli_run_environment import PROBE, client_dir, seen
 
+pytestmark = pytest.mark.slurm
+
 
 @pytest.fixture
 def cleanup(workspace):

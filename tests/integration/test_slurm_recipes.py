@@ -15,6 +15,8 @@ from helpers import BIN, ROOT
 from slurm import (cancel_workspace_jobs, init_slurm_run, job_id, observe_reconcile, record, run_cmd, settled, submit,
                    wait_for, wait_task_state, wait_until)
 
+pytestmark = pytest.mark.slurm
+
 
 @pytest.fixture
 def jobs_cancelled(workspace):

@@ -19,6 +19,8 @@ from slurm import (LOST_REPLY, attempt_record, cancel_workspace_jobs, fake_sbatc
                    observe_reconcile, record, run_cmd, sacct_rows, settled, task_states, wait_for, wait_job_gone,
                    wait_until)
 
+pytestmark = pytest.mark.slurm
+
 WINDOWS = {"accounting_lag_seconds": 30, "preemption_seconds": 60, "submission_visibility_seconds": 5}
 
 
