@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from taulib.errors import BadInput, Refused
 
-from taulib.rules.journal import Resolution
-
 if TYPE_CHECKING:
+    from taulib.rules.journal import Resolution
     from taulib.rundir.run import Run
 
 # name -> the module whose `EXECUTOR` implements it; the order is the order in which `identity` asks them (the local

@@ -14,7 +14,6 @@ from typing import Any
 from taulib import env
 from taulib.errors import Refused
 from taulib.executor import CollectionJobs, Executor, Limits, Observed, Resolved, Stopped
-from taulib.rules.journal import Resolution
 from taulib.rundir import layout
 from taulib.rundir.journal import task_indices
 from taulib.rundir.run import Run
@@ -44,6 +43,8 @@ class Local(Executor):
         return str(plan["submission_id"])  # the job is the submission: nothing to ask, nothing ambiguous
 
     def resolve(self, run: Run, plan: dict[str, Any], status: dict[str, Any]) -> Resolved:
+        from taulib.rules.journal import Resolution
+
         job = str(plan["submission_id"])
         return Resolved(Resolution("adopt", job, "the local executor's job is its submission"), [job])
 
