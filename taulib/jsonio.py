@@ -7,7 +7,6 @@ Timestamps are RFC 3339 UTC strings with microseconds and a `Z`.
 
 from __future__ import annotations
 
-import calendar
 import hashlib
 import time
 from typing import Any
@@ -65,7 +64,26 @@ def parse_time(text: str) -> float:
         hour, minute, second, micros = int(text[11:13]), int(text[14:16]), int(text[17:19]), int(text[20:26])
     except (TypeError, ValueError):
         raise BadInput(f"{text!r} is not a UTC time like 2026-01-02T03:04:05.000006Z") from None
-    if not (1970 <= year <= 9999 and 1 <= month <= 12 and 1 <= day <= calendar.monthrange(year, month)[1]
+    if not (1970 <= year <= 9999 and 1 <= month <= 12 and 1 <= day <= days_in_month(year, month)
             and hour < 24 and minute < 60 and second < 60):
         raise BadInput(f"{text!r} is not a real UTC time (1970-9999, a real month, day, hour, minute and second)")
-    return calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + micros / 1_000_000
+    return (days_since_epoch(year, month, day) * 86400 + hour * 3600 + minute * 60 + second) + micros / 1_000_000
+
+
+def days_in_month(year: int, month: int) -> int:
+    """The days of a month of the proleptic Gregorian calendar (what calendar.monthrange says, without importing
+    calendar and locale: ~1.3 ms of every command's start-up)."""
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
+
+
+def days_since_epoch(year: int, month: int, day: int) -> int:
+    """Days from 1970-01-01 to a date of the proleptic Gregorian calendar (calendar.timegm's day count; the
+    days-from-civil algorithm: March-based years, 400-year eras of 146,097 days)."""
+    year -= month <= 2
+    era = year // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
