@@ -57,3 +57,33 @@ def test_a_plan_has_exactly_one_form_of_its_tasks():
     assert not schema.is_valid(submission(task_ranges=[{"first": 0, "count": 0, "ordinal": 1}]), "submission-plan")
     assert not schema.is_valid(submission(task_ranges=[{"first": 0, "count": 1, "ordinal": 1, "granted": False}]),
                                "submission-plan")
+
+
+def windowed(shards: list[int], first_task: int, ordinal: int = 1) -> list[dict]:
+    """Tasks of the shards given array task indices first_task, first_task + 1, ... (a window of a large run)."""
+    return [dict(task(shard, ordinal), task_index=first_task + k) for k, shard in enumerate(shards)]
+
+
+def test_a_window_records_the_array_index_of_each_ranges_first_task_only_where_it_is_not_the_shards():
+    window = windowed(list(range(1000, 1200)), 0)
+    assert compact_tasks(window) == [{"first": 1000, "count": 200, "ordinal": 1, "task": 0}]
+    sparse = windowed([5, 6, 54321, 99999], 0, ordinal=2)
+    assert compact_tasks(sparse) == [{"first": 5, "count": 2, "ordinal": 2, "task": 0},
+                                     {"first": 54321, "count": 1, "ordinal": 2, "task": 2},
+                                     {"first": 99999, "count": 1, "ordinal": 2, "task": 3}]
+    assert compact_tasks(windowed([0, 1, 2], 0)) == [{"first": 0, "count": 3, "ordinal": 1}]  # index == shard
+    with pytest.raises(ValueError, match="ascending task order"):
+        compact_tasks([dict(task(3, 1), task_index=5), dict(task(4, 1), task_index=1)])
+
+
+def test_an_allocation_finds_its_shard_from_its_array_index_in_a_windowed_plan():
+    sparse = windowed([5, 6, 54321, 99999], 0, ordinal=2)
+    plan = submission(task_ranges=compact_tasks(sparse))
+    schema.validate(plan, "submission-plan", "plan")
+    assert tasks(plan) == sparse
+    assert task_indices(plan) == [0, 1, 2, 3] and task_count(plan) == 4
+    assert find_task(plan, 2) == dict(task(54321, 2), task_index=2)
+    assert find_task(plan, 3)["shard_id"] == "shard-99999"
+    assert find_task(plan, 4) is None and find_task(plan, 5) is None  # 5 is shard 5's index, not an array index
+    assert not schema.is_valid(submission(task_ranges=[{"first": 0, "count": 1, "ordinal": 1, "task": -1}]),
+                               "submission-plan")

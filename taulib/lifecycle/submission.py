@@ -144,7 +144,8 @@ def _publish_attempts(run: Run, plan: Record, job_id: str) -> None:
     there, published by a crashed call, must be bound to this submission)."""
     for task in sorted(tasks(plan), key=lambda t: t["shard_id"]):
         sid, aid = task["shard_id"], task["attempt_id"]
-        record = state.submitted_record(run, plan, job_id, task["task_index"], task["ordinal"])
+        record = state.submitted_record(run, plan, job_id, layout.shard_index(sid), task["task_index"],
+                                        task["ordinal"])
         rel = layout.attempt_file(sid, aid, "attempt.json")
         with locks.hold(run.dir, locks.shard_lock_name(sid)):
             existing = run.dir.read(rel, "tau.attempt")

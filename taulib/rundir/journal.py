@@ -13,11 +13,14 @@ Promises:
   failed with its reason (a replacement is then a new entry, never a second try of the same one).
 How an ambiguous PREPARED entry is resolved (by the job's exact name) is the pure rule `rules.journal.resolve`.
 
-A submission's tasks (each one shard's next attempt: shard id, attempt id, ordinal, task index, granted) are
-written in its plan as `task_ranges`, runs of consecutive task indices with one ordinal: a task's index is its
-shard's, its shard and attempt ids follow from the index and the ordinal, so 100,000 first attempts are one range
-and the plan stays a few hundred bytes whatever the run's size. Plans written by earlier versions of tau list
-every task (`tasks`); `tasks`, `task_count`, `task_indices` and `find_task` read both the same way.
+A submission's tasks (each one shard's next attempt: shard id, attempt id, ordinal, array task index, granted) are
+written in its plan as `task_ranges`, runs of consecutive shards with one ordinal: a task's shard and attempt ids
+follow from the range's first shard and the ordinal, and its array task index is its shard's index unless the range
+says otherwise (`task`: the index of its first task, when a submission's array must stay below the scheduler's
+largest index), so 100,000 first attempts are one range and the plan stays a few hundred bytes whatever the run's
+size. An allocation learns its shard from the plan (`find_task`), never by arithmetic of its own. Plans written by
+earlier versions of tau list every task (`tasks`); `tasks`, `task_count`, `task_indices` and `find_task` read both
+the same way.
 """
 
 from __future__ import annotations
@@ -46,25 +49,34 @@ COLLECTIONS = Kind("collections", "collection", "collection_id", "tau.collection
 
 
 def compact_tasks(tasks: list[Record]) -> list[Record]:
-    """The `task_ranges` of tasks in ascending task order: {first, count, ordinal} (and granted, when true) per run
-    of consecutive task indices with the same ordinal and grant."""
+    """The `task_ranges` of tasks in ascending shard order: {first, count, ordinal} (and granted, when true; and
+    task, the array task index of the range's first task, when it is not the shard's index) per run of consecutive
+    shards, with consecutive task indices, of one ordinal and grant."""
     ranges: list[Record] = []
     for task in tasks:
+        shard, index = layout.shard_index(task["shard_id"]), task["task_index"]
         last = ranges[-1] if ranges else None
         granted = bool(task.get("granted"))
-        if (last is not None and last["first"] + last["count"] == task["task_index"]
+        if (last is not None and last["first"] + last["count"] == shard
+                and _first_task(last) + last["count"] == index
                 and last["ordinal"] == task["ordinal"] and bool(last.get("granted")) == granted):
             last["count"] += 1
             continue
-        if last is not None and task["task_index"] < last["first"] + last["count"]:
-            raise ValueError("tasks must be in ascending task order")
-        ranges.append({"first": task["task_index"], "count": 1, "ordinal": task["ordinal"],
-                       **({"granted": True} if granted else {})})
+        if last is not None and (shard < last["first"] + last["count"] or index < _first_task(last) + last["count"]):
+            raise ValueError("tasks must be in ascending task order (their shards and array task indices both)")
+        ranges.append({"first": shard, "count": 1, "ordinal": task["ordinal"],
+                       **({"task": index} if index != shard else {}), **({"granted": True} if granted else {})})
     return ranges
 
 
-def _task(index: int, ordinal: int, granted: bool) -> Record:
-    task: Record = {"shard_id": layout.shard_id(index), "attempt_id": layout.attempt_id(ordinal),
+def _first_task(task_range: Record) -> int:
+    """The array task index of a range's first task: its own `task`, else its shard's index (plans that do not
+    say, and every plan written before windows, give each task its shard's index)."""
+    return int(task_range["task"] if "task" in task_range else task_range["first"])
+
+
+def _task(shard: int, ordinal: int, granted: bool, index: int) -> Record:
+    task: Record = {"shard_id": layout.shard_id(shard), "attempt_id": layout.attempt_id(ordinal),
                     "ordinal": ordinal, "task_index": index}
     return dict(task, granted=True) if granted else task
 
@@ -74,7 +86,7 @@ def tasks(plan: Record) -> list[Record]:
     if "tasks" in plan:
         listed: list[Record] = plan["tasks"]
         return listed
-    return [_task(r["first"] + k, r["ordinal"], bool(r.get("granted")))
+    return [_task(r["first"] + k, r["ordinal"], bool(r.get("granted")), _first_task(r) + k)
             for r in plan["task_ranges"] for k in range(r["count"])]
 
 
@@ -83,19 +95,26 @@ def task_count(plan: Record) -> int:
 
 
 def task_indices(plan: Record) -> list[int]:
+    """The array task indices of a submission's tasks, in its order."""
     if "tasks" in plan:
         return [t["task_index"] for t in plan["tasks"]]
-    return [r["first"] + k for r in plan["task_ranges"] for k in range(r["count"])]
+    return [_first_task(r) + k for r in plan["task_ranges"] for k in range(r["count"])]
 
 
 def find_task(plan: Record, task_index: int) -> Record | None:
-    """The plan's task of that index, or None."""
+    """The plan's task of that array task index, or None: an allocation learns its shard here, from the plan."""
     if "tasks" in plan:
         return next((t for t in plan["tasks"] if t["task_index"] == task_index), None)
     for r in plan["task_ranges"]:
-        if r["first"] <= task_index < r["first"] + r["count"]:
-            return _task(task_index, r["ordinal"], bool(r.get("granted")))
+        offset = task_index - _first_task(r)
+        if 0 <= offset < r["count"]:
+            return _task(r["first"] + offset, r["ordinal"], bool(r.get("granted")), task_index)
     return None
+
+
+def range_task_index(task_range: Record, shard: int) -> int:
+    """The array task index a range gives shard `shard` (which the range holds)."""
+    return _first_task(task_range) + shard - int(task_range["first"])
 
 
 def job_name(run: Run, number: str) -> str:

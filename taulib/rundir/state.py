@@ -23,7 +23,7 @@ from taulib.rules import rollup
 from taulib.rules.attempt import Verdict, effective_attempt
 from taulib.rules.evidence import Evidence
 from taulib.rundir import index, layout
-from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks
+from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks, range_task_index
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record
@@ -77,10 +77,10 @@ def cancel_reason(record: Record) -> str:
     return f"cancelled by the user at {record['requested_at']}"
 
 
-def submitted_record(run: Run, plan: Record, job_id: str, task_index: int, ordinal: int) -> Record:
-    """The attempt.json revision 1 of a task of a bound submission: what tau-submit publishes in format 1, and what
-    a format-2 attempt's record is until it first changes."""
-    sid, aid = layout.shard_id(task_index), layout.attempt_id(ordinal)
+def submitted_record(run: Run, plan: Record, job_id: str, shard: int, task_index: int, ordinal: int) -> Record:
+    """The attempt.json revision 1 of a task (shard index `shard`, array task `task_index`) of a bound submission:
+    what tau-submit publishes in format 1, and what a format-2 attempt's record is until it first changes."""
+    sid, aid = layout.shard_id(shard), layout.attempt_id(ordinal)
     dataset = (layout.shard_dataset(sid) if run.plan["resume"] == "always"
                else layout.attempt_file(sid, aid, "dataset"))
     return {
@@ -105,22 +105,23 @@ class Submitted:
             if status is None or status["state"] != "submitted":
                 continue
             ranges = plan["task_ranges"] if "task_ranges" in plan else compact_tasks(
-                sorted(plan["tasks"], key=lambda t: t["task_index"]))
+                sorted(plan["tasks"], key=lambda t: layout.shard_index(t["shard_id"])))
             self._entries.append((plan, status["job_id"], [r["first"] for r in ranges], ranges))
 
-    def ordinals(self, task_index: int) -> dict[int, tuple[Record, str]]:
-        """{ordinal: (submission plan, job id)} of the attempts the bound submissions gave shard `task_index`."""
-        found: dict[int, tuple[Record, str]] = {}
+    def ordinals(self, shard: int) -> dict[int, tuple[Record, str, int]]:
+        """{ordinal: (submission plan, job id, array task index)} of the attempts the bound submissions gave the
+        shard of index `shard`."""
+        found: dict[int, tuple[Record, str, int]] = {}
         for plan, job_id, firsts, ranges in self._entries:
-            position = bisect_right(firsts, task_index) - 1
-            if position >= 0 and task_index < firsts[position] + ranges[position]["count"]:
-                found[ranges[position]["ordinal"]] = (plan, job_id)
+            position = bisect_right(firsts, shard) - 1
+            if position >= 0 and shard < firsts[position] + ranges[position]["count"]:
+                found[ranges[position]["ordinal"]] = (plan, job_id, range_task_index(ranges[position], shard))
         return found
 
-    def record(self, task_index: int, ordinal: int) -> Record | None:
+    def record(self, shard: int, ordinal: int) -> Record | None:
         """The revision-1 record of that attempt when a bound submission gave it, else None."""
-        given = self.ordinals(task_index).get(ordinal)
-        return None if given is None else submitted_record(self.run, given[0], given[1], task_index, ordinal)
+        given = self.ordinals(shard).get(ordinal)
+        return None if given is None else submitted_record(self.run, given[0], given[1], shard, given[2], ordinal)
 
 
 def attempt_ids(run: Run, sid: str, submitted: Submitted | None = None, on_disk: bool = True) -> list[str]:
