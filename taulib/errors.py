@@ -107,6 +107,11 @@ class SubmitRefused(Unavailable):
     """The scheduler definitely refused a submission (nothing was submitted): its journal entry is retired."""
 
 
+class SubmitLimited(SubmitRefused):
+    """The scheduler refused a submission for a submit limit (a user's or QOS's MaxSubmitJobs filled meanwhile):
+    nothing was submitted, and its shards wait for a later submission, as shards beyond the limits' room do."""
+
+
 class Ambiguous(Busy):
     """The scheduler may or may not have taken a submission (a timeout, a lost reply): its journal entry stays
     PREPARED, and the next call resolves it by the job's exact name instead of submitting again."""

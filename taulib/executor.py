@@ -39,6 +39,20 @@ class Limits(NamedTuple):
     parallel: int | None  # tasks of one submission that run at once (None: as many as the scheduler gives)
 
 
+class Capacity(NamedTuple):
+    """What a submission may ask of the scheduler now: the largest array task index (None: no limit), the most
+    tasks in one array, the tasks that may still be queued (None: no limit applies), the limit that holds that
+    room in words, and the limits that could not be read (never guessed)."""
+    max_index: int | None
+    max_tasks: int | None
+    room: int | None
+    holding: str | None
+    unread: list[str]
+
+
+UNLIMITED = Capacity(None, None, None, None, [])
+
+
 class Observed(NamedTuple):
     """What an executor says about some attempts now: one view per attempt (`queue` and `accounting`, each a
     normalised state or None: schema `observations`), and whether each source could be asked."""
@@ -112,7 +126,12 @@ class Executor(ABC):
 
     @abstractmethod
     def limits(self, plan: dict[str, Any]) -> Limits:
-        """The limits that bound this run's submissions."""
+        """The limits the plan sets on this run's submissions."""
+
+    @abstractmethod
+    def capacity(self, run: Run) -> Capacity:
+        """What the scheduler lets this user queue now (asked before every submission): the array limits and the
+        room the tightest submit limit leaves. Unavailable when the scheduler cannot be asked at all."""
 
     # -- submissions ------------------------------------------------------------------------------------------------
 

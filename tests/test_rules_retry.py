@@ -51,3 +51,12 @@ def test_the_first_submission_gives_an_attempt_to_every_shard_that_has_none_and_
                                                                                            "shard-00002"]
     assert select_initial([("shard-00000", 1)]) == []
     assert select_initial([("shard-00000", 0), ("shard-00001", 0)], frozenset({"shard-00000"})) == ["shard-00001"]
+
+
+def test_after_the_first_submission_a_shard_the_limits_deferred_gets_its_first_attempt_from_a_retry():
+    facts = [ShardFacts("shard-00000", "failed", "exit 1", 1),
+             ShardFacts("shard-00001", "pending", "not submitted yet"),
+             ShardFacts("shard-00002", "pending", "queued", 1), ShardFacts("shard-00003", "cancelled", "by user")]
+    assert select_retry(facts, explicit=False, unsubmitted=True) == (["shard-00000", "shard-00001"], [], [])
+    assert select_retry(facts, explicit=False) == (["shard-00000"], [], [])  # before it: tau-submit's to give
+    assert select_retry(facts, explicit=False, stopped="past the budget", unsubmitted=True) == ([], [], [])

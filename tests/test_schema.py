@@ -118,6 +118,15 @@ def corpus(tmp_path_factory) -> dict:
     cancelled = init_run(ws, "cancelled", records=20, shards=2)
     assert tau("tau-cancel", str(cancelled), "--shard", "shard-00000").returncode == 0
     assert tau("tau-cancel", str(cancelled)).returncode == 0
+    # a deferral, as tau-submit and tau-retry keep it when a scheduler's limits leave no room (Slurm's): written by
+    # the same function, under the submit lock
+    from taulib.lifecycle import submission
+    from taulib.rundir import locks
+    from taulib.rundir.run import Run
+
+    with Run(str(cancelled)) as opened, locks.hold(opened.dir, "submit"):
+        submission.record_deferral(opened, "initial", 2, "MaxSubmitJobs=250 of user root's association (account "
+                                   "root) (250 queued)", ["association and QOS limits (sacctmgr: access denied)"])
 
     # a run made by an earlier version of tau (format 1): a shard.json per shard, task lists, the attempts tau-submit
     # published, and the whole-run sealed-shard index that version's tau-reconcile kept

@@ -37,14 +37,20 @@ def retry(run: Run, explicit: list[str] | None = None) -> Record:
         nonlocal stopped
         status = run_status(run_, parallel=executor.of(run_).limits(run_.plan).parallel)
         stopped = status["budget"]["stopped"]
-        facts = [ShardFacts(s["id"], s["state"], s["reason"]) for s in status["shards"]
+        facts = [ShardFacts(s["id"], s["state"], s["reason"], s["attempts"]) for s in status["shards"]
                  if wanted is None or s["id"] in wanted]
-        return select_retry(facts, explicit=wanted is not None, stopped=stopped)
+        return select_retry(facts, explicit=wanted is not None, stopped=stopped, unsubmitted=_submitted(run_))
 
     result = submission.submit(run, "retry", select)
     result["run_id"] = run.run_id
     result["stopped"] = stopped
     return result
+
+
+def _submitted(run: Run) -> bool:
+    """Whether the run's first submission was made (a bound initial submission is in the journal)."""
+    return any(plan["purpose"] == "initial" and status is not None and status["state"] == "submitted"
+               for plan, status in submission.journal(run).entries())
 
 
 def initial(run: Run) -> Record:

@@ -32,8 +32,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from taulib import env, executor, failpoints, jsonio
-from taulib.errors import BadInput, Busy, Conflict, SubmitRefused
+from taulib.errors import BadInput, Busy, Conflict, SubmitLimited, SubmitRefused
+from taulib.executor import UNLIMITED, Capacity
 from taulib.rules import environment as environment_rules
+from taulib.rules import windows
 from taulib.rundir import layout, locks, state
 from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks, job_name, tasks
 
@@ -52,10 +54,13 @@ def journal(run: Run) -> Journal:
     return Journal(run, SUBMISSIONS)
 
 
+NO_DEFERRAL: Record = {"shards": 0, "holding": None, "unread": []}
+
+
 def submit(run: Run, purpose: str, select: Callable[[Run], Selection]) -> Record:
-    """Create and hand off a submission for the shards `select(run)` returns ((shard ids, skipped, granted): each
-    gets its next attempt; a granted one is recorded as such), or, for the initial submission of a run already
-    submitted, report it.
+    """Create and hand off submissions for the shards `select(run)` returns ((shard ids, skipped, granted): each
+    gets its next attempt; a granted one is recorded as such), in windows that fit the scheduler now (the rest are
+    deferred to a later call), or, for the initial submission of a run already submitted whole, report it.
 
     `select` runs under the submit lock, so concurrent callers see each other's attempts and converge.
     """
@@ -63,36 +68,92 @@ def submit(run: Run, purpose: str, select: Callable[[Run], Selection]) -> Record
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "submit"):
         adopted = _settle(run, book)
         if adopted is not None and adopted[1]["state"] == "submitted":  # this call found the lost-reply job
-            return dict(_summary(*adopted, created=False), skipped=[], adopted=True)
+            found = _summary(*adopted, created=False)
+            return dict(found, skipped=[], adopted=True, windows=[_window_summary(found)], deferred=NO_DEFERRAL)
+        reported = None
         if purpose == "initial":
             for plan, status in book.entries():
                 if plan["purpose"] == "initial" and status is not None and status["state"] == "submitted":
                     _ensure_started(run, plan)
-                    return dict(_summary(plan, status, created=False), skipped=[])
+                    reported = reported or (plan, status)
         shard_ids, skipped, granted = select(run)
         if not shard_ids:
+            record_deferral(run, purpose, 0, None, [])
+            if reported is not None:
+                found = _summary(*reported, created=False)
+                return dict(found, skipped=[], windows=[], deferred=NO_DEFERRAL)
             return {"submission_id": None, "skipped": skipped, "purpose": purpose, "job_id": None,
-                    "job_name": None, "state": None, "created": False, "adopted": False, "tasks": []}
+                    "job_name": None, "state": None, "created": False, "adopted": False, "tasks": [],
+                    "windows": [], "deferred": NO_DEFERRAL}
         _check_inherited(run)
-        present = set(run.dir.listdir(layout.SHARDS))  # a shard without a folder has no attempt of its own
-        submitted = state.Submitted(run)  # the attempts the bound submissions gave, which have no folder yet
-        chosen: list[Record] = []
-        for sid in shard_ids:
-            ordinal = len(state.attempt_ids(run, sid, submitted, on_disk=sid in present)) + 1
-            task = {"shard_id": sid, "attempt_id": layout.attempt_id(ordinal), "ordinal": ordinal,
-                    "task_index": layout.shard_index(sid)}
-            chosen.append(dict(task, granted=True) if sid in granted else task)
-        sub_id = book.next_id()
-        plan = {"kind": "tau.submission-plan", "schema_version": 1, "run_id": run.run_id,
-                "submission_id": sub_id, "purpose": purpose, "plan_sha256": run.plan_sha256,
-                "created_at": jsonio.now_rfc3339(), "executor": run.plan["scheduler"]["profile"],
-                "job_name": job_name(run, sub_id.split("-")[1]),
-                **({"task_ranges": compact_tasks(chosen)} if run.format >= 2 else {"tasks": chosen})}
-        text = executor.get(plan["executor"]).render(run, plan)  # refuse bad fields before the journal
-        status = book.open(plan)
-        failpoints.hit("submit.prepared")
-        status = _hand_off(run, book, plan, status, text)
-        return dict(_summary(plan, status, created=True), skipped=skipped)
+        chosen = _next_attempts(run, shard_ids, granted)
+        capacity = executor.of(run).capacity(run)
+        cut = windows.cut(sorted(chosen), capacity.max_index, capacity.max_tasks, capacity.room)
+        made: list[Record] = []
+        deferred, holding = cut.deferred, capacity.holding if cut.deferred else None
+        for number, array in enumerate(cut.arrays):
+            try:
+                made.append(_window(run, book, purpose, [dict(chosen[s], task_index=i) for s, i in array], capacity))
+            except SubmitLimited as exc:  # a limit filled meanwhile: nothing of this window was submitted
+                deferred += sum(len(rest) for rest in cut.arrays[number:])
+                holding = exc.message
+                break
+        deferral = record_deferral(run, purpose, deferred, holding, capacity.unread)
+        first = made[0] if made else {"submission_id": None, "purpose": purpose, "job_id": None, "job_name": None,
+                                      "state": None, "created": False, "adopted": False, "tasks": []}
+        return dict(first, tasks=[t for window in made for t in window["tasks"]], skipped=skipped,
+                    windows=[_window_summary(window) for window in made], deferred=deferral)
+
+
+def _next_attempts(run: Run, shard_ids: list[str], granted: list[str]) -> dict[int, Record]:
+    """Each shard's next attempt, by shard index (its array task index is the window's to give)."""
+    present = set(run.dir.listdir(layout.SHARDS))  # a shard without a folder has no attempt of its own
+    submitted = state.Submitted(run)  # the attempts the bound submissions gave, which have no folder yet
+    chosen: dict[int, Record] = {}
+    for sid in shard_ids:
+        ordinal = len(state.attempt_ids(run, sid, submitted, on_disk=sid in present)) + 1
+        task: Record = {"shard_id": sid, "attempt_id": layout.attempt_id(ordinal), "ordinal": ordinal,
+                        "task_index": layout.shard_index(sid)}
+        chosen[layout.shard_index(sid)] = dict(task, granted=True) if sid in granted else task
+    return chosen
+
+
+def _window(run: Run, book: Journal, purpose: str, window: list[Record], capacity: Capacity) -> Record:
+    """One window: its journal entry, its hand-off and its binding (steps 2-6); its summary."""
+    sub_id = book.next_id()
+    plan: Record = {"kind": "tau.submission-plan", "schema_version": 1, "run_id": run.run_id,
+                    "submission_id": sub_id, "purpose": purpose, "plan_sha256": run.plan_sha256,
+                    "created_at": jsonio.now_rfc3339(), "executor": run.plan["scheduler"]["profile"],
+                    "job_name": job_name(run, sub_id.split("-")[1]),
+                    **({"task_ranges": compact_tasks(window)} if run.format >= 2 else {"tasks": window})}
+    if capacity != UNLIMITED:  # what the scheduler allowed when it was planned, and what could not be read
+        plan["capacity"] = capacity._asdict()
+    text = executor.get(plan["executor"]).render(run, plan)  # refuse bad fields before the journal
+    status = book.open(plan)
+    failpoints.hit("submit.prepared")
+    status = _hand_off(run, book, plan, status, text)
+    return _summary(plan, status, created=True)
+
+
+def _window_summary(summary: Record) -> Record:
+    return {key: summary[key] for key in ("submission_id", "job_id", "job_name", "state", "tasks")}
+
+
+def record_deferral(run: Run, purpose: str, shards: int, holding: str | None, unread: list[str]) -> Record:
+    """Keep the run's deferral record (`submissions/deferral.json`) saying how many shards this call left for a
+    later one and which limit held them (it is rewritten only when that changes); the output's `deferred`."""
+    said: Record = {"shards": shards, "holding": holding, "unread": list(unread)}
+    current = run.dir.read(layout.DEFERRAL, "tau.deferral")
+    if current is None and shards == 0:
+        return said
+    if current is not None and {k: current[k] for k in said} == said:
+        return said
+    run.dir.make_folders(layout.DEFERRAL.rpartition("/")[0])  # no window may have been made yet
+    run.dir.replace(layout.DEFERRAL, {
+        "kind": "tau.deferral", "schema_version": 1, "run_id": run.run_id,
+        "revision": 1 if current is None else current["revision"] + 1, "updated_at": jsonio.now_rfc3339(),
+        "purpose": purpose, **said})
+    return said
 
 
 def _settle(run: Run, book: Journal) -> tuple[Record, Record] | None:

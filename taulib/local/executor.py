@@ -13,7 +13,7 @@ from typing import Any
 
 from taulib import env
 from taulib.errors import Refused
-from taulib.executor import CollectionJobs, Executor, Limits, Observed, Resolved, Stopped
+from taulib.executor import UNLIMITED, Capacity, CollectionJobs, Executor, Limits, Observed, Resolved, Stopped
 from taulib.rundir import layout
 from taulib.rundir.journal import task_indices
 from taulib.rundir.run import Run
@@ -35,6 +35,9 @@ class Local(Executor):
 
     def limits(self, plan: dict[str, Any]) -> Limits:
         return Limits(parallel=plan["scheduler"]["local"]["max_parallel"])
+
+    def capacity(self, run: Run) -> Capacity:
+        return UNLIMITED  # the supervisor queues every task of a submission itself, max_parallel at a time
 
     def render(self, run: Run, plan: dict[str, Any]) -> str | None:
         return None  # the supervisor reads the submission's plan itself

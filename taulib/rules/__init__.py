@@ -6,6 +6,7 @@
   rollup       a shard's state from its winner and its newest attempt, a run's from its shards', degraded reasons
   budget       the retry budget: when a shard or a run stops being retried, and what the run has spent of it
   retry        which shards get a new attempt
+  windows      a submission's shards cut into arrays that fit the scheduler now, the rest deferred
   journal      resolving an ambiguous submission by its job's exact name
   chain        whether a shard's attempt, result and manifest make a chain that may win
   fields       a candidate's columns against the run's output schema, field by field

@@ -3,8 +3,9 @@
 A shard is retryable when it has no winner, is not cancelled, and its newest attempt's verdict is failed or
 unknown (`RETRYABLE`) with attempts left in its budget (`rules.budget`): a sealed shard is never touched, a live one
 never doubled, a cancelled one never started again. The first submission gives an attempt to every shard
-that has none. The caller feeds the states it read from the run's records under the submit lock, so concurrent
-callers see each other's attempts and converge.
+that has none; a shard the scheduler's limits deferred (no attempt yet, after the first submission) gets its first
+from the next tau-submit or tau-retry. The caller feeds the states it read from the run's records under the submit
+lock, so concurrent callers see each other's attempts and converge.
 """
 
 from __future__ import annotations
@@ -18,21 +19,23 @@ class ShardFacts(NamedTuple):
     shard_id: str
     state: str  # the shard's rolled-up state (rules.rollup.shard_state)
     reason: str
+    attempts: int = 0  # how many attempts it has had
 
 
-def select_retry(shards: list[ShardFacts], explicit: bool, stopped: str | None = None
+def select_retry(shards: list[ShardFacts], explicit: bool, stopped: str | None = None, unsubmitted: bool = False
                  ) -> tuple[list[str], list[dict[str, str]], list[str]]:
     """(shard ids to retry, skipped, granted). Without `explicit`, every retryable shard, or none when the run is
     past its failure budget (`stopped` says why). With `explicit` (a person named these shards), each retryable
     shard, and each exhausted one as a grant of one more attempt, whatever the run's budget; each other shard is
-    reported as skipped with its state and why."""
+    reported as skipped with its state and why. With `unsubmitted` (the run's first submission was made, and the
+    scheduler's limits deferred some of its shards), a pending shard without any attempt gets its first too."""
     if stopped is not None and not explicit:
         return [], [], []
     chosen: list[str] = []
     skipped: list[dict[str, str]] = []
     granted: list[str] = []
     for shard in shards:
-        if shard.state in RETRYABLE:
+        if shard.state in RETRYABLE or (unsubmitted and shard.state == "pending" and shard.attempts == 0):
             chosen.append(shard.shard_id)
         elif explicit and shard.state == "exhausted":
             chosen.append(shard.shard_id)

@@ -24,6 +24,7 @@ RUN = "run.json"
 PLAN = "plan.json"
 CANCEL = "cancel.json"
 SCHEMA = "schema.json"
+DEFERRAL = "submissions/deferral.json"  # the shards the last submission left for a later one, and why
 SHARDS = "shards"
 SEALED_LEGACY = "index/sealed.json"
 

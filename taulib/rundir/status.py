@@ -39,6 +39,10 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
     now = time.time() if now is None else now
     sealed, durations = index.load_all(run)
     whole_run = state.run_cancel(run)
+    deferral = run.dir.read(layout.DEFERRAL, "tau.deferral")
+    if deferral is not None and not deferral["shards"]:
+        deferral = None
+    waiting = 0  # shards the scheduler's limits deferred: pending, no attempt yet
     max_attempts = run.plan["retry"]["max_attempts"]
     found: dict[int, tuple[int, int | None]] = {}
     submitted = state.Submitted(run)
@@ -60,7 +64,11 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
         verdict = view.verdict.state if view.verdict is not None else None
         failed_attempts += budget.failed_attempts(view.attempts,
                                                   budget.latest_failed(verdict, view.cancelled is not None))
-        shards.append(shard_entry(run, view, now))
+        entry = shard_entry(run, view, now)
+        if deferral is not None and entry["state"] == "pending" and not entry["attempts"]:
+            entry["reason"] = deferred_reason(deferral)
+            waiting += 1
+        shards.append(entry)
     if update_index:
         index.add(run, found)
     counts = {name: 0 for name in rollup.SHARD_STATES}
@@ -84,6 +92,8 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
         "budget": spent,
         "cancelled": None if whole_run is None else {"requested_at": whole_run["requested_at"]},
         "submissions": unresolved_submissions(run),
+        "deferred": None if deferral is None else {"shards": waiting, "holding": deferral["holding"],
+                                                   "unread": deferral["unread"], "at": deferral["updated_at"]},
         "collections": collections(run),
         "eta_seconds": eta(counts, [d for d in durations if d is not None], parallel),
         "shards": shards,
@@ -146,6 +156,14 @@ def _progress(run: Run, attempt: Record, now: float) -> Record | None:
     return {"state": record["state"], "records_done": record.get("records_done"),
             "records": shard["record_end"] - shard["record_start"], "updated_at": record["updated_at"],
             "age_seconds": round(max(0.0, now - jsonio.parse_time(record["updated_at"])), 1)}
+
+
+def deferred_reason(deferral: Record) -> str:
+    """Why a shard without an attempt waits: the limit that deferred it at the last submission."""
+    why = deferral["holding"] or "the scheduler's limits"
+    unread = f"; not read: {'; '.join(deferral['unread'])}" if deferral["unread"] else ""
+    return (f"not submitted yet: deferred until the queue has room ({why}{unread}); the next tau-submit or "
+            "tau-retry submits it")
 
 
 def unresolved_submissions(run: Run) -> list[Record]:

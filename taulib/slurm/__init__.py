@@ -5,5 +5,6 @@ sacct, stopped with scancel of exact array tasks.
   script    the sbatch scripts, a pure function of validated fields (pinned by golden files)
   parse     strict parsers of squeue, sacct and sbatch text, and the state map
   commands  running Slurm's commands: by name, with timeouts, never through a shell
+  limits    the cluster's limits on what this user may queue now (MaxArraySize, MaxSubmitJobs, QOS), read
   observe   the queue and accounting views of recorded Slurm attempts
 """

@@ -15,7 +15,7 @@ import subprocess
 from typing import TYPE_CHECKING
 
 from taulib import env
-from taulib.errors import Ambiguous, SubmitRefused, Unavailable
+from taulib.errors import Ambiguous, SubmitLimited, SubmitRefused, Unavailable
 from taulib.slurm import parse
 
 if TYPE_CHECKING:
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 CHUNK = 500
 SACCT_FORMAT = "JobID,JobIDRaw,JobName%200,State,ExitCode,Submit,Start,End"
+# sbatch's words for a refusal by a submit limit (AssocMaxSubmitJobLimit, QOSMaxSubmitJobPerUserLimit, ...)
+_SUBMIT_LIMIT = ("job submit limit", "maxsubmitjob", "submitjoblimit")
 _TRANSIENT = ("timed out", "timeout", "unable to contact", "zero bytes were transmitted", "connection refused",
               "connection reset", "socket", "temporarily unavailable", "try again")
 
@@ -36,9 +38,15 @@ def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
         raise Unavailable(f"{argv[0]} did not answer within {timeout:g}s") from None
 
 
-def _short(text: str) -> str:
+def short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def run_query(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run a query command (squeue, sacct, scontrol, sacctmgr) with the query timeout; Unavailable when it cannot
+    be run or does not answer in time. The caller reads its exit code and output."""
+    return _run(argv, env.get("TAU_SLURM_TIMEOUT"))
 
 
 def squeue(job_ids: list[str]) -> list[parse.Row]:
@@ -50,7 +58,7 @@ def squeue(job_ids: list[str]) -> list[parse.Row]:
         if proc.returncode != 0:
             if "Invalid job id specified" in proc.stderr:
                 continue  # every id of the chunk has left slurmctld's memory
-            raise Unavailable(f"squeue failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
+            raise Unavailable(f"squeue failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
         try:
             rows.extend(parse.squeue(proc.stdout))
         except parse.ParseError as exc:
@@ -65,7 +73,7 @@ def sacct(job_ids: list[str], arrays: set[str]) -> list[parse.Row]:
         proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", "--duplicates",
                      f"--format={SACCT_FORMAT}", f"--jobs={','.join(chunk)}"], env.get("TAU_SLURM_TIMEOUT"))
         if proc.returncode != 0:
-            raise Unavailable(f"sacct failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
+            raise Unavailable(f"sacct failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
         try:
             rows.extend(parse.sacct(proc.stdout, arrays))
         except parse.ParseError as exc:
@@ -80,7 +88,7 @@ def scancel(targets: list[str]) -> None:
         chunk = targets[start:start + CHUNK]
         proc = _run(["scancel", "--quiet", *chunk], env.get("TAU_SLURM_TIMEOUT"))
         if proc.returncode != 0 and "Invalid job id" not in proc.stderr:
-            raise Unavailable(f"scancel failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
+            raise Unavailable(f"scancel failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
 
 
 def sbatch_script(run: Run, rel: str, text: str, pinned: bool = False) -> str:
@@ -108,10 +116,12 @@ def sbatch(script_path: str, pinned: bool = False) -> str:
                         "submitted the job; tau resolves it by its exact name on the next tau-submit or tau-retry") \
             from None
     if proc.returncode != 0:
-        message = _short(proc.stderr) or f"exit {proc.returncode}"
+        message = short(proc.stderr) or f"exit {proc.returncode}"
         if any(word in proc.stderr.lower() for word in _TRANSIENT):
             raise Ambiguous(f"sbatch's outcome is ambiguous: it failed in a way that may still have submitted the job "
                             f"({message}); tau resolves it by its exact name on the next tau-submit or tau-retry")
+        if any(word in proc.stderr.lower() for word in _SUBMIT_LIMIT):
+            raise SubmitLimited(f"sbatch refused the job for a submit limit: {message}")
         raise SubmitRefused(f"sbatch refused the job: {message}")
     try:
         return parse.sbatch_job_id(proc.stdout)
@@ -137,7 +147,7 @@ def find_by_name(name: str, uid: int, created: float) -> dict[str, set[int | Non
     proc = _run(["squeue", "--noheader", "--array", "--states=all", f"--user={uid}", f"--name={name}",
                  "--format=%i|%j|%V"], env.get("TAU_SLURM_TIMEOUT"))
     if proc.returncode != 0:
-        raise Unavailable(f"squeue failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
+        raise Unavailable(f"squeue failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
     for job, tasks, seen_name, submit in parse.name_rows(proc.stdout, 3):
         if seen_name == name and not parse.submitted_before(submit, since_local):
             found.setdefault(job, set()).update(tasks)
@@ -145,7 +155,7 @@ def find_by_name(name: str, uid: int, created: float) -> dict[str, set[int | Non
                  f"--starttime={since_local}", "--format=JobID,JobName%200,Submit"],
                 env.get("TAU_SLURM_TIMEOUT"))
     if proc.returncode != 0:
-        raise Unavailable(f"sacct failed: {_short(proc.stderr) or f'exit {proc.returncode}'}")
+        raise Unavailable(f"sacct failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
     for job, tasks, seen_name, submit in parse.name_rows(proc.stdout, 3):
         if seen_name == name and not parse.submitted_before(submit, since_local):
             found.setdefault(job, set()).update(tasks)

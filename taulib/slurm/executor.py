@@ -18,7 +18,7 @@ from typing import Any
 
 from taulib import env, failpoints, jsonio
 from taulib.errors import BadInput, Refused, Unavailable, UsageError
-from taulib.executor import CollectionJobs, Executor, Limits, Observed, Resolved, Stopped
+from taulib.executor import Capacity, CollectionJobs, Executor, Limits, Observed, Resolved, Stopped
 from taulib.rules import journal as journal_rules
 from taulib.rundir.journal import task_indices
 from taulib.rundir.run import Run
@@ -78,6 +78,14 @@ class Slurm(Executor):
 
     def limits(self, plan: dict[str, Any]) -> Limits:
         return Limits(parallel=plan["scheduler"]["slurm"].get("max_parallel"))
+
+    def capacity(self, run: Run) -> Capacity:
+        from taulib.rundir.journal import SUBMISSIONS, Journal
+        from taulib.slurm import limits
+
+        run_jobs = {status["job_id"] for _, status in Journal(run, SUBMISSIONS).entries()
+                    if status is not None and status["job_id"]}
+        return limits.read(run.plan["scheduler"]["slurm"], run_jobs)
 
     def render(self, run: Run, plan: dict[str, Any]) -> str | None:
         return script.render(job_name=plan["job_name"], run_dir=run.path, submission_id=plan["submission_id"],

@@ -101,7 +101,7 @@ def compress_indices(indices: list[int]) -> str:
     return ",".join(parts)
 
 
-def _job_fields(text: str) -> tuple[str, list[int | None]]:
+def job_fields(text: str) -> tuple[str, list[int | None]]:
     match = _JOB.match(text)
     if match is None:
         raise ParseError(f"unexpected job id {text!r}")
@@ -112,7 +112,7 @@ def _job_fields(text: str) -> tuple[str, list[int | None]]:
     return match["job"], [None]
 
 
-def _split_rows(text: str, count: int, what: str) -> Iterator[tuple[list[str], str]]:
+def split_rows(text: str, count: int, what: str) -> Iterator[tuple[list[str], str]]:
     """(fields, line) of every non-blank line of `|`-separated output, each with exactly `count` fields."""
     for line in text.splitlines():
         if not line.strip():
@@ -125,8 +125,8 @@ def _split_rows(text: str, count: int, what: str) -> Iterator[tuple[list[str], s
 
 def squeue(text: str) -> list[Row]:
     rows = []
-    for fields, _line in _split_rows(text, 3, "squeue row"):
-        job, tasks = _job_fields(fields[0].strip())
+    for fields, _line in split_rows(text, 3, "squeue row"):
+        job, tasks = job_fields(fields[0].strip())
         raw = fields[1].strip()
         for task in tasks:
             rows.append(Row(job, task, normalise_state(raw), raw, reason=fields[2].strip() or None))
@@ -145,11 +145,11 @@ def sacct(text: str, arrays: set[str] | None = None) -> list[Row]:
     is a placeholder)."""
     arrays = arrays or set()
     rows = []
-    for fields, line in _split_rows(text, 8, "sacct row"):
+    for fields, line in split_rows(text, 8, "sacct row"):
         jobid, _raw_id, name, state, exit_text, submit, start, _end = (f.strip() for f in fields)
         if "." in jobid:
             raise ParseError(f"unexpected step row {line!r} (sacct must run with --allocations)")
-        job, tasks = _job_fields(jobid)
+        job, tasks = job_fields(jobid)
         if name == "allocation" or (tasks == [None] and job in arrays):
             continue  # accounting-lag placeholder: this task is not in accounting yet
         code, sig = _exit(exit_text)
@@ -183,11 +183,11 @@ def name_rows(text: str, fields: int) -> list[tuple[str, list[int | None], str, 
     """Rows of `JOBID|NAME[|SUBMIT]` (squeue %i|%j|%V, or sacct JobID,JobName,Submit) for exact-name recovery:
     (job, tasks, name, submit time or "")."""
     out = []
-    for parts, _line in _split_rows(text, fields, "row"):
+    for parts, _line in split_rows(text, fields, "row"):
         jobid = parts[0].strip()
         if "." in jobid:
             continue
-        job, tasks = _job_fields(jobid)
+        job, tasks = job_fields(jobid)
         out.append((job, tasks, parts[1].strip(), parts[2].strip() if fields > 2 else ""))
     return out
 
