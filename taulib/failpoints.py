@@ -5,6 +5,7 @@
   error       raise FailpointError there (an I/O failure the caller must handle)
   delay:S     sleep S seconds there (to widen a race window in tests)
   once-crash  crash only if the marker file named by TAU_FAILPOINT_ONCE does not exist yet (then create it)
+  crash@N     crash the N-th time this process reaches that step (a later window of one tau-submit, say)
 
 A name may be qualified by the command it fires in: `tau-collect:collect.staged=crash` crashes tau-collect there
 but not the tau-attempt processes a local supervisor starts with the same environment. `TAU_FAILPOINT_TRACE` names
@@ -84,6 +85,9 @@ command = "tau"  # the command this process runs (set by `taulib.cli.common.run_
 # executor's supervisor)
 
 
+_REACHED: dict[str, int] = {}  # how often this process reached each armed `crash@N` failpoint
+
+
 def hit(name: str) -> None:
     """Run the action armed for `name`, if any."""
     if _TRACE:
@@ -103,6 +107,10 @@ def hit(name: str) -> None:
             return
         os.close(fd)
         os.kill(os.getpid(), signal.SIGKILL)
+    elif action.startswith("crash@"):
+        _REACHED[name] = _REACHED.get(name, 0) + 1
+        if str(_REACHED[name]) == action.removeprefix("crash@"):
+            os.kill(os.getpid(), signal.SIGKILL)
     elif action == "error":
         raise FailpointError(f"failpoint {name!r} injected an error", failpoint=name)
     elif action.startswith("delay:"):

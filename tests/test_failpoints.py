@@ -232,3 +232,16 @@ def test_the_crash_matrix_classifies_every_store_failpoint():
     assert set(STORE_NAMES) == COMMITTED | BEFORE_COMMIT
     assert not COMMITTED & BEFORE_COMMIT
     assert {protocol_of(name) for name in STORE_NAMES} == set(TARGET)
+
+
+def test_crash_at_n_crashes_the_nth_time_the_process_reaches_the_step():
+    code = ("from taulib import failpoints\n"
+            "for n in range(1, 4):\n"
+            "    failpoints.hit('submit.submitted')\n"
+            "    print('passed', n, flush=True)\n")
+    env = dict(os.environ, TAU_FAILPOINTS="submit.submitted=crash@2")
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=60)
+    assert (proc.returncode, proc.stdout) == (-9, "passed 1\n")
+    env["TAU_FAILPOINTS"] = "submit.submitted=crash@5"
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, "passed 1\npassed 2\npassed 3\n")

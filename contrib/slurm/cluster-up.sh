@@ -74,8 +74,8 @@ ReturnToService=2
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-MaxArraySize=100001
-MaxJobCount=200000
+MaxArraySize=1001
+MaxJobCount=10000
 MinJobAge=300
 KillWait=5
 InactiveLimit=0
@@ -89,6 +89,7 @@ JobAcctGatherFrequency=30
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=6819
+AccountingStorageEnforce=associations,limits
 JobCompType=jobcomp/none
 EpilogSlurmctld=$EPILOG_CTLD
 NodeName=$NODE CPUs=$CPUS Boards=1 SocketsPerBoard=$SOCKETS CoresPerSocket=$CORES ThreadsPerCore=$THREADS RealMemory=$MEM State=UNKNOWN
@@ -161,6 +162,8 @@ waitfor 60 slurmdbd sacctmgr -n list cluster
 running $RUNDIR/slurmctld.pid || /usr/sbin/slurmctld
 waitfor 60 slurmctld bash -c 'scontrol ping | grep -q "is UP"'
 waitfor 30 "cluster registration" bash -c "sacctmgr -n -P list cluster format=cluster | grep -qx '$CLUSTER'"
+# associations are enforced, as sites enforce them: root's (made by the registration) must exist before jobs come
+waitfor 30 "root's association" bash -c "sacctmgr -n -P show assoc where cluster='$CLUSTER' user=root format=user | grep -qx root"
 running $RUNDIR/slurmd.pid || /usr/sbin/slurmd -N "$NODE"
 waitfor 60 "node idle" bash -c "sinfo -h -n $NODE -o %T | grep -Eqx 'idle|mixed|allocated'"
 log "up: $(sinfo -h -o '%P %a %T' | tr '\n' ' ')"
