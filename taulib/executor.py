@@ -48,6 +48,7 @@ class Capacity(NamedTuple):
     room: int | None
     holding: str | None
     unread: list[str]
+    least: int | None = None  # the fewest tasks a window is worth while more shards wait (None: any)
 
 
 UNLIMITED = Capacity(None, None, None, None, [])

@@ -52,3 +52,9 @@ def test_every_array_fits_and_every_shard_is_taken_once_or_deferred(shards, max_
             assert max(indices) <= max_index
         if max_tasks is not None:
             assert len(array) <= max_tasks
+
+
+def test_room_for_fewer_than_the_least_worth_a_window_waits_unless_it_takes_every_shard_left():
+    assert cut(list(range(100)), 1000, 1001, 7, least=25) == Windows([], 100)
+    assert cut(list(range(100)), 1000, 1001, 30, least=25) == Windows([[(i, i) for i in range(30)]], 70)
+    assert cut(list(range(5)), 1000, 1001, 7, least=25) == Windows([[(i, i) for i in range(5)]], 0)  # the last ones

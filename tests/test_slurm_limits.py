@@ -99,7 +99,7 @@ def test_the_capacity_is_the_array_limit_and_the_tightest_room_with_the_unread_l
     held = [Limit("max_queued", 500, 100, "the plan"), Limit("MaxSubmitJobs", 250, 245, "user alice's association")]
     assert limits.capacity(config, held, ["association and QOS limits (sacctmgr: access denied)"]) == Capacity(
         max_index=1000, max_tasks=1001, room=5, holding="MaxSubmitJobs=250 of user alice's association (245 queued)",
-        unread=["association and QOS limits (sacctmgr: access denied)"])
+        unread=["association and QOS limits (sacctmgr: access denied)"], least=25)
     assert limits.capacity({}, [], []) == Capacity(None, None, None, None, [])
     over = limits.capacity(config, [Limit("MaxSubmitJobs", 250, 300, "x")], [])
     assert over.room == 0  # more queued than the limit (set after they were queued): no room, never negative

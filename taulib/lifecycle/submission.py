@@ -88,7 +88,7 @@ def submit(run: Run, purpose: str, select: Callable[[Run], Selection]) -> Record
         _check_inherited(run)
         chosen = _next_attempts(run, shard_ids, granted)
         capacity = executor.of(run).capacity(run)
-        cut = windows.cut(sorted(chosen), capacity.max_index, capacity.max_tasks, capacity.room)
+        cut = windows.cut(sorted(chosen), capacity.max_index, capacity.max_tasks, capacity.room, capacity.least)
         made: list[Record] = []
         deferred, holding = cut.deferred, capacity.holding if cut.deferred else None
         for number, array in enumerate(cut.arrays):

@@ -21,9 +21,14 @@ class Windows(NamedTuple):
     deferred: int  # shards left for a later submission
 
 
-def cut(shards: list[int], max_index: int | None, max_tasks: int | None, room: int | None) -> Windows:
-    """The arrays of ascending shard indices `shards` under these limits (None: no such limit)."""
+def cut(shards: list[int], max_index: int | None, max_tasks: int | None, room: int | None,
+        least: int | None = None) -> Windows:
+    """The arrays of ascending shard indices `shards` under these limits (None: no such limit). `least`: the fewest
+    tasks a submission is worth while shards are left over (room for fewer waits, so that a queue draining task by
+    task does not become a submission per task)."""
     taken = shards if room is None else shards[:max(room, 0)]
+    if least is not None and len(taken) < min(least, len(shards)):
+        taken = []
     bounds = [n for n in (max_tasks, None if max_index is None else max_index + 1) if n is not None and n > 0]
     size = min(bounds) if bounds else max(len(taken), 1)  # an array numbered from 0 stays at or below max_index
     arrays = []

@@ -30,6 +30,7 @@ from taulib.executor import Capacity
 from taulib.slurm import commands, parse
 
 SUBMIT_LIMITS = ("limits", "safe")  # AccountingStorageEnforce words under which submit limits are enforced
+LEAST_SHARE = 10  # a window waits until a tenth of the tightest limit is free (or it takes every shard left)
 
 
 class Limit(NamedTuple):
@@ -109,7 +110,8 @@ def capacity(config: dict[str, str], limits: list[Limit], unread: list[str]) -> 
     max_tasks = min([n for n in (array_size, job_count) if n] or [0]) or None
     tightest = smallest(limits)
     return Capacity(max_index=max_index, max_tasks=max_tasks, room=None if tightest is None else tightest.room,
-                    holding=None if tightest is None else tightest.words(), unread=list(unread))
+                    holding=None if tightest is None else tightest.words(), unread=list(unread),
+                    least=None if tightest is None else max(1, tightest.value // LEAST_SHARE))
 
 
 def enforced(config: dict[str, str]) -> bool:
