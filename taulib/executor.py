@@ -109,6 +109,7 @@ class Executor(ABC):
     `render`, `hand_off`, `resolve` and `start` in that order; the rest answer questions about attempts."""
 
     name: ClassVar[str]
+    request_fields: ClassVar[dict[str, str]]  # the plan section's field of each key of `request` it can set
 
     # -- the plan ---------------------------------------------------------------------------------------------------
 
@@ -124,6 +125,11 @@ class Executor(ABC):
     def preflight(self, plan: dict[str, Any], run_dir: str, python: str) -> None:
         """For the run's own executor, at tau-init before anything is written: refuse a plan that could never be
         submitted from `run_dir` (UsageError or BadInput), as the first submission would find out."""
+
+    @abstractmethod
+    def request(self, section: dict[str, Any]) -> dict[str, str | None]:
+        """What each task of a first attempt asks for, as {"mem", "time"} in Slurm's spelling (None where this
+        executor or the plan sets nothing): the request `retry.escalate` grows (`rules.escalation`). Pure."""
 
     @abstractmethod
     def limits(self, plan: dict[str, Any]) -> Limits:

@@ -82,7 +82,32 @@ def resolve_plan(request: Record, run_id: str) -> Record:
     schema.validate(plan, "plan")
     for name in executor.EXECUTORS:  # each section the plan carries can be submitted, whichever executor runs it
         executor.get(name).check_section(plan["scheduler"][name])
+    _check_escalation(plan)
     return plan
+
+
+def _check_escalation(plan: Record) -> None:
+    """A request retry.escalate grows must be one the run's executor asks for, and a cap must not be below it (a
+    growing request never shrinks; tau-run(5) "retry")."""
+    from taulib.rules import escalation
+
+    grow = plan["retry"].get("escalate") or {}
+    profile = plan["scheduler"]["profile"]
+    chosen = executor.get(profile)
+    base = chosen.request(plan["scheduler"][profile])
+    for key, read in (("mem", escalation.mem_mib), ("time", escalation.time_seconds)):
+        if key not in grow and f"max_{key}" not in grow:
+            continue
+        asked = base[key]
+        if asked is None:
+            field = chosen.request_fields.get(key)
+            what = {"mem": "memory", "time": "time"}[key]
+            raise BadInput(f"plan on standard input grows {what} on retry (retry.escalate.{key}) but asks for none: "
+                           + (f"set scheduler.{profile}.{field}" if field else
+                              f"the {profile} executor asks for no {what}"))
+        if f"max_{key}" in grow and read(grow[f"max_{key}"]) < read(asked):
+            raise BadInput(f"plan on standard input caps {key} at {grow[f'max_{key}']!r} (retry.escalate.max_{key}), "
+                           f"below the {asked!r} it asks for; a grown request never shrinks")
 
 
 def _check_environment(plan: Record) -> None:

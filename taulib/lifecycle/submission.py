@@ -35,7 +35,7 @@ from taulib import env, executor, failpoints, jsonio
 from taulib.errors import BadInput, Busy, Conflict, SubmitLimited, SubmitRefused
 from taulib.executor import UNLIMITED, Capacity
 from taulib.rules import environment as environment_rules
-from taulib.rules import windows
+from taulib.rules import escalation, windows
 from taulib.rundir import layout, locks, state
 from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks, job_name, tasks
 
@@ -87,15 +87,18 @@ def submit(run: Run, purpose: str, select: Callable[[Run], Selection]) -> Record
                     "windows": [], "deferred": NO_DEFERRAL}
         _check_inherited(run)
         chosen = _next_attempts(run, shard_ids, granted)
+        requests = _requests(run, book, chosen)
         capacity = executor.of(run).capacity(run)
         cut = windows.cut(sorted(chosen), capacity.max_index, capacity.max_tasks, capacity.room, capacity.least)
         made: list[Record] = []
         deferred, holding = cut.deferred, capacity.holding if cut.deferred else None
-        for number, array in enumerate(cut.arrays):
+        arrays = [part for array in cut.arrays for part in _by_request(array, requests)]
+        for number, (array, request) in enumerate(arrays):
             try:
-                made.append(_window(run, book, purpose, [dict(chosen[s], task_index=i) for s, i in array], capacity))
+                made.append(_window(run, book, purpose, [dict(chosen[s], task_index=i) for s, i in array], capacity,
+                                    request))
             except SubmitLimited as exc:  # a limit filled meanwhile: nothing of this window was submitted
-                deferred += sum(len(rest) for rest in cut.arrays[number:])
+                deferred += sum(len(rest) for rest, _ in arrays[number:])
                 holding = exc.message
                 break
         deferral = record_deferral(run, purpose, deferred, holding, capacity.unread)
@@ -118,7 +121,47 @@ def _next_attempts(run: Run, shard_ids: list[str], granted: list[str]) -> dict[i
     return chosen
 
 
-def _window(run: Run, book: Journal, purpose: str, window: list[Record], capacity: Capacity) -> Record:
+def _requests(run: Run, book: Journal, chosen: dict[int, Record]) -> dict[int, Record] | None:
+    """Each chosen shard's request ({mem, time}) when the run's retry grows requests (`retry.escalate`), else None:
+    a first attempt asks for the plan's own request; a later one for what the attempt before it asked for, grown
+    after it ran out of memory or time (`rules.escalation`)."""
+    escalate = run.plan["retry"].get("escalate")
+    if not escalate:
+        return None
+    base = executor.of(run).request(run.plan["scheduler"][run.plan["scheduler"]["profile"]])
+    asked = {plan["submission_id"]: plan.get("resources") for plan, _ in book.entries()}
+    submitted = state.Submitted(run)
+    out: dict[int, Record] = {}
+    for index, task in chosen.items():
+        if task["ordinal"] == 1:
+            out[index] = dict(base)
+            continue
+        sid, before = task["shard_id"], layout.attempt_id(task["ordinal"] - 1)
+        attempt = state.attempt_record(run, sid, before, submitted)
+        if attempt is None:  # its attempt before was never submitted: nothing ended it
+            out[index] = dict(base)
+            continue
+        evidence = state.read_evidence(run, sid, before)
+        ended = escalation.ended_as((attempt.get("terminal") or {}).get("classification"),
+                                    evidence.classification if evidence is not None and evidence.terminal else None)
+        out[index] = escalation.next_request(asked.get(attempt["submission_id"]) or base, ended, escalate)
+    return out
+
+
+def _by_request(array: list[tuple[int, int]], requests: dict[int, Record] | None
+                ) -> list[tuple[list[tuple[int, int]], Record | None]]:
+    """An array of (shard index, task index) split into one array per request, in order of first appearance (one
+    sbatch script asks the same of every task it holds)."""
+    if requests is None:
+        return [(array, None)]
+    parts: dict[tuple[str | None, ...], list[tuple[int, int]]] = {}
+    for pair in array:
+        parts.setdefault(tuple(requests[pair[0]].get(k) for k in ("mem", "time")), []).append(pair)
+    return [(part, requests[part[0][0]]) for part in parts.values()]
+
+
+def _window(run: Run, book: Journal, purpose: str, window: list[Record], capacity: Capacity,
+            request: Record | None = None) -> Record:
     """One window: its journal entry, its hand-off and its binding (steps 2-6); its summary."""
     sub_id = book.next_id()
     plan: Record = {"kind": "tau.submission-plan", "schema_version": 1, "run_id": run.run_id,
@@ -128,6 +171,8 @@ def _window(run: Run, book: Journal, purpose: str, window: list[Record], capacit
                     **({"task_ranges": compact_tasks(window)} if run.format >= 2 else {"tasks": window})}
     if capacity != UNLIMITED:  # what the scheduler allowed when it was planned, and what could not be read
         plan["capacity"] = capacity._asdict()
+    if request is not None:  # what each of its tasks asks for, grown on retry (retry.escalate)
+        plan["resources"] = {"mem": request.get("mem"), "time": request.get("time")}
     text = executor.get(plan["executor"]).render(run, plan)  # refuse bad fields before the journal
     status = book.open(plan)
     failpoints.hit("submit.prepared")

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from taulib import env
-from taulib.errors import Refused
+from taulib.errors import BadInput, Refused
 from taulib.executor import UNLIMITED, Capacity, CollectionJobs, Executor, Limits, Observed, Resolved, Stopped
+from taulib.rules import escalation
 from taulib.rundir import layout
 from taulib.rundir.journal import task_indices
 from taulib.rundir.run import Run
@@ -23,12 +24,21 @@ MAX_PARALLEL = 4  # tasks of a submission that run at once when the plan does no
 
 class Local(Executor):
     name = "local"
+    request_fields = {"time": "time_limit"}
 
     def section(self, asked: dict[str, Any]) -> dict[str, Any]:
-        return {"max_parallel": asked.get("max_parallel", MAX_PARALLEL)}
+        section = {"max_parallel": asked.get("max_parallel", MAX_PARALLEL)}
+        if "time_limit" in asked:
+            section["time_limit"] = asked["time_limit"]
+        return section
 
     def check_section(self, section: dict[str, Any]) -> None:
-        return None  # its one field is bounded by the plan's schema
+        if escalation.limit_seconds(section.get("time_limit")) == 0:
+            raise BadInput("scheduler.local.time_limit is zero; give the longest an attempt may run, at least 1 s")
+
+    def request(self, section: dict[str, Any]) -> dict[str, str | None]:
+        limit = escalation.limit_seconds(section.get("time_limit"))
+        return {"mem": None, "time": None if limit is None else escalation.format_time(limit)}
 
     def preflight(self, plan: dict[str, Any], run_dir: str, python: str) -> None:
         return None  # any folder tau-init can write is one the supervisor can run from

@@ -46,7 +46,11 @@ def observe(run: Run, attempts: list[Record]) -> list[Record]:
 
 
 def finished(task: Record) -> Record:
-    """The accounting view of a finished task."""
+    """The accounting view of a finished task (one the supervisor stopped past its time limit ended timed out,
+    however it exited)."""
+    if task.get("timed_out"):
+        return {"state": "timed_out", "raw": "TIMEOUT", "exit_code": task["exit_code"],
+                "reason": "TIMEOUT: the supervisor stopped it at its time limit (scheduler.local.time_limit)"}
     sig = task["signal"]
     if sig is not None:
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)

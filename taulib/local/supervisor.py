@@ -74,8 +74,9 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
         "kind": "tau.local-supervisor", "schema_version": 1, "run_id": run.run_id, "submission_id": sid,
         "pid": me, "start_ticks": process_start_ticks(me) or 0, "started_at": jsonio.now_rfc3339(),
         "max_parallel": max_parallel, "revision": 1 if previous is None else previous["revision"] + 1})
-    running: dict[int, tuple[int, str]] = {}  # pid -> (task index, record path)
+    running: dict[int, Running] = {}
     stopping: dict[str, int | None] = {"signal": None}
+    limit = time_limit(run, sub)
 
     def forward(signum: int, frame: FrameType | None) -> None:
         """A stop signal for the whole job (as scancel sends it): pass it on to every task, then wait for them."""
@@ -97,21 +98,21 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
         if run.dir.exists(record_rel):
             continue  # started by an earlier supervisor of this submission: never run a task twice
         while len(running) >= max_parallel:
-            _reap(run, running, block=True)
+            _reap(run, running, limit)
         if stopping["signal"] is not None:
             break
         if _cancelled(run, task["shard_id"]):
             _skip(run, sid, index)
             continue
         pid = _start_task(run, sub, index)
-        running[pid] = (index, record_rel)
+        running[pid] = Running(index, record_rel, time.monotonic())
         ticks = process_start_ticks(pid) or 0
         run.dir.replace(record_rel, {
             "kind": "tau.local-task", "schema_version": 1, "run_id": run.run_id, "submission_id": sid,
             "task_index": index, "revision": 1, "state": "running", "pid": pid, "start_ticks": ticks,
             "started_at": jsonio.now_rfc3339(), "finished_at": None, "exit_code": None, "signal": None})
     while running:
-        _reap(run, running, block=True)
+        _reap(run, running, limit)
     for task in queue:  # stopped (a cancelled run): what never started says so, so that it is not awaited
         if not run.dir.exists(layout.local_task(sid, task["task_index"])) and _cancelled(run, task["shard_id"]):
             _skip(run, sid, task["task_index"])
@@ -224,25 +225,81 @@ def _start_task(run: Run, sub: Record, index: int) -> int:
     return proc.pid
 
 
-def _reap(run: Run, running: dict[int, tuple[int, str]], block: bool) -> None:
+class Running:
+    """A task the supervisor started and has not reaped: its index, record, start (monotonic) and, once past the
+    time limit, when it was told to stop."""
+
+    __slots__ = ("index", "record", "started", "stopped")
+
+    def __init__(self, index: int, record: str, started: float) -> None:
+        self.index, self.record, self.started = index, record, started
+        self.stopped: float | None = None
+
+
+KILL_WAIT = 5.0  # seconds between SIGTERM and SIGKILL of a task past its time limit (Slurm's KillWait)
+POLL = 0.1  # seconds between looks at the tasks while a time limit applies
+
+
+def time_limit(run: Run, sub: Record) -> float | None:
+    """The longest a task of this submission may run, in seconds: the window's grown request (retry.escalate),
+    else the plan's `scheduler.local.time_limit`; None when neither says."""
+    from taulib.rules.escalation import limit_seconds
+
+    grown = (sub.get("resources") or {}).get("time")
+    return limit_seconds(grown if grown is not None else run.plan["scheduler"]["local"].get("time_limit"))
+
+
+def _reap(run: Run, running: dict[int, Running], limit: float | None) -> None:
+    """Reap one task that ended (waiting for it), recording how it ended and what it used (wait4's rusage: the
+    task and every process it waited for). With a time limit, look every POLL seconds instead, and stop a task past
+    it as Slurm does: SIGTERM to its process group, SIGKILL KILL_WAIT seconds later; it ends timed out."""
     try:
-        pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+        pid, status, usage = os.wait4(-1, 0 if limit is None else os.WNOHANG)
     except ChildProcessError:
         running.clear()
         return
     except InterruptedError:
         return
-    if pid == 0 or pid not in running:
+    if pid == 0:
+        _enforce(running, limit)
+        time.sleep(POLL)
         return
-    index, record_rel = running.pop(pid)
+    task = running.pop(pid, None)
+    if task is None:
+        return
+    elapsed = time.monotonic() - task.started
     try:
         os.killpg(pid, signal.SIGKILL)  # like Slurm ending a job step: nothing of the task outlives it
     except (ProcessLookupError, PermissionError):
         pass
-    record = run.dir.read(record_rel, "tau.local-task")
+    record = run.dir.read(task.record, "tau.local-task")
     if record is None:  # finished before its running record was written
         return
     code = os.waitstatus_to_exitcode(status)
     record = dict(record, revision=record["revision"] + 1, state="finished", finished_at=jsonio.now_rfc3339(),
-                  exit_code=code if code >= 0 else None, signal=-code if code < 0 else None)
-    run.dir.replace(record_rel, record)
+                  exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
+                  timed_out=task.stopped is not None,
+                  usage={"elapsed_seconds": round(elapsed, 3),
+                         "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
+                         "max_rss_bytes": usage.ru_maxrss * 1024})  # Linux counts ru_maxrss in KiB
+    run.dir.replace(task.record, record)
+
+
+def _enforce(running: dict[int, Running], limit: float | None) -> None:
+    """Stop the tasks past the time limit (SIGTERM once, SIGKILL after KILL_WAIT)."""
+    if limit is None:
+        return
+    now = time.monotonic()
+    for pid, task in running.items():
+        if task.stopped is None and now - task.started >= limit:
+            task.stopped = now
+            _signal_group(pid, signal.SIGTERM)
+        elif task.stopped is not None and now - task.stopped >= KILL_WAIT:
+            _signal_group(pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -7,6 +7,7 @@
   budget       the retry budget: when a shard or a run stops being retried, and what the run has spent of it
   retry        which shards get a new attempt
   windows      a submission's shards cut into arrays that fit the scheduler now, the rest deferred
+  escalation   the memory and time a retry asks for, grown after the attempt before it ran out of them
   journal      resolving an ambiguous submission by its job's exact name
   chain        whether a shard's attempt, result and manifest make a chain that may win
   fields       a candidate's columns against the run's output schema, field by field

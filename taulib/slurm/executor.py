@@ -57,6 +57,7 @@ class SlurmCollectionJobs(CollectionJobs):
 
 class Slurm(Executor):
     name = "slurm"
+    request_fields = {"mem": "mem", "time": "time"}
 
     def section(self, asked: dict[str, Any]) -> dict[str, Any]:
         return dict(asked)
@@ -76,6 +77,9 @@ class Slurm(Executor):
         script.render_collection(job_name="tau-check", run_dir=run_dir, collection_id="collection-0001",
                                  python=python, profile=profile)
 
+    def request(self, section: dict[str, Any]) -> dict[str, str | None]:
+        return {"mem": section.get("mem") or None, "time": section.get("time") or None}
+
     def limits(self, plan: dict[str, Any]) -> Limits:
         return Limits(parallel=plan["scheduler"]["slurm"].get("max_parallel"))
 
@@ -88,9 +92,12 @@ class Slurm(Executor):
         return limits.read(run.plan["scheduler"]["slurm"], run_jobs)
 
     def render(self, run: Run, plan: dict[str, Any]) -> str | None:
+        profile = dict(run.plan["scheduler"]["slurm"])
+        for key, value in (plan.get("resources") or {}).items():  # a window's grown request (retry.escalate)
+            if value is not None:
+                profile[key] = value
         return script.render(job_name=plan["job_name"], run_dir=run.path, submission_id=plan["submission_id"],
-                             task_indices=task_indices(plan), python=sys.executable,
-                             profile=run.plan["scheduler"]["slurm"])
+                             task_indices=task_indices(plan), python=sys.executable, profile=profile)
 
     def hand_off(self, run: Run, plan: dict[str, Any], text: str | None) -> str:
         if text is None:

@@ -1,0 +1,99 @@
+"""Resources that grow on retry: the memory and time an attempt asks for, from its shard's attempt before it. Pure
+(tests/test_rules_escalation.py).
+
+The plan's `retry.escalate` says by how much: `mem` and `time` are factors (1 to 16), `max_mem` and `max_time` caps
+in Slurm's own spelling. An attempt asks for what the attempt before it asked for, times `mem` when that one ran out
+of memory, times `time` when it ran out of time (its terminal classification `out_of_memory` or `timed_out`); any
+other failure changes nothing, and a first attempt asks for the plan's own request. A grown request never passes its
+cap, and a request the plan does not set (no `mem`, no `time`) is never invented: only what was asked can grow.
+Memory is spelt as Slurm spells it (`4096`, `512M`, `4G`, `1T`: mebibytes unless suffixed) and written back in
+whole mebibytes or the largest unit that divides it; time as Slurm spells it (`M`, `M:S`, `H:M:S`, `D-H`,
+`D-H:M`, `D-H:M:S`) and written back as `D-HH:MM:SS` or `HH:MM:SS`, rounded up to whole seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+_MEM = re.compile(r"^([0-9]+)([KMGT]?)\Z")
+_TIME = re.compile(r"^(?:([0-9]+)-)?([0-9]+)(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?\Z")
+
+
+def mem_mib(text: str) -> float:
+    """Slurm's `--mem` value in mebibytes (ValueError for anything else)."""
+    match = _MEM.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a memory size like 4G")
+    return int(match[1]) * _UNITS[match[2] or "M"]
+
+
+def format_mem(mib: float) -> str:
+    """Mebibytes as `--mem` takes them: the largest unit that holds them exactly, whole mebibytes at least."""
+    whole = math.ceil(mib)
+    for unit, size in (("T", 1024 * 1024), ("G", 1024)):
+        if whole % size == 0:
+            return f"{whole // size}{unit}"
+    return f"{whole}M"
+
+
+def time_seconds(text: str) -> int:
+    """Slurm's `--time` value in seconds (ValueError for anything else)."""
+    match = _TIME.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a time limit like 10:00 or 1-00:00:00")
+    days, first, second, third = match.groups()
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        return int(days) * 86400 + int(first) * 3600 + int(second or 0) * 60 + int(third or 0)
+    if third is not None:  # H:M:S
+        return int(first) * 3600 + int(second) * 60 + int(third)
+    return int(first) * 60 + int(second or 0)  # M, M:S
+
+
+def limit_seconds(limit: int | str | None) -> int | None:
+    """A time limit given in seconds or in `--time`'s spelling (the local executor's `time_limit`), in seconds;
+    None when none is given."""
+    if limit is None or isinstance(limit, int):
+        return limit
+    return time_seconds(limit)
+
+
+def format_time(seconds: float) -> str:
+    """Seconds as `--time` takes them: D-HH:MM:SS from a day up, else HH:MM:SS, rounded up."""
+    whole = math.ceil(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def next_request(previous: dict[str, str | None], classification: str | None,
+                 escalate: dict[str, Any] | None) -> dict[str, str | None]:
+    """The request ({mem, time}, Slurm's spelling, None where not set) of the attempt after one that asked for
+    `previous` and ended as `classification`."""
+    grown = dict(previous)
+    if not escalate:
+        return grown
+    if classification == "out_of_memory" and previous.get("mem") and escalate.get("mem", 1) != 1:
+        mib = mem_mib(str(previous["mem"])) * float(escalate["mem"])
+        if escalate.get("max_mem"):
+            mib = min(mib, mem_mib(str(escalate["max_mem"])))
+        grown["mem"] = format_mem(mib)
+    if classification == "timed_out" and previous.get("time") and escalate.get("time", 1) != 1:
+        seconds = time_seconds(str(previous["time"])) * float(escalate["time"])
+        if escalate.get("max_time"):
+            seconds = min(seconds, time_seconds(str(escalate["max_time"])))
+        grown["time"] = format_time(seconds)
+    return grown
+
+
+def ended_as(recorded: str | None, scheduler: str | None) -> str | None:
+    """What ended an attempt, as escalation reads it: the scheduler's terminal classification when it says the
+    attempt ran out of memory or time (from inside, the allocation sees only its client killed by a signal), else
+    the classification the attempt recorded itself (None when it recorded none)."""
+    if scheduler in ("out_of_memory", "timed_out"):
+        return scheduler
+    return recorded

@@ -1,0 +1,66 @@
+"""taulib.rules.escalation: memory that doubles after an out-of-memory end, time that grows after a timeout, caps
+that hold, and Slurm's own spellings read and written."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from taulib.rules.escalation import (ended_as, format_mem, format_time, limit_seconds, mem_mib, next_request,
+                                     time_seconds)
+
+ESCALATE = {"mem": 2, "time": 1.5, "max_mem": "16G", "max_time": "1-00:00:00"}
+
+
+def test_memory_is_read_in_slurms_units_and_written_in_the_largest_that_divides_it():
+    assert [mem_mib(t) for t in ("4096", "512M", "4G", "1T", "2048K")] == [4096, 512, 4096, 1024 * 1024, 2]
+    assert [format_mem(m) for m in (4096, 512, 1536, 1024 * 1024, 0.5)] == ["4G", "512M", "1536M", "1T", "1M"]
+    with pytest.raises(ValueError, match="not a memory size"):
+        mem_mib("4GB")
+
+
+def test_time_is_read_in_every_spelling_slurm_takes_and_written_back_rounded_up():
+    assert [time_seconds(t) for t in ("10", "10:30", "1:00:00", "2-3", "2-3:04", "2-3:04:05")] == [
+        600, 630, 3600, 2 * 86400 + 3 * 3600, 2 * 86400 + 3 * 3600 + 240, 2 * 86400 + 3 * 3600 + 245]
+    assert [format_time(s) for s in (600, 3600.2, 86400 * 2 + 61)] == ["00:10:00", "01:00:01", "2-00:01:01"]
+    with pytest.raises(ValueError, match="not a time limit"):
+        time_seconds("1h")
+
+
+@given(st.integers(0, 30 * 86400))
+def test_a_written_time_reads_back_as_the_same_seconds(seconds):
+    assert time_seconds(format_time(seconds)) == seconds
+
+
+def test_out_of_memory_grows_memory_and_a_timeout_grows_time_and_nothing_else_grows_anything():
+    asked = {"mem": "4G", "time": "1:00:00"}
+    assert next_request(asked, "out_of_memory", ESCALATE) == {"mem": "8G", "time": "1:00:00"}
+    assert next_request(asked, "timed_out", ESCALATE) == {"mem": "4G", "time": "01:30:00"}
+    for other in ("failed", "cancelled", "node_failed", "completed_unfinalised", None):
+        assert next_request(asked, other, ESCALATE) == asked
+    assert next_request(asked, "out_of_memory", None) == asked
+    assert next_request(asked, "out_of_memory", {"time": 2}) == asked  # memory not asked to grow
+
+
+def test_a_grown_request_never_passes_its_cap_and_an_unset_request_is_never_invented():
+    assert next_request({"mem": "12G", "time": None}, "out_of_memory", ESCALATE) == {"mem": "16G", "time": None}
+    assert next_request({"mem": "16G", "time": None}, "out_of_memory", ESCALATE) == {"mem": "16G", "time": None}
+    assert next_request({"mem": None, "time": "20:00:00"}, "timed_out", ESCALATE) == {"mem": None,
+                                                                                      "time": "1-00:00:00"}
+    assert next_request({"mem": None, "time": None}, "out_of_memory", ESCALATE) == {"mem": None, "time": None}
+
+
+def test_a_time_limit_is_seconds_or_slurms_spelling():
+    assert [limit_seconds(v) for v in (None, 90, "1:30", "1-0")] == [None, 90, 90, 86400]
+    with pytest.raises(ValueError, match="not a time limit"):
+        limit_seconds("90s")
+
+
+def test_the_scheduler_saying_memory_or_time_ran_out_outweighs_what_the_killed_attempt_recorded():
+    assert ended_as("failed", "out_of_memory") == "out_of_memory"
+    assert ended_as("cancelled", "timed_out") == "timed_out"  # SIGTERM at the limit: the attempt saw a stop
+    assert ended_as("failed", "failed") == "failed"
+    assert ended_as("failed", "node_failed") == "failed"  # only memory and time grow anything
+    assert ended_as("out_of_memory", None) == "out_of_memory"
+    assert ended_as(None, None) is None
