@@ -118,10 +118,10 @@ def test_without_escalation_a_timed_out_attempt_is_retried_with_the_same_limit_w
     ({"profile": "local", "local": {"time_limit": "0:00"}}, None,
      "scheduler.local.time_limit is zero"),
     ({"profile": "local"}, {"mem": 32},
-     "plan on standard input: 32 is greater than the maximum of 16"),
+     "at /retry/escalate/mem: 32 is greater than 16"),
 ])
 def test_tau_init_refuses_a_request_that_could_never_grow_as_asked(workspace, scheduler, escalate, message):
-    doc = {"records": 2, "command": ["true"], "scheduler": scheduler,
+    doc = {"records": 2, "shards": 2, "command": ["true"], "scheduler": scheduler,
            **({"retry": {"escalate": escalate}} if escalate else {})}
     proc = tau("tau-init", str(workspace / "run"), input=json.dumps(doc))
     assert proc.returncode == 65, proc.stderr
