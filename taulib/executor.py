@@ -75,6 +75,14 @@ class Stopped(NamedTuple):
     problem: str | None
 
 
+class Measured(NamedTuple):
+    """What the finished tasks of some submissions used, as the executor measured it: {submission id: {task index:
+    figures}} (schema `observations`, usage), only tasks whose figures are final; and why it could not be asked
+    (None: it could)."""
+    tasks: dict[str, dict[int, dict[str, Any]]]
+    problem: str | None
+
+
 OBSERVED = {"queue": "observed", "accounting": "observed", "reason": None}
 
 
@@ -172,6 +180,11 @@ class Executor(ABC):
     @abstractmethod
     def observe(self, run: Run, attempts: list[dict[str, Any]]) -> Observed:
         """The scheduler's word on each of these attempts now (read-only)."""
+
+    @abstractmethod
+    def usage(self, run: Run, submissions: list[tuple[dict[str, Any], str]]) -> Measured:
+        """What the finished tasks of these bound submissions ((plan, job id) each) used, for those whose figures
+        are final (tau-observe; tau-run(5) "usage.json")."""
 
     @abstractmethod
     def running(self, run: Run, attempt: dict[str, Any]) -> bool | None:

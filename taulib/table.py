@@ -29,6 +29,7 @@ def status(doc: Record) -> str:
                  f"(stops past {budget['max_failed_attempts']} attempts and {budget['max_failed_fraction']:.0%} of "
                  f"the shards); {budget['max_attempts']} attempts a shard"
                  + ("; stopped" if budget["stopped"] else "") + "\n")
+    head += _efficiency(doc.get("efficiency"))
     for sub in doc.get("submissions") or []:
         head += f"submission {sub['submission_id']}: not resolved yet (sbatch's reply was lost), by {sub['deadline']}\n"
     for col in doc.get("collections") or []:
@@ -55,9 +56,54 @@ def status(doc: Record) -> str:
         if shard.get("log"):
             reason += f"; log {shard['log']}"
         tries = f"{shard['attempts']}/{shard['max_attempts']}" if "attempts" in shard else None
-        rows.append([shard["id"], shard["state"], shard["attempt"], shard["winner"], tries, scheduler, done, reason])
-    return head + "\n" + render(["SHARD", "STATE", "ATTEMPT", "WINNER", "TRIES", "SCHEDULER", "PROGRESS", "REASON"],
-                                rows)
+        rows.append([shard["id"], shard["state"], shard["attempt"], shard["winner"], tries, scheduler, done,
+                     _used(shard.get("usage")), reason])
+    return head + "\n" + render(["SHARD", "STATE", "ATTEMPT", "WINNER", "TRIES", "SCHEDULER", "PROGRESS", "USED",
+                                 "REASON"], rows)
+
+
+def _efficiency(summary: Record | None) -> str:
+    """seff's summary for a run: what its measured attempts cost, and how much of what they asked for they used."""
+    if not summary or not (summary["measured"] or summary["unmeasured"]):
+        return ""
+    lagging = (f" ({summary['unmeasured']} finished attempts not measured yet: accounting lags)"
+               if summary["unmeasured"] else "")
+    text = (f"efficiency: {summary['measured']} attempts measured{lagging}; {summary['core_hours']:.4g} core-hours, "
+            f"{summary['gpu_hours']:.4g} GPU-hours\n")
+    if summary["measured"]:
+        cpu = "-" if summary["cpu_efficiency"] is None else f"{summary['cpu_efficiency']:.1%}"
+        memory = ("no memory requested" if summary["memory_efficiency"] is None else
+                  f"memory {summary['memory_efficiency']:.1%} of the request on average "
+                  f"(at most {summary['memory_efficiency_max']:.1%})")
+        peak = "" if summary["max_rss_bytes"] is None else f", peak {_size(summary['max_rss_bytes'])}"
+        text += f"  CPU {cpu} of the cores' time; {memory}{peak}\n"
+        text += "  slowest: " + ", ".join(f"{s['shard_id']} {s['attempt_id']} {_seconds(s['elapsed_seconds'])}"
+                                          for s in summary["slowest"]) + "\n"
+    return text
+
+
+def _used(usage: Record | None) -> str | None:
+    """A shard's attempt's figures in one cell: wall time, CPU efficiency, peak memory (of the request)."""
+    if usage is None:
+        return None
+    if not usage["measured"]:
+        return "not measured yet"
+    cpu = "" if usage["cpu_efficiency"] is None else f" cpu {usage['cpu_efficiency']:.0%}"
+    memory = "" if usage["max_rss_bytes"] is None else f" {_size(usage['max_rss_bytes'])}"
+    if usage["memory_efficiency"] is not None:
+        memory += f" ({usage['memory_efficiency']:.0%} of {_size(usage['mem_requested_bytes'])})"
+    return f"{_seconds(usage['elapsed_seconds'])}{cpu}{memory}"
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.1f}s" if seconds < 60 else _duration(int(seconds))
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
 
 
 def _duration(seconds: int) -> str:

@@ -102,11 +102,17 @@ def test_reconcile_as_a_table_has_a_header_and_one_line_per_shard(settled):
     assert lines[1] == "degraded: shard-00001 failed: the client exited with status 3"
     assert lines[2] == ("budget: 1 failed attempts, 1 failed shards (stops past 10 attempts and 10% of the shards); "
                         "3 attempts a shard")
+    # what the four finished attempts cost, measured by the local executor (rusage), seff's way
+    assert lines[3].startswith("efficiency: 4 attempts measured; "), lines[3]
+    assert lines[3].endswith(" core-hours, 0 GPU-hours")
+    assert lines[4].startswith("  CPU ") and lines[4].endswith(" MiB") and "no memory requested, peak " in lines[4]
+    assert lines[5].startswith("  slowest: ") and lines[5].count("attempt-0001") == 4, lines[5]
     # then the estimate, when the mean of the finished attempts rounds to a second or more (a busy machine's)
     header = lines.index("") + 1
-    assert all(line.startswith("estimated time left: ") for line in lines[3:header - 1]) and header - 1 <= 4
+    assert all(line.startswith("estimated time left: ") for line in lines[6:header - 1]) and header - 1 <= 7
     lines = lines[header - 4:]  # the header line as the fifth, whether or not an estimate was printed
-    assert lines[4].split() == ["SHARD", "STATE", "ATTEMPT", "WINNER", "TRIES", "SCHEDULER", "PROGRESS", "REASON"]
+    assert lines[4].split() == ["SHARD", "STATE", "ATTEMPT", "WINNER", "TRIES", "SCHEDULER", "PROGRESS", "USED",
+                                "REASON"]
     assert [line.split()[:5] for line in lines[5:]] == [
         ["shard-00000", "succeeded", "attempt-0001", "attempt-0001", "1/3"],
         ["shard-00001", "failed", "attempt-0001", "-", "1/3"],

@@ -64,3 +64,13 @@ def test_the_scheduler_saying_memory_or_time_ran_out_outweighs_what_the_killed_a
     assert ended_as("failed", "node_failed") == "failed"  # only memory and time grow anything
     assert ended_as("out_of_memory", None) == "out_of_memory"
     assert ended_as(None, None) is None
+
+
+def test_a_peak_measured_above_the_request_of_an_attempt_that_did_not_complete_is_out_of_memory():
+    killed = {"state": "FAILED", "max_rss_bytes": 320 << 20, "mem_requested_bytes": 256 << 20}
+    assert ended_as("failed", "failed", killed) == "out_of_memory"  # OverMemoryKill: FAILED by SIGKILL
+    assert ended_as("failed", "failed", dict(killed, state="COMPLETED")) == "failed"
+    assert ended_as("failed", "failed", dict(killed, max_rss_bytes=200 << 20)) == "failed"
+    assert ended_as("failed", "failed", dict(killed, mem_requested_bytes=None)) == "failed"
+    assert ended_as("failed", "failed", dict(killed, max_rss_bytes=None)) == "failed"
+    assert ended_as("failed", "timed_out", killed) == "timed_out"  # the scheduler's own word first

@@ -120,3 +120,50 @@ def test_name_rows_read_the_submit_time_for_exact_name_recovery():
 ])
 def test_a_job_submitted_before_the_journal_is_not_the_journals_job(submit, since, before):
     assert parse.submitted_before(submit, since) is before
+
+
+USAGE = """\
+77_0|COMPLETED|2026-12-04T18:40:01|00:01:05|00:58.250||2|1G|billing=2,cpu=2,gres/gpu=1,mem=1G,node=1|00:10:00|1
+77_0.batch|COMPLETED|2026-12-04T18:40:01|00:01:05|00:58.250|314572K|2||cpu=2,gres/gpu=1,mem=1G,node=1||1
+77_0.extern|COMPLETED|2026-12-04T18:40:01|00:01:05|00:00:00|1024K|2||billing=2,cpu=2,mem=1G,node=1||1
+77_1|OUT_OF_MEMORY|2026-12-04T18:40:01|1-02:03:04|01:02:03||1|512Mc|billing=1,cpu=1,node=1|UNLIMITED|1
+77_1.batch|OUT_OF_MEMORY|2026-12-04T18:40:01|1-02:03:04|01:02:03|1.50G|1||cpu=1,node=1||1
+77_2|RUNNING|2026-12-04T18:40:01|00:00:09|00:00:00||1|0|billing=1,cpu=1,node=1|Partition_Limit|1
+77_2.batch|RUNNING|2026-12-04T18:40:01|00:00:09|00:00:00||1||cpu=1,node=1||1
+77_3|COMPLETED|2026-12-04T18:40:01|00:00:02|00:00.100||1|100M|billing=1,cpu=1,node=1|00:05:00|1
+77_4|CANCELLED by 0|None|00:00:00|00:00:00||0|100M||00:05:00|1
+77_[5-9]|PENDING|Unknown|00:00:00|00:00:00||0|100M||00:05:00|1
+"""
+
+
+def test_sacct_usage_gives_final_figures_of_finished_tasks_only():
+    found = parse.usage(USAGE)
+    assert set(found) == {("77", 0), ("77", 1), ("77", 4)}  # 2 runs; 3's batch step is not accounted yet
+    assert found[("77", 0)] == {
+        "state": "COMPLETED", "elapsed_seconds": 65.0, "cpu_seconds": 58.25, "max_rss_bytes": 314572 * 1024,
+        "cpus": 2, "gpus": 1, "mem_requested_bytes": 1024 ** 3, "time_limit_seconds": 600.0}
+    oom = found[("77", 1)]
+    assert (oom["state"], oom["elapsed_seconds"], oom["cpu_seconds"]) == ("OUT_OF_MEMORY", 93784.0, 3723.0)
+    assert (oom["max_rss_bytes"], oom["mem_requested_bytes"], oom["time_limit_seconds"]) == (
+        round(1.5 * 1024 ** 3), 512 * 1024 ** 2, None)  # 512M a CPU, one CPU; unlimited
+    never = found[("77", 4)]  # cancelled while pending: it used nothing, and had no peak to measure
+    assert (never["elapsed_seconds"], never["cpu_seconds"], never["max_rss_bytes"], never["cpus"]) == (0, 0, None, 0)
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ("77_0|COMPLETED|x|00:01:05|00:58.250||2|1G|cpu=2|00:10:00", "has 10 fields, expected 11"),
+    ("77_0|COMPLETED|x|1h|00:58.250||2|1G|cpu=2|00:10:00|1", "unexpected duration '1h'"),
+    ("77_0|COMPLETED|None|00:01:05|00:58.250||two|1G|cpu=2|00:10:00|1", "unexpected AllocCPUS"),
+    ("77_0|COMPLETED|None|00:01:05|00:58.250||2|1GB|cpu=2|00:10:00|1", "unexpected size '1GB'"),
+    ("77_0|COMPLETED|None|00:01:05|00:58.250||2|1G|gres/gpu=two|00:10:00|1", "unexpected GPU count"),
+    ("77_x|COMPLETED|None|00:01:05|00:58.250||2|1G|cpu=2|00:10:00|1", "unexpected job id"),
+])
+def test_sacct_usage_of_another_shape_is_refused_not_guessed(row, message):
+    with pytest.raises(parse.ParseError, match=message):
+        parse.usage(row + "\n")
+
+
+def test_gpus_come_from_the_untyped_total_or_the_typed_ones_summed():
+    assert parse.gpus("cpu=4,gres/gpu=2,gres/gpu:a100=2,node=1") == 2
+    assert parse.gpus("cpu=4,gres/gpu:a100=2,gres/gpu:v100=1") == 3
+    assert parse.gpus("") == 0

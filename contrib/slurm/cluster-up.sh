@@ -73,7 +73,9 @@ MpiDefault=none
 ReturnToService=2
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+# memory is a consumable resource, as at most sites: a job asks for DefMemPerCPU a core unless it says --mem
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=1024
 MaxArraySize=1001
 MaxJobCount=10000
 MinJobAge=300
@@ -86,6 +88,8 @@ PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
+# memory is enforced without cgroups (none here): a step sampled above its --mem is killed, OUT_OF_MEMORY
+JobAcctGatherParams=OverMemoryKill
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=6819

@@ -9,10 +9,11 @@ the result is one normalised `tau.observations` document (schema `observations`)
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from taulib import executor, jsonio, schema
-from taulib.rundir import layout, state
+from taulib.rundir import layout, state, usage
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record
@@ -57,9 +58,33 @@ def observe(run: Run) -> Record:
     sources = {source: "unavailable" if problems[source] else "observed" for source in problems}
     doc = {"kind": "tau.observations", "schema_version": 1, "run_id": run.run_id, "observed_at": observed_at,
            "executor": run.plan["scheduler"]["profile"],
-           "sources": dict(sources, reason="; ".join(reasons) if reasons else None), "attempts": views}
+           "sources": dict(sources, reason="; ".join(reasons) if reasons else None), "attempts": views,
+           "usage": measured(run)}
     schema.validate(doc, "observations")
     return doc
+
+
+def measured(run: Run) -> Record:
+    """The document's `usage`: what the finished tasks of the run's submissions used that their usage records do
+    not hold yet (`Executor.usage`), asked only for submissions not complete (`rundir.usage.pending`); `reason`
+    says why an executor could not be asked (nothing is then learned, and nothing is read as zero)."""
+    groups: dict[str, list[tuple[Record, str]]] = {}
+    known: dict[str, set[int]] = {}
+    for plan, job_id, held in usage.pending(run, time.time()):
+        groups.setdefault(plan["executor"], []).append((plan, job_id))
+        known[plan["submission_id"]] = held
+    entries, problems = [], []
+    for name, group in groups.items():
+        found = executor.get(name).usage(run, group)
+        if found.problem is not None:
+            problems.append(found.problem)
+        for plan, job_id in group:
+            sub = plan["submission_id"]
+            fresh = [dict(figures, task_index=index) for index, figures in sorted(found.tasks.get(sub, {}).items())
+                     if index not in known[sub]]
+            if fresh:
+                entries.append({"submission_id": sub, "job_id": job_id, "tasks": fresh})
+    return {"submissions": entries, "reason": "; ".join(problems) if problems else None}
 
 
 def by_executor(attempts: list[Record]) -> dict[str, list[Record]]:

@@ -3,7 +3,8 @@
 Reads: the document (validated against `observations` before anything is touched) and the records of the attempts
 it names. Writes, under the run lock (shared) and each shard's lock: observation.json (revision + 1) where the
 evidence changed, and attempt.json where terminal evidence ended an unfinished attempt (an attempt only its
-submission recorded gets its revision-1 attempt.json first: `rundir.state.record_attempt`); then, under the local
+submission recorded gets its revision-1 attempt.json first: `rundir.state.record_attempt`); the submissions'
+usage.json with the figures the document's `usage` brings (`rundir.usage.merge`); then, under the local
 executor, the folder of a supervisor that died without ending (`Executor.sweep`); the temp file of a
 crashed publish in the run's own folder; then the sealed-shard index.
 Promises: the rules are the pure table `rules.evidence` and the verdict `rules.attempt`; a document that names an
@@ -26,7 +27,7 @@ from taulib.errors import BadInput, Busy, NotFound, Refused, UsageError
 from taulib.fs.tree import Tree
 from taulib.rules import evidence as evidence_rules
 from taulib.rules.attempt import effective_attempt, terminal_classification
-from taulib.rundir import layout, locks, state
+from taulib.rundir import layout, locks, state, usage
 from taulib.rundir.status import run_status
 
 if TYPE_CHECKING:
@@ -107,12 +108,15 @@ def _apply(run: Run, doc: Record, target: StatusFile | None) -> Record:
         submitted = state.Submitted(run)  # the attempts that only their submissions record yet
         for view in doc["attempts"]:  # refuse the whole document before writing any of it
             _recorded_attempt(run, view, submitted)
+        measured = usage.check(run, doc.get("usage", {"submissions": []})["submissions"])
         for sid in sorted(seen_by_shard):
             with locks.hold(run.dir, locks.shard_lock_name(sid)):
                 for view in seen_by_shard[sid]:
                     change = _apply_one(run, view, seen[(sid, view["attempt_id"])][1], now, submitted)
                     if change:
                         changes.append(change)
+        for plan, entry in measured:
+            usage.merge(run, plan, entry)
         failpoints.hit("reconcile.applied")  # the evidence is written; the index not yet
         chosen = executor.of(run)
         chosen.sweep(run)  # what the executor's own processes left when they died (a local supervisor)

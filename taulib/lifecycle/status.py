@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from taulib import executor
 from taulib.lifecycle import observe, reconcile
-from taulib.rundir import locks, state
+from taulib.rundir import locks, state, usage
 from taulib.rundir.status import run_status
 
 if TYPE_CHECKING:
@@ -33,4 +33,4 @@ def status(run: Run) -> Record:
             if new is not None:
                 evidence[key] = new
         return run_status(run, parallel=executor.of(run).limits(run.plan).parallel, sources=doc["sources"],
-                          now=now, evidence=evidence)
+                          now=now, evidence=evidence, measured=usage.unrecorded(run, doc["usage"]["submissions"]))

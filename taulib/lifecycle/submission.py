@@ -36,7 +36,7 @@ from taulib.errors import BadInput, Busy, Conflict, SubmitLimited, SubmitRefused
 from taulib.executor import UNLIMITED, Capacity
 from taulib.rules import environment as environment_rules
 from taulib.rules import escalation, windows
-from taulib.rundir import layout, locks, state
+from taulib.rundir import layout, locks, state, usage
 from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks, job_name, tasks
 
 if TYPE_CHECKING:
@@ -131,6 +131,7 @@ def _requests(run: Run, book: Journal, chosen: dict[int, Record]) -> dict[int, R
     base = executor.of(run).request(run.plan["scheduler"][run.plan["scheduler"]["profile"]])
     asked = {plan["submission_id"]: plan.get("resources") for plan, _ in book.entries()}
     submitted = state.Submitted(run)
+    measured = usage.load(run)
     out: dict[int, Record] = {}
     for index, task in chosen.items():
         if task["ordinal"] == 1:
@@ -143,7 +144,8 @@ def _requests(run: Run, book: Journal, chosen: dict[int, Record]) -> dict[int, R
             continue
         evidence = state.read_evidence(run, sid, before)
         ended = escalation.ended_as((attempt.get("terminal") or {}).get("classification"),
-                                    evidence.classification if evidence is not None and evidence.terminal else None)
+                                    evidence.classification if evidence is not None and evidence.terminal else None,
+                                    measured.get((sid, before)))
         out[index] = escalation.next_request(asked.get(attempt["submission_id"]) or base, ended, escalate)
     return out
 

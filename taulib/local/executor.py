@@ -13,7 +13,8 @@ from typing import Any
 
 from taulib import env
 from taulib.errors import BadInput, Refused
-from taulib.executor import UNLIMITED, Capacity, CollectionJobs, Executor, Limits, Observed, Resolved, Stopped
+from taulib.executor import (UNLIMITED, Capacity, CollectionJobs, Executor, Limits, Measured, Observed, Resolved,
+                             Stopped)
 from taulib.rules import escalation
 from taulib.rundir import layout
 from taulib.rundir.journal import task_indices
@@ -77,6 +78,25 @@ class Local(Executor):
         from taulib.local import observe
 
         return Observed(observe.observe(run, attempts), dict(OBSERVED))
+
+    def usage(self, run: Run, submissions: list[tuple[dict[str, Any], str]]) -> Measured:
+        """From the task records: the rusage the supervisor recorded when it reaped each task (one core: the
+        local executor allots none), and nothing for a task never started."""
+        from taulib.local import observe, supervisor
+
+        found: dict[str, dict[int, dict[str, Any]]] = {}
+        for plan, job in submissions:
+            limit = supervisor.time_limit(run, plan)
+            for index in task_indices(plan):
+                task = run.dir.read(layout.local_task(job, index), "tau.local-task")
+                if task is None or task["state"] == "running" or (task["state"] == "finished" and "usage" not in task):
+                    continue  # not finished, or finished under a tau that measured nothing
+                used = task.get("usage") or {"elapsed_seconds": 0.0, "cpu_seconds": 0.0, "max_rss_bytes": None}
+                state = "CANCELLED" if task["state"] == "skipped" else observe.finished(task)["raw"]
+                found.setdefault(plan["submission_id"], {})[index] = {
+                    "state": state, **used, "cpus": 1, "gpus": 0, "mem_requested_bytes": None,
+                    "time_limit_seconds": limit, "source": "rusage"}
+        return Measured(found, None)
 
     def running(self, run: Run, attempt: dict[str, Any]) -> bool | None:
         from taulib.local import observe

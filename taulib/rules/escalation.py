@@ -90,10 +90,15 @@ def next_request(previous: dict[str, str | None], classification: str | None,
     return grown
 
 
-def ended_as(recorded: str | None, scheduler: str | None) -> str | None:
+def ended_as(recorded: str | None, scheduler: str | None, measured: dict[str, Any] | None = None) -> str | None:
     """What ended an attempt, as escalation reads it: the scheduler's terminal classification when it says the
-    attempt ran out of memory or time (from inside, the allocation sees only its client killed by a signal), else
-    the classification the attempt recorded itself (None when it recorded none)."""
+    attempt ran out of memory or time (from inside, the allocation sees only its client killed by a signal); else
+    out of memory when the executor measured its peak above the memory it requested and it did not complete (Slurm
+    enforcing memory without cgroups, `JobAcctGatherParams=OverMemoryKill`, ends such a job FAILED by SIGKILL, not
+    OUT_OF_MEMORY); else the classification the attempt recorded itself (None when it recorded none)."""
     if scheduler in ("out_of_memory", "timed_out"):
         return scheduler
+    if (measured is not None and measured["state"] != "COMPLETED" and measured["max_rss_bytes"] is not None
+            and measured["mem_requested_bytes"] and measured["max_rss_bytes"] > measured["mem_requested_bytes"]):
+        return "out_of_memory"
     return recorded

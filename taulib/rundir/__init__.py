@@ -8,4 +8,5 @@
   run      Run: an existing run opened and its plan verified
   state    the read model: shard views, from records through the rules
   status   the rolled-up run status (tau.status): every shard's state, the budget, the time left
+  usage    what each attempt used, as its executor measured it (one record per submission)
 """

@@ -85,6 +85,11 @@ def attempt_file(sid: str, aid: str, name: str) -> str:
     return f"shards/{sid}/attempts/{aid}/{name}"
 
 
+def usage(sub: str) -> str:
+    """What the finished tasks of a submission used (tau.usage, written by tau-reconcile)."""
+    return f"submissions/{sub}/usage.json"
+
+
 def local_task(sub: str, task_index: int) -> str:
     return f"submissions/{sub}/local/task-{task_index:05d}.json"
 

@@ -13,6 +13,7 @@ Order (a process that holds a lock may only take locks that come later in this l
      `collect.lock`         the collection journal (tau-collect)
      `index.lock`           the sealed-shard index, every segment (a winner's publisher, tau-reconcile)
      `bundles.lock`         the run's bundle records (tau-bundle-seal --record)
+     `usage.lock`           what the submissions' tasks used (tau-reconcile)
   5. `root.lock`            the records in the run's top folder written after tau-init (cancel.json, schema.json)
   6. `shard-<NNNNN>.lock`   one shard's records, in ascending shard order when several are held
 
@@ -62,7 +63,7 @@ def _rank(name: str) -> tuple[int, str]:
         return (2, name)
     if name == "status":
         return (3, name)
-    if name in ("submit", "collect", "index", "bundles"):
+    if name in ("submit", "collect", "index", "bundles", "usage"):
         return (4, name)
     if name == "root":
         return (5, name)

@@ -3,7 +3,8 @@ cancellation, unfinished journals and an estimate of the time left. The document
 applied observations, and tau-status prints without writing anything.
 
 Reads: records only: the sealed-shard index first (finished shards cost nothing), then each unsealed shard's
-views (`rundir.state`), the readiness of running attempts, the newest submission and every collection.
+views (`rundir.state`), the readiness of running attempts, the newest submission, every collection, and what
+the submissions' tasks used (`rundir.usage`, one record per submission).
 Writes: nothing, except that `run_status(update_index=True)` adds the shards it found sealed to the index (the
 caller holds the run lock). Promises: every key of a shard entry and of the run is always present (null when it
 does not apply); the time (`now`) is the observer's clock, never one read from a record; cost grows with the
@@ -17,8 +18,8 @@ import time
 from typing import TYPE_CHECKING
 
 from taulib import jsonio
-from taulib.rules import budget, rollup
-from taulib.rundir import index, layout, state
+from taulib.rules import budget, efficiency, rollup
+from taulib.rundir import index, layout, state, usage
 from taulib.rundir.journal import COLLECTIONS, SUBMISSIONS, Journal, task_count
 
 if TYPE_CHECKING:
@@ -28,15 +29,20 @@ if TYPE_CHECKING:
     from taulib.rundir.run import Run
 
 LIVE = ("running", "pending", "accounting_lag", "candidate")
+FINISHED = ("succeeded", "failed")  # the verdicts of an attempt that ended, whose figures an executor may have
 
 
 def run_status(run: Run, *, parallel: int | None, sources: Record | None = None, update_index: bool = False,
-               now: float | None = None, evidence: dict[tuple[str, str], Evidence] | None = None) -> Record:
+               now: float | None = None, evidence: dict[tuple[str, str], Evidence] | None = None,
+               measured: dict[tuple[str, str], Record] | None = None) -> Record:
     """The rolled-up status. `parallel` is how many of the run's tasks its executor runs at once (its
     `Limits.parallel`; None: as many as the scheduler gives), for the estimate of the time left; `now` is the time
     of the observation (default: this machine's clock); `evidence` replaces the persisted evidence of the attempts
-    it names (see `state.shard_view`)."""
+    it names (see `state.shard_view`); `measured`, figures of attempts (`rundir.usage`) their records do not hold
+    yet (tau-status: those tau-reconcile would record)."""
     now = time.time() if now is None else now
+    figures = usage.load(run)
+    figures.update(measured or {})
     sealed, durations = index.load_all(run)
     whole_run = state.run_cancel(run)
     deferral = run.dir.read(layout.DEFERRAL, "tau.deferral")
@@ -50,7 +56,7 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
     failed_attempts = 0  # of the whole run, counted shard by shard by the budget's rules
     for position, sid in enumerate(run.shard_ids()):
         if sealed[position]:
-            shards.append(sealed_entry(sid, sealed[position], max_attempts))
+            shards.append(sealed_entry(sid, sealed[position], max_attempts, figures))
             failed_attempts += budget.won(sealed[position])
             continue
         view = state.shard_view(run, sid, whole_run, evidence, submitted)
@@ -58,13 +64,13 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
             ordinal = view.winner["ordinal"]
             found[position] = (ordinal, index.seconds(view.attempt))
             durations[position] = found[position][1]
-            shards.append(sealed_entry(sid, ordinal, max_attempts))
+            shards.append(sealed_entry(sid, ordinal, max_attempts, figures))
             failed_attempts += budget.won(ordinal)
             continue
         verdict = view.verdict.state if view.verdict is not None else None
         failed_attempts += budget.failed_attempts(view.attempts,
                                                   budget.latest_failed(verdict, view.cancelled is not None))
-        entry = shard_entry(run, view, now)
+        entry = shard_entry(run, view, now, figures)
         if deferral is not None and entry["state"] == "pending" and not entry["attempts"]:
             entry["reason"] = deferred_reason(deferral)
             waiting += 1
@@ -80,6 +86,7 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
     if stopped is not None:
         reason = f"{reason}; {stopped}" if reason else stopped
     run_state = rollup.run_state(counts)
+    unmeasured = sum(1 for shard in shards if shard["usage"] is not None and not shard["usage"]["measured"])
     return {
         "kind": "tau.status", "schema_version": 1, "run_id": run.run_id, "run_dir": run.path,
         "state": run_state,
@@ -96,18 +103,19 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
                                                    "unread": deferral["unread"], "at": deferral["updated_at"]},
         "collections": collections(run),
         "eta_seconds": eta(counts, [d for d in durations if d is not None], parallel),
+        "efficiency": efficiency.summary(list(figures.values()), unmeasured),
         "shards": shards,
     }
 
 
-def sealed_entry(sid: str, ordinal: int, max_attempts: int) -> Record:
+def sealed_entry(sid: str, ordinal: int, max_attempts: int, figures: dict[tuple[str, str], Record]) -> Record:
     aid = layout.attempt_id(ordinal)
     return {"id": sid, "state": "succeeded", "reason": "sealed by its winner", "attempt": aid, "winner": aid,
             "attempts": ordinal, "max_attempts": max_attempts, "log": None, "progress": None, "stalled": None,
-            "evidence": None}
+            "evidence": None, "usage": efficiency.attempt(figures.get((sid, aid)))}
 
 
-def shard_entry(run: Run, view: state.ShardView, now: float) -> Record:
+def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple[str, str], Record]) -> Record:
     ev = view.evidence
     attempt = view.attempt
     progress = stalled = None
@@ -142,6 +150,8 @@ def shard_entry(run: Run, view: state.ShardView, now: float) -> Record:
                 {"window": ev.deadline_window, "at": jsonio.format_time(ev.deadline_at)},
                 "exit_code": ev.exit_code, "reason": ev.reason},
         },
+        "usage": efficiency.attempt(figures.get((view.shard_id, attempt["attempt_id"])))
+        if attempt is not None and view.verdict is not None and view.verdict.state in FINISHED else None,
     }
 
 

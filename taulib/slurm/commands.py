@@ -81,6 +81,23 @@ def sacct(job_ids: list[str], arrays: set[str]) -> list[parse.Row]:
     return rows
 
 
+def sacct_usage(job_ids: list[str]) -> dict[tuple[str, int | None], dict[str, object]]:
+    """What the finished tasks of these jobs used (`parse.usage`), one sacct call per CHUNK jobs; Unavailable when
+    sacct cannot be asked or prints what tau cannot read."""
+    out: dict[tuple[str, int | None], dict[str, object]] = {}
+    for start in range(0, len(job_ids), CHUNK):
+        chunk = job_ids[start:start + CHUNK]
+        proc = _run(["sacct", "--noheader", "--parsable2", f"--format={parse.USAGE_FORMAT}",
+                     f"--jobs={','.join(chunk)}"], env.get("TAU_SLURM_TIMEOUT"))
+        if proc.returncode != 0:
+            raise Unavailable(f"sacct failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
+        try:
+            out.update(parse.usage(proc.stdout))
+        except parse.ParseError as exc:
+            raise Unavailable(f"sacct printed something tau cannot read: {exc}") from None
+    return out
+
+
 def scancel(targets: list[str]) -> None:
     """Cancel exactly these jobs or array tasks (`JOB` or `JOB_TASK`, chunked). A job Slurm no longer knows is
     already gone: not an error. Unavailable (69) when scancel cannot be asked or fails otherwise."""

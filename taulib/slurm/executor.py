@@ -18,7 +18,8 @@ from typing import Any
 
 from taulib import env, failpoints, jsonio
 from taulib.errors import BadInput, Refused, Unavailable, UsageError
-from taulib.executor import Capacity, CollectionJobs, Executor, Limits, Observed, Resolved, Stopped
+from taulib.executor import (Capacity, CollectionJobs, Executor, Limits, Measured, Observed, Resolved,
+                             Stopped)
 from taulib.rules import journal as journal_rules
 from taulib.rundir.journal import task_indices
 from taulib.rundir.run import Run
@@ -123,6 +124,21 @@ class Slurm(Executor):
 
         views, sources = observe.observe(attempts)
         return Observed(views, sources)
+
+    def usage(self, run: Run, submissions: list[tuple[dict[str, Any], str]]) -> Measured:
+        """From one sacct call (per 500 jobs) over the submissions' jobs: Elapsed, TotalCPU, the batch step's
+        MaxRSS, AllocCPUS, the GPUs of AllocTRES, ReqMem and Timelimit of each finished task."""
+        try:
+            rows = commands.sacct_usage(sorted({job for _, job in submissions}, key=int))
+        except Unavailable as exc:
+            return Measured({}, exc.message)
+        found: dict[str, dict[int, dict[str, Any]]] = {}
+        for plan, job in submissions:
+            for index in task_indices(plan):
+                figures = rows.get((job, index))
+                if figures is not None:
+                    found.setdefault(plan["submission_id"], {})[index] = dict(figures, source="sacct")
+        return Measured(found, None)
 
     def running(self, run: Run, attempt: dict[str, Any]) -> bool | None:
         sched = attempt["scheduler"]

@@ -10,6 +10,11 @@ sacct   `sacct --noheader --parsable2 --allocations --duplicates
         state and the others count its restarts. Placeholder rows written during accounting lag (JobName
         `allocation`, or an array job's id without `_task`) are recognised and dropped: that task is simply not in
         accounting yet. Step rows (`123_4.batch`) never appear with --allocations and are refused if they do.
+usage   `sacct --noheader --parsable2 --format=JobID,State,Start,Elapsed,TotalCPU,MaxRSS,AllocCPUS,ReqMem,
+         AllocTRES,Timelimit,NNodes --jobs=...` (no --allocations, no --duplicates: each task's latest run and its
+        steps) rows `JOB_TASK[.STEP]|STATE|START|ELAPSED|TOTALCPU|MAXRSS|CPUS|REQMEM|TRES|TIMELIMIT|NODES`: what
+        a finished task used (`usage`). A task's figures are final once its allocation row is terminal and its
+        batch step is too (or it never started); until then it is left out, never read as zero.
 sbatch  `sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER`.
 States: the long names map to tau's vocabulary; a trailing `+` is dropped, `CANCELLED by <uid>` is CANCELLED;
 an unknown spelling maps to `unknown` and is never guessed. `sacct --json` is never used: its exit codes are wrong
@@ -199,3 +204,90 @@ def submitted_before(submit: str, since_local: str) -> bool:
     """True only when `submit` is a Slurm local time (YYYY-MM-DDTHH:MM:SS) earlier than `since_local` (same
     format). Anything else is not ruled out: a row is never dropped on a guess."""
     return bool(_LOCAL_TIME.match(submit)) and submit < since_local
+
+
+USAGE_FORMAT = "JobID,State,Start,Elapsed,TotalCPU,MaxRSS,AllocCPUS,ReqMem,AllocTRES,Timelimit,NNodes"
+_CLOCK = re.compile(r"^(?:([0-9]+)-)?(?:([0-9]+):)?([0-9]+):([0-9]+)(?:\.([0-9]+))?\Z")
+_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMGTP]?)([nc]?)\Z")
+_BYTES = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4, "P": 1024 ** 5}
+_FINAL = {"completed", "failed", "cancelled", "timed_out", "node_failed", "out_of_memory"}
+
+
+def clock_seconds(text: str) -> float:
+    """sacct's Elapsed, TotalCPU or Timelimit (`[D-][HH:]MM:SS[.mmm]`) in seconds."""
+    match = _CLOCK.match(text)
+    if match is None:
+        raise ParseError(f"unexpected duration {text!r}")
+    days, hours, minutes, seconds, fraction = match.groups()
+    return (int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
+            + (int(fraction) / 10 ** len(fraction) if fraction else 0.0))
+
+
+def size_bytes(text: str) -> tuple[int, str]:
+    """sacct's MaxRSS or ReqMem (`1234K`, `1.50G`, `4000Mn`, `500Mc`, `0`) in bytes, with its per-node or per-CPU
+    suffix (n, c or "")."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise ParseError(f"unexpected size {text!r}")
+    return round(float(match[1]) * _BYTES[match[2]]), match[3]
+
+
+def gpus(tres: str) -> int:
+    """The GPUs an AllocTRES string (`cpu=2,mem=4G,node=1,gres/gpu=2`) holds (typed ones summed when the untyped
+    total is absent)."""
+    total, typed = None, 0
+    for item in filter(None, tres.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ParseError(f"unexpected TRES {item!r}")
+        if key == "gres/gpu" or key.startswith("gres/gpu:"):
+            if not value.isdigit():
+                raise ParseError(f"unexpected GPU count {item!r}")
+            if key == "gres/gpu":
+                total = int(value)
+            else:
+                typed += int(value)
+    return total if total is not None else typed
+
+
+def usage(text: str) -> dict[tuple[str, int | None], dict[str, object]]:
+    """{(job, task): figures} of the tasks whose figures are final: `state` (Slurm's), `elapsed_seconds`,
+    `cpu_seconds` (TotalCPU of the allocation: its steps' user and system time), `max_rss_bytes` (the batch
+    step's MaxRSS; None when it never started), `cpus`, `gpus`, `mem_requested_bytes` (None when none was asked:
+    `0`), `time_limit_seconds` (None when unlimited)."""
+    allocations: dict[tuple[str, int | None], list[str]] = {}
+    batch: dict[tuple[str, int | None], list[str]] = {}
+    for raw, _line in split_rows(text, 11, "sacct usage row"):
+        fields = [f.strip() for f in raw]
+        jobid, _, step_name = fields[0].partition(".")
+        job, tasks = job_fields(jobid)
+        if len(tasks) != 1:
+            continue  # an array's pending remainder (`123_[5-9]`): nothing has run
+        key = (job, tasks[0])
+        if not step_name:
+            allocations[key] = fields
+        elif step_name == "batch":
+            batch[key] = fields
+    out: dict[tuple[str, int | None], dict[str, object]] = {}
+    for key, fields in allocations.items():  # every field is read strictly, whether the task is final or not
+        _, state, start, elapsed, total_cpu, _rss, cpus, req_mem, tres, limit, nodes = fields
+        if not cpus.isdigit() or not nodes.isdigit():
+            raise ParseError(f"unexpected AllocCPUS or NNodes {cpus!r}, {nodes!r}")
+        requested: int | None = None
+        if req_mem not in ("", "0"):
+            amount, per = size_bytes(req_mem)
+            requested = amount * (int(cpus) if per == "c" else int(nodes) if per == "n" else 1)
+        step = batch.get(key)
+        rss = step[5] if step is not None else ""
+        figures = {
+            "state": state, "elapsed_seconds": clock_seconds(elapsed),
+            "cpu_seconds": clock_seconds(total_cpu) if total_cpu else 0.0,
+            "max_rss_bytes": size_bytes(rss)[0] if rss else None,
+            "cpus": int(cpus), "gpus": gpus(tres), "mem_requested_bytes": requested or None,
+            "time_limit_seconds": None if limit in ("UNLIMITED", "Partition_Limit", "") else clock_seconds(limit)}
+        if normalise_state(state) not in _FINAL:
+            continue
+        if start not in ("None", "Unknown", "") and (step is None or normalise_state(step[1]) not in _FINAL):
+            continue  # it ran, and its batch step's figures are not in accounting yet
+        out[key] = figures
+    return out

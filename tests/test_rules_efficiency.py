@@ -1,0 +1,60 @@
+"""taulib.rules.efficiency: seff's arithmetic, attempt by attempt and over a run; nothing unknown is read as zero."""
+
+from __future__ import annotations
+
+import pytest
+
+from taulib.rules.efficiency import FIGURES, SLOWEST, attempt, summary
+
+GIB = 1024 ** 3
+
+
+def figures(shard: int, elapsed: float, cpu: float, cpus: int = 2, gpus: int = 0, rss: int | None = GIB,
+            requested: int | None = 2 * GIB, attempt_no: int = 1) -> dict:
+    return {"shard_id": f"shard-{shard:05d}", "attempt_id": f"attempt-{attempt_no:04d}", "state": "COMPLETED",
+            "source": "sacct", "elapsed_seconds": elapsed, "cpu_seconds": cpu, "cpus": cpus, "gpus": gpus,
+            "max_rss_bytes": rss, "mem_requested_bytes": requested, "time_limit_seconds": 600.0, "task_index": shard}
+
+
+def test_an_attempts_efficiencies_are_cpu_over_core_time_and_peak_over_request():
+    seen = attempt(figures(0, elapsed=100, cpu=150, cpus=2, rss=GIB, requested=4 * GIB))
+    assert seen["measured"] is True
+    assert (seen["cpu_efficiency"], seen["memory_efficiency"]) == (0.75, 0.25)
+    assert {k: seen[k] for k in FIGURES} == {k: figures(0, 100, 150, rss=GIB, requested=4 * GIB)[k] for k in FIGURES}
+
+
+def test_an_efficiency_without_its_denominator_is_none_never_a_guess():
+    never_started = attempt(figures(0, elapsed=0, cpu=0, rss=None))
+    assert (never_started["cpu_efficiency"], never_started["memory_efficiency"]) == (None, None)
+    unrequested = attempt(figures(0, elapsed=10, cpu=5, cpus=1, requested=None))
+    assert (unrequested["cpu_efficiency"], unrequested["memory_efficiency"]) == (0.5, None)
+
+
+def test_an_unmeasured_attempt_has_every_figure_none_and_says_so():
+    seen = attempt(None)
+    assert seen["measured"] is False
+    assert all(seen[k] is None for k in (*FIGURES, "cpu_efficiency", "memory_efficiency"))
+
+
+def test_a_run_adds_up_every_measured_attempt_and_counts_the_unmeasured_apart():
+    measured = [figures(0, 3600, 3600, cpus=2, gpus=1, rss=GIB, requested=4 * GIB),
+                figures(1, 1800, 900, cpus=1, gpus=0, rss=3 * GIB, requested=4 * GIB),
+                figures(1, 900, 0, cpus=1, rss=None, requested=None, attempt_no=2)]
+    total = summary(measured, unmeasured=2)
+    assert (total["measured"], total["unmeasured"]) == (3, 2)
+    assert total["core_hours"] == pytest.approx((7200 + 1800 + 900) / 3600, abs=1e-4)
+    assert total["gpu_hours"] == 1.0
+    assert total["cpu_efficiency"] == round(4500 / 9900, 4)
+    assert (total["memory_efficiency"], total["memory_efficiency_max"]) == (0.5, 0.75)
+    assert total["max_rss_bytes"] == 3 * GIB
+    assert [(s["shard_id"], s["attempt_id"]) for s in total["slowest"]] == [
+        ("shard-00000", "attempt-0001"), ("shard-00001", "attempt-0001"), ("shard-00001", "attempt-0002")]
+
+
+def test_a_run_names_only_its_slowest_attempts_and_nothing_measured_is_all_none():
+    total = summary([figures(i, elapsed=i, cpu=0) for i in range(SLOWEST + 3)], unmeasured=0)
+    assert [s["elapsed_seconds"] for s in total["slowest"]] == list(range(SLOWEST + 2, 2, -1))
+    empty = summary([], unmeasured=4)
+    assert empty["measured"] == 0 and empty["unmeasured"] == 4 and empty["core_hours"] == 0
+    assert (empty["cpu_efficiency"], empty["memory_efficiency"], empty["max_rss_bytes"], empty["slowest"]) == (
+        None, None, None, [])
