@@ -133,12 +133,15 @@ USAGE = """\
 77_3|COMPLETED|2026-12-04T18:40:01|00:00:02|00:00.100||1|100M|billing=1,cpu=1,node=1|00:05:00|1
 77_4|CANCELLED by 0|None|00:00:00|00:00:00||0|100M||00:05:00|1
 77_[5-9]|PENDING|Unknown|00:00:00|00:00:00||0|100M||00:05:00|1
+78_[0-2]|CANCELLED by 0|None|00:00:00|00:00:00||0|100M||00:05:00|1
 """
 
 
 def test_sacct_usage_gives_final_figures_of_finished_tasks_only():
     found = parse.usage(USAGE)
-    assert set(found) == {("77", 0), ("77", 1), ("77", 4)}  # 2 runs; 3's batch step is not accounted yet
+    # 2 runs; 3's batch step is not accounted yet; 5-9 wait; 78's tasks were cancelled before any was split off
+    assert set(found) == {("77", 0), ("77", 1), ("77", 4), ("78", 0), ("78", 1), ("78", 2)}
+    assert found[("78", 2)] == dict(found[("77", 4)], state="CANCELLED by 0")
     assert found[("77", 0)] == {
         "state": "COMPLETED", "elapsed_seconds": 65.0, "cpu_seconds": 58.25, "max_rss_bytes": 314572 * 1024,
         "cpus": 2, "gpus": 1, "mem_requested_bytes": 1024 ** 3, "time_limit_seconds": 600.0}

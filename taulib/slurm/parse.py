@@ -261,13 +261,11 @@ def usage(text: str) -> dict[tuple[str, int | None], dict[str, object]]:
         fields = [f.strip() for f in raw]
         jobid, _, step_name = fields[0].partition(".")
         job, tasks = job_fields(jobid)
-        if len(tasks) != 1:
-            continue  # an array's pending remainder (`123_[5-9]`): nothing has run
-        key = (job, tasks[0])
-        if not step_name:
-            allocations[key] = fields
-        elif step_name == "batch":
-            batch[key] = fields
+        for task in tasks:  # an array's remainder (`123_[5-9]`) that never ran, as one row for all of its tasks
+            if not step_name:
+                allocations[(job, task)] = fields
+            elif step_name == "batch" and len(tasks) == 1:
+                batch[(job, task)] = fields
     out: dict[tuple[str, int | None], dict[str, object]] = {}
     for key, fields in allocations.items():  # every field is read strictly, whether the task is final or not
         _, state, start, elapsed, total_cpu, _rss, cpus, req_mem, tres, limit, nodes = fields
