@@ -7,8 +7,9 @@ Slurm the job script `submissions/<id>/job.sh`. Protocol:
      its executor (`Executor.resolve`: the local executor adopts its own job; Slurm finds the job by its exact
      name, `rules.journal.resolve`) before anything new is planned;
   2. the journal entry: plan.json (the shards' next attempts as `task_ranges` of task indices, which are the shards'
-     indices; the job name derived from the run id, the digest of run.json and the submission number), then status
-     PREPARED with a visibility deadline;                                         failpoint submit.prepared
+     indices; the job name derived from the run id, the digest of run.json and the submission number; with
+     `retry.escalate`, the `resources` every task of the window asks for, `_requests`), then status PREPARED with a
+     visibility deadline;                                                         failpoint submit.prepared
   3. hand the tasks to the executor and learn the job id (`Executor.render` before step 2, then
      `Executor.hand_off`): the local executor's job id is the submission id; for Slurm, the rendered script is
      published as `job.sh` and submitted with `sbatch --parsable` as one job array.
