@@ -66,8 +66,8 @@ def _efficiency(summary: Record | None) -> str:
     """seff's summary for a run: what its measured attempts cost, and how much of what they asked for they used."""
     if not summary or not (summary["measured"] or summary["unmeasured"]):
         return ""
-    lagging = (f" ({summary['unmeasured']} finished attempts not measured yet: accounting lags)"
-               if summary["unmeasured"] else "")
+    lagging = (f" ({summary['unmeasured']} finished attempts not measured yet: "
+               f"{summary.get('reason') or 'accounting lags'})" if summary["unmeasured"] else "")
     text = (f"efficiency: {summary['measured']} attempts measured{lagging}; {summary['core_hours']:.4g} core-hours, "
             f"{summary['gpu_hours']:.4g} GPU-hours\n")
     if summary["measured"]:

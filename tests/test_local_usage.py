@@ -130,3 +130,5 @@ def test_a_finished_attempt_without_figures_is_unmeasured_never_zero(finished):
     table = tau("tau-status", str(finished), "-o", "table").stdout
     assert "efficiency: 0 attempts measured (2 finished attempts not measured yet: accounting lags); " in table
     assert table.count("not measured yet") == 3  # the summary and each shard's USED
+    doc = dict(observed(finished), usage={"submissions": [], "reason": "sacct failed: timed out after 30s"})
+    assert reconciled(finished, doc)["efficiency"]["reason"] == "sacct failed: timed out after 30s"

@@ -54,7 +54,9 @@ def test_a_run_adds_up_every_measured_attempt_and_counts_the_unmeasured_apart():
 def test_a_run_names_only_its_slowest_attempts_and_nothing_measured_is_all_none():
     total = summary([figures(i, elapsed=i, cpu=0) for i in range(SLOWEST + 3)], unmeasured=0)
     assert [s["elapsed_seconds"] for s in total["slowest"]] == list(range(SLOWEST + 2, 2, -1))
-    empty = summary([], unmeasured=4)
+    assert total["reason"] is None
+    empty = summary([], unmeasured=4, reason="sacct failed: timed out")
     assert empty["measured"] == 0 and empty["unmeasured"] == 4 and empty["core_hours"] == 0
+    assert empty["reason"] == "sacct failed: timed out"
     assert (empty["cpu_efficiency"], empty["memory_efficiency"], empty["max_rss_bytes"], empty["slowest"]) == (
         None, None, None, [])

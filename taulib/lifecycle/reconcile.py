@@ -123,11 +123,13 @@ def _apply(run: Run, doc: Record, target: StatusFile | None) -> Record:
         parallel = chosen.limits(run.plan).parallel
         _tidy_run_folder(run)
         if target is None:
-            status = run_status(run, parallel=parallel, sources=doc["sources"], update_index=True, now=now)
+            status = run_status(run, parallel=parallel, sources=doc["sources"], update_index=True, now=now,
+                                usage_reason=doc.get("usage", {}).get("reason"))
             status["changes"] = changes
             return status
         with locks.hold(run.dir, "status"):  # computed and written in turn: never an older status after a newer
-            status = run_status(run, parallel=parallel, sources=doc["sources"], update_index=True, now=now)
+            status = run_status(run, parallel=parallel, sources=doc["sources"], update_index=True, now=now,
+                                usage_reason=doc.get("usage", {}).get("reason"))
             status["changes"] = changes
             target.write(status)
     return status

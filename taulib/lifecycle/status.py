@@ -33,4 +33,5 @@ def status(run: Run) -> Record:
             if new is not None:
                 evidence[key] = new
         return run_status(run, parallel=executor.of(run).limits(run.plan).parallel, sources=doc["sources"],
-                          now=now, evidence=evidence, measured=usage.unrecorded(run, doc["usage"]["submissions"]))
+                          now=now, evidence=evidence, measured=usage.unrecorded(run, doc["usage"]["submissions"]),
+                          usage_reason=doc["usage"]["reason"])

@@ -36,16 +36,17 @@ def attempt(figures: dict[str, Any] | None) -> dict[str, Any]:
             "memory_efficiency": _ratio(figures["max_rss_bytes"], figures["mem_requested_bytes"])}
 
 
-def summary(measured: list[dict[str, Any]], unmeasured: int) -> dict[str, Any]:
+def summary(measured: list[dict[str, Any]], unmeasured: int, reason: str | None = None) -> dict[str, Any]:
     """The run's `efficiency` from the figures of every measured attempt (each with its `shard_id` and
-    `attempt_id`) and the count of finished attempts without figures."""
+    `attempt_id`), the count of finished attempts without figures, and why the executor could not be asked for
+    them now (None: it could)."""
     core = sum(f["elapsed_seconds"] * f["cpus"] for f in measured)
     cpu = sum(f["cpu_seconds"] for f in measured)
     memory = [r for r in (_ratio(f["max_rss_bytes"], f["mem_requested_bytes"]) for f in measured) if r is not None]
     peaks = [f["max_rss_bytes"] for f in measured if f["max_rss_bytes"] is not None]
     slowest = sorted(measured, key=lambda f: (-f["elapsed_seconds"], f["shard_id"], f["attempt_id"]))[:SLOWEST]
     return {
-        "measured": len(measured), "unmeasured": unmeasured,
+        "measured": len(measured), "unmeasured": unmeasured, "reason": reason,
         "core_hours": round(core / 3600, 4),
         "gpu_hours": round(sum(f["elapsed_seconds"] * f["gpus"] for f in measured) / 3600, 4),
         "cpu_seconds": round(cpu, 3),

@@ -34,12 +34,13 @@ FINISHED = ("succeeded", "failed")  # the verdicts of an attempt that ended, who
 
 def run_status(run: Run, *, parallel: int | None, sources: Record | None = None, update_index: bool = False,
                now: float | None = None, evidence: dict[tuple[str, str], Evidence] | None = None,
-               measured: dict[tuple[str, str], Record] | None = None) -> Record:
+               measured: dict[tuple[str, str], Record] | None = None, usage_reason: str | None = None) -> Record:
     """The rolled-up status. `parallel` is how many of the run's tasks its executor runs at once (its
     `Limits.parallel`; None: as many as the scheduler gives), for the estimate of the time left; `now` is the time
     of the observation (default: this machine's clock); `evidence` replaces the persisted evidence of the attempts
     it names (see `state.shard_view`); `measured`, figures of attempts (`rundir.usage`) their records do not hold
-    yet (tau-status: those tau-reconcile would record)."""
+    yet (tau-status: those tau-reconcile would record); `usage_reason`, why the executor could not be asked for
+    them (the observation's `usage.reason`)."""
     now = time.time() if now is None else now
     figures = usage.load(run)
     figures.update(measured or {})
@@ -103,7 +104,7 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
                                                    "unread": deferral["unread"], "at": deferral["updated_at"]},
         "collections": collections(run),
         "eta_seconds": eta(counts, [d for d in durations if d is not None], parallel),
-        "efficiency": efficiency.summary(list(figures.values()), unmeasured),
+        "efficiency": efficiency.summary(list(figures.values()), unmeasured, usage_reason),
         "shards": shards,
     }
 
