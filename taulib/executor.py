@@ -182,9 +182,10 @@ class Executor(ABC):
         """The scheduler's word on each of these attempts now (read-only)."""
 
     @abstractmethod
-    def usage(self, run: Run, submissions: list[tuple[dict[str, Any], str]]) -> Measured:
-        """What the finished tasks of these bound submissions ((plan, job id) each) used, for those whose figures
-        are final (tau-observe; tau-run(5) "usage.json")."""
+    def usage(self, run: Run, submissions: list[tuple[dict[str, Any], str, set[int]]]) -> Measured:
+        """What the finished tasks of these bound submissions ((plan, job id, the task indices already measured)
+        each) used, for those whose figures are final; an executor may leave out the tasks already measured
+        (tau-observe; tau-run(5) "usage.json")."""
 
     @abstractmethod
     def running(self, run: Run, attempt: dict[str, Any]) -> bool | None:

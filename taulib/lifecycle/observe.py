@@ -68,17 +68,17 @@ def measured(run: Run) -> Record:
     """The document's `usage`: what the finished tasks of the run's submissions used that their usage records do
     not hold yet (`Executor.usage`), asked only for submissions not complete (`rundir.usage.pending`); `reason`
     says why an executor could not be asked (nothing is then learned, and nothing is read as zero)."""
-    groups: dict[str, list[tuple[Record, str]]] = {}
+    groups: dict[str, list[tuple[Record, str, set[int]]]] = {}
     known: dict[str, set[int]] = {}
     for plan, job_id, held in usage.pending(run, time.time()):
-        groups.setdefault(plan["executor"], []).append((plan, job_id))
+        groups.setdefault(plan["executor"], []).append((plan, job_id, held))
         known[plan["submission_id"]] = held
     entries, problems = [], []
     for name, group in groups.items():
         found = executor.get(name).usage(run, group)
         if found.problem is not None:
             problems.append(found.problem)
-        for plan, job_id in group:
+        for plan, job_id, _ in group:
             sub = plan["submission_id"]
             fresh = [dict(figures, task_index=index) for index, figures in sorted(found.tasks.get(sub, {}).items())
                      if index not in known[sub]]

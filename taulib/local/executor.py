@@ -79,15 +79,17 @@ class Local(Executor):
 
         return Observed(observe.observe(run, attempts), dict(OBSERVED))
 
-    def usage(self, run: Run, submissions: list[tuple[dict[str, Any], str]]) -> Measured:
+    def usage(self, run: Run, submissions: list[tuple[dict[str, Any], str, set[int]]]) -> Measured:
         """From the task records: the rusage the supervisor recorded when it reaped each task (one core: the
         local executor allots none), and nothing for a task never started."""
         from taulib.local import observe, supervisor
 
         found: dict[str, dict[int, dict[str, Any]]] = {}
-        for plan, job in submissions:
+        for plan, job, known in submissions:
             limit = supervisor.time_limit(run, plan)
             for index in task_indices(plan):
+                if index in known:
+                    continue  # measured already: its record is not read again
                 task = run.dir.read(layout.local_task(job, index), "tau.local-task")
                 if task is None or task["state"] == "running" or (task["state"] == "finished" and "usage" not in task):
                     continue  # not finished, or finished under a tau that measured nothing

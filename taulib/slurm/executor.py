@@ -125,15 +125,15 @@ class Slurm(Executor):
         views, sources = observe.observe(attempts)
         return Observed(views, sources)
 
-    def usage(self, run: Run, submissions: list[tuple[dict[str, Any], str]]) -> Measured:
+    def usage(self, run: Run, submissions: list[tuple[dict[str, Any], str, set[int]]]) -> Measured:
         """From one sacct call (per 500 jobs) over the submissions' jobs: Elapsed, TotalCPU, the batch step's
         MaxRSS, AllocCPUS, the GPUs of AllocTRES, ReqMem and Timelimit of each finished task."""
         try:
-            rows = commands.sacct_usage(sorted({job for _, job in submissions}, key=int))
+            rows = commands.sacct_usage(sorted({job for _, job, _ in submissions}, key=int))
         except Unavailable as exc:
             return Measured({}, exc.message)
         found: dict[str, dict[int, dict[str, Any]]] = {}
-        for plan, job in submissions:
+        for plan, job, _ in submissions:
             for index in task_indices(plan):
                 figures = rows.get((job, index))
                 if figures is not None:
