@@ -85,7 +85,8 @@ def _cron_command(run_dir: Path) -> str:
 def test_the_cron_line_writes_a_valid_status_document_of_the_run_beside_it(cluster, workspace, jobs_cancelled):
     run_dir = init_slurm_run(workspace, records=20, shards=2)
     submit(run_dir)
-    expected = wait_for(settled, run_dir, timeout=60)
+    # settled, and what each attempt used measured (sacct has the batch steps' figures a moment after the tasks)
+    expected = wait_for(lambda s: settled(s) and not s["efficiency"]["unmeasured"], run_dir, timeout=60)
     _status_file(run_dir).unlink(missing_ok=True)  # the epilog hook may have written one already
 
     proc = subprocess.run(["sh", "-c", _cron_command(run_dir)], capture_output=True, text=True, timeout=60,
