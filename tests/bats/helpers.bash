@@ -21,12 +21,14 @@ JSON
   tau-init "$ws/run" <"$ws/plan.json" >/dev/null
 }
 
-# settle RUN: observe | reconcile until no shard is pending, running, in accounting lag or an unpublished candidate
+# settle RUN: observe | reconcile until no shard is pending, running, in accounting lag or an unpublished candidate,
+# and every finished attempt is measured (the supervisor records a task's rusage a moment after its attempt ends)
 settle() {
   local run=$1 deadline=$((SECONDS + 60)) doc
   while :; do
     doc=$(tau-observe "$run" | tau-reconcile "$run") || return 1
-    [ "$(jq '.counts | .pending + .running + .accounting_lag + .candidate' <<<"$doc")" = 0 ] && return 0
+    [ "$(jq '(.counts | .pending + .running + .accounting_lag + .candidate) + .efficiency.unmeasured' <<<"$doc")" = 0 ] \
+      && return 0
     if [ "$SECONDS" -ge "$deadline" ]; then
       echo "settle: $run did not settle: $(jq -c .counts <<<"$doc")" >&2
       return 1

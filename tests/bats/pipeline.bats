@@ -36,9 +36,12 @@ setup() {
   assert_line --index 0 "run run: failed (succeeded 3, failed 1)"
   assert_line --index 1 "degraded: shard-00001 failed: the client exited with status 3"
   assert_line --index 2 --regexp '^budget: 1 failed attempts, 1 failed shards '
-  assert_line --index 3 --regexp '^SHARD +STATE +ATTEMPT +WINNER +TRIES +SCHEDULER +PROGRESS +REASON$'
-  assert_line --index 5 --regexp '^shard-00001 +failed +attempt-0001 +- +1/3 '
-  [ "${#lines[@]}" -eq $((SHARDS + 4)) ]
+  assert_line --index 3 --regexp '^efficiency: 4 attempts measured; [0-9.e-]+ core-hours, 0 GPU-hours$'
+  assert_line --index 4 --regexp '^  CPU [0-9.]+% of the cores.* time; no memory requested, peak [0-9.]+ MiB$'
+  assert_line --index 5 --regexp '^  slowest: shard-0000[0-3] attempt-0001 '
+  assert_line --index 6 --regexp '^SHARD +STATE +ATTEMPT +WINNER +TRIES +SCHEDULER +PROGRESS +USED +REASON$'
+  assert_line --index 8 --regexp '^shard-00001 +failed +attempt-0001 +- +1/3 +failed +- +[0-9.]+s cpu [0-9]+% [0-9.]+ MiB +the client exited'
+  [ "${#lines[@]}" -eq $((SHARDS + 7)) ]
 }
 
 @test "the front command composes the same way: tau observe RUN | tau reconcile RUN" {
