@@ -3,8 +3,10 @@
 
 Reads: the submission plan. Writes: `submissions/<id>/local/{supervisor,task-NNNNN}.json` and their logs, through
 the one writer, under `locks/local-<submission>.lock` held for its whole life. Promises: a task is never run
-twice (a task with a record was started by an earlier supervisor of the submission), and nothing of a task
-outlives it (its process group is killed when it ends).
+twice (a task with a record was started by an earlier supervisor of the submission), nothing of a task outlives
+it (its process group is killed when it ends), a task past its time limit (`scheduler.local.time_limit`, or its
+window's grown request) is stopped as Slurm stops one (SIGTERM, SIGKILL KILL_WAIT seconds later) and ends timed
+out, and every task's record says what it used (wait4's rusage).
 """
 
 from __future__ import annotations
