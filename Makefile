@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SCHEDULER ?= local
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: venv demo check quick lint test bats typecheck man completions bench system-deps slurm-up slurm-down azurite-up azurite-down clean
+.PHONY: venv demo check quick lint test bats typecheck man completions bench bench-slurm system-deps slurm-up slurm-down azurite-up azurite-down clean
 
 ## venv: the virtual environment .venv with tau installed editable (every other target depends on it)
 venv: $(STAMP)
@@ -81,6 +81,12 @@ completions: venv
 ## bench: the benchmarks, with ratios against their baselines measured in the same run
 bench: venv
 	$(PY) bench/run.py
+
+## bench-slurm: the Slurm scale benchmark (bench/slurm_scale.py), apart from make bench because it needs the test
+## cluster (make slurm-up): a BENCH_SHARDS-shard run (default 5000) drained by the cron line, its observe | reconcile
+## cycles and their squeue and sacct calls against one sacct per job; 30-60 minutes on 2 cores
+bench-slurm: venv
+	$(PY) bench/slurm_scale.py
 
 clean:
 	rm -rf demo build .pytest_cache .mypy_cache
