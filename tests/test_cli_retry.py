@@ -44,7 +44,11 @@ def test_a_second_retry_creates_nothing(settled, tmp_path):
     assert json.loads(second.stdout) == {"submission_id": None, "purpose": "retry", "job_id": None, "created": False,
                                          "tasks": [], "skipped": [], "run_id": "run", "stopped": None,
                                          "job_name": None, "state": None, "adopted": False, "windows": [],
-                                         "deferred": {"shards": 0, "holding": None, "unread": []}}
+                                         "deferred": {"shards": 0, "holding": None, "unread": []},
+                                         "reopened": [], "exhausted": [],
+                                         "reason": "no shard is retryable: 1 shard(s) are live (pending, running or "
+                                                   "waiting for their winner), and a live shard is retried only "
+                                                   "once its attempt has failed"}
     settle(run_dir)
     third = tau("tau-retry", str(run_dir))  # every shard has won
     assert third.returncode == 0 and json.loads(third.stdout)["created"] is False

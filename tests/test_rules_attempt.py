@@ -64,3 +64,30 @@ def test_terminal_classification(state, classification):
 def test_a_recorded_failure_keeps_only_what_the_scheduler_adds(evidence, expected):
     record = attempt("failed", {"classification": "failed", "reason": "client exited 2", "exit_code": 2})
     assert effective_attempt(record, evidence) == ("failed", expected)
+
+
+# -- an attempt asked to stop (tau-cancel --attempt, a stall the plan stops) ---------------------------------------
+
+STOPPED = "stopped by the user at 2026-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("life, evidence, expected", [
+    ("running", ev("running"), ("running", f"stopping: {STOPPED}")),
+    ("submitted", ev("pending"), ("pending", f"stopping: {STOPPED}")),
+    ("running", ev("cancelled", "accounting", terminal=True, reason="cancelled by uid 0"), ("failed", STOPPED)),
+    ("submitted", ev("cancelled", "accounting", terminal=True), ("failed", STOPPED)),
+    ("running", ev("completed", "accounting", terminal=True, exit_code=0), ("failed", STOPPED)),
+    ("running", ev("accounting_lag", "absent", reason="not in accounting"), ("accounting_lag", "not in accounting")),
+    ("running", ev("unknown", "absent", reason=None), ("unknown", "the scheduler no longer knows this attempt")),
+    ("succeeded", ev("completed", "accounting", terminal=True, exit_code=0),
+     ("succeeded", "the attempt finished and recorded a complete result")),
+])
+def test_a_stopped_attempt_fails_with_the_stops_reason_once_it_ended_and_is_stopping_until_then(
+        life, evidence, expected):
+    assert effective_attempt(attempt(life), evidence, STOPPED) == expected
+
+
+def test_a_stopped_attempt_that_recorded_its_own_failure_fails_with_the_stops_reason():
+    record = attempt("failed", {"classification": "cancelled", "reason": "client killed", "exit_code": None})
+    assert effective_attempt(record, None, STOPPED) == ("failed", STOPPED)
+    assert effective_attempt(record, None) == ("failed", "client killed")

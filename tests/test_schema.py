@@ -113,11 +113,25 @@ def corpus(tmp_path_factory) -> dict:
     by_name["observations"].append(observations)
     wait_settled(live)
     by_name["observations"].append(json.loads(tau("tau-observe", str(live)).stdout))
+    # a stop request (tau-cancel --attempt writes it for a live attempt): written by the same function
+    from taulib.lifecycle import cancel as cancel_lifecycle
+    from taulib.rundir import state
+    from taulib.rundir.run import Run
+
+    with Run(str(live)) as opened:
+        newest = state.latest_attempt(opened, "shard-00000")
+        assert newest is not None
+        cancel_lifecycle._stop_record(opened, newest)
 
     # cancellations: of one shard, then of the whole run
     cancelled = init_run(ws, "cancelled", records=20, shards=2)
     assert tau("tau-cancel", str(cancelled), "--shard", "shard-00000").returncode == 0
     assert tau("tau-cancel", str(cancelled)).returncode == 0
+    # the lift of the run's cancellation, then the shard's (tau-retry --reopen), and the shard cancelled again
+    assert tau("tau-retry", str(cancelled), "--reopen").returncode == 0
+    assert tau("tau-retry", str(cancelled), "--shard", "shard-00000", "--reopen").returncode == 0
+    assert tau("tau-cancel", str(cancelled), "--shard", "shard-00000").returncode == 0
+    assert (cancelled / "shards/shard-00000/cancel-2.json").exists()
     # a deferral, as tau-submit and tau-retry keep it when a scheduler's limits leave no room (Slurm's): written by
     # the same function, under the submit lock
     from taulib.lifecycle import submission

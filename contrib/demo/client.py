@@ -6,6 +6,8 @@ TAU_ATTEMPT_ORDINAL set. Record i is the same on every run and machine (a functi
 dataset is byte-for-byte reproducible.
 
   --fail-first SHARD_ID   exit 3 on that shard's first attempt (repeatable), to show a failure and its retry
+  --hang-first SHARD_ID   on that shard's first attempt (repeatable), report half its records done in
+                          TAU_PROGRESS_FILE, then hang for ever: a stalled client, to stop and retry
   --rows-per-file N       split the shard's output into files of N rows (default 1000)
   --sleep S               sleep S seconds before writing (to watch a run in progress)
   --wait-for FILE         wait until FILE exists before writing (the attempts stay live until something lets
@@ -39,6 +41,7 @@ SCHEMA = pa.schema([("id", pa.int64()), ("category", pa.string()), ("value", pa.
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fail-first", action="append", default=[], metavar="SHARD_ID")
+    parser.add_argument("--hang-first", action="append", default=[], metavar="SHARD_ID")
     parser.add_argument("--rows-per-file", type=int, default=1000)
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--wait-for", default=None, metavar="FILE")
@@ -50,6 +53,11 @@ def main() -> int:
         time.sleep(args.sleep)
     while args.wait_for and not os.path.exists(args.wait_for):
         time.sleep(0.05)
+    if shard in args.hang_first and ordinal == 1:
+        with open(os.environ["TAU_PROGRESS_FILE"], "w") as fh:
+            fh.write(str((end - start) // 2))
+        while True:
+            time.sleep(3600)
     if shard in args.fail_first and ordinal == 1:
         print(f"demo client: failing {shard} on its first attempt, as asked", file=sys.stderr)
         return 3

@@ -9,21 +9,26 @@ from taulib.cli import common
 EXAMPLE = """
 tau-observe runs/demo | tau-reconcile runs/demo >/dev/null && tau-retry runs/demo
 tau-retry runs/demo --shard shard-00003
+tau-retry runs/demo --shard shard-00013 --reopen
 """
 
 
 @common.command("tau-retry", "Submit a new attempt for every retryable shard of RUN_DIR (no winner, newest attempt "
                 "failed or unknown). Sealed shards are never touched; running it again, or concurrently, "
-                "submits nothing twice.", EXAMPLE)
+                "submits nothing twice. When nothing is submitted, reason says why (exhausted shards are named in "
+                "exhausted).", EXAMPLE)
 @common.run_dir_argument
 @click.option("--shard", "shards", multiple=True, metavar="SHARD_ID",
               help="Retry only these shards (repeatable); shards that are not retryable are reported as skipped.")
-def cli(run_dir: str, shards: tuple[str, ...]) -> None:
+@click.option("--reopen", is_flag=True,
+              help="First lift the cancellation of the shards named with --shard (none named: of the whole run), "
+                   "recorded with who and when; then retry them.")
+def cli(run_dir: str, shards: tuple[str, ...], reopen: bool) -> None:
     from taulib.lifecycle import retry
     from taulib.rundir.run import Run
 
     with Run(run_dir) as run:
-        common.emit(retry.retry(run, list(shards) or None))
+        common.emit(retry.retry(run, list(shards) or None, reopen=reopen))
 
 
 main = common.main_for("tau-retry", cli)

@@ -156,9 +156,11 @@ def records_done(run: Run, attempt: Record) -> int | None:
 
 
 def cancelled(run: Run, attempt: Record) -> str | None:
-    """Why the attempt's shard is cancelled, or None."""
+    """Why the attempt's shard is cancelled, or the attempt itself asked to stop (its stop.json), or None."""
     record = state.cancellation(run, attempt["shard_id"], state.run_cancel(run))
-    return None if record is None else state.cancel_reason(record)
+    if record is not None:
+        return state.cancel_reason(record)
+    return state.attempt_stop(run, attempt["shard_id"], attempt["attempt_id"])
 
 
 def command(run: Run, attempt: Record, environ: dict[str, str]

@@ -218,7 +218,7 @@ def _apply_one(run: Run, view: Record, seen: evidence_rules.Seen, now: float,
                   "to": new.state}
     if new.terminal and attempt["state"] in ("submitted", "running"):
         # terminal evidence ends an unfinished attempt; COMPLETED without a finalised attempt is a failure too
-        verdict = effective_attempt(attempt, new)
+        verdict = effective_attempt(attempt, new, state.attempt_stop(run, sid, aid))
         state.record_attempt(run, attempt)  # an attempt only its submission recorded gets its attempt.json first
         stamp = jsonio.now_rfc3339()
         record = dict(attempt, revision=attempt["revision"] + 1, updated_at=max(stamp, attempt["updated_at"]),

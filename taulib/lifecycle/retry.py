@@ -18,33 +18,78 @@ from taulib.rules.retry import ShardFacts, select_initial, select_retry
 from taulib.rundir import layout, state
 from taulib.rundir.status import run_status
 
+LIVE = ("running", "pending", "accounting_lag", "candidate")  # shard states a retry waits out
+
 if TYPE_CHECKING:
     from taulib.jsonio import Record
     from taulib.rundir.run import Run
 
 
-def retry(run: Run, explicit: list[str] | None = None) -> Record:
+def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False) -> Record:
     """Submit the retryable shards (or, with `explicit`, these shards, granting exhausted ones one attempt more).
-    The result says why nothing was submitted when the run is past its failure budget (`stopped`)."""
+    With `reopen`, the cancellation of the named shards (or, with none named, of the run) is lifted first
+    (`lifecycle.cancel.reopen`). The result names the exhausted shards left alone, and says why nothing was
+    submitted (`reason`; `stopped` when the run is past its failure budget)."""
     wanted = None
     if explicit:
         for sid in explicit:
             run.check_shard(sid)
         wanted = set(explicit)
+    reopened: list[Record] = []
+    if reopen:
+        from taulib.lifecycle import cancel
+
+        reopened = cancel.reopen(run, explicit)
     stopped = None
+    exhausted: list[Record] = []
+    cancelled = False
+    live = 0
 
     def select(run_: Run) -> submission.Selection:
-        nonlocal stopped
+        nonlocal stopped, exhausted, cancelled, live
         status = run_status(run_, parallel=executor.of(run_).limits(run_.plan).parallel)
         stopped = status["budget"]["stopped"]
+        cancelled = status["cancelled"] is not None
+        live = sum(status["counts"][k] for k in LIVE)
         facts = [ShardFacts(s["id"], s["state"], s["reason"], s["attempts"]) for s in status["shards"]
                  if wanted is None or s["id"] in wanted]
+        exhausted = [{"shard_id": f.shard_id, "reason": f.reason} for f in facts
+                     if f.state == "exhausted" and wanted is None]
         return select_retry(facts, explicit=wanted is not None, stopped=stopped, unsubmitted=_submitted(run_))
 
     result = submission.submit(run, "retry", select)
     result["run_id"] = run.run_id
     result["stopped"] = stopped
+    result["reopened"] = reopened
+    result["exhausted"] = exhausted
+    result["reason"] = None if result["submission_id"] is not None else why_nothing(
+        run, stopped, exhausted, result["skipped"], cancelled, result["deferred"], live)
     return result
+
+
+def why_nothing(run: Run, stopped: str | None, exhausted: list[Record], skipped: list[Record], cancelled: bool,
+                deferred: Record, live: int) -> str:
+    """Why a retry submitted nothing, in one sentence a person can act on."""
+    if deferred["shards"]:
+        return (f"{deferred['shards']} shard(s) wait until the queue has room "
+                f"({deferred['holding'] or 'the scheduler limits'}); a later tau-retry or tau-submit submits them")
+    if cancelled:
+        return f"the run is cancelled; tau-retry {run.path} --reopen lifts the cancellation"
+    if stopped is not None:
+        return stopped
+    if exhausted:
+        shown = ", ".join(e["shard_id"] for e in exhausted[:5]) + (" and more" if len(exhausted) > 5 else "")
+        return (f"{len(exhausted)} shard(s) used every attempt of their budget ({shown}); tau-retry {run.path} "
+                "--shard S grants one more")
+    if skipped:
+        lift = (f"; tau-retry {run.path} --shard {skipped[0]['shard_id']} --reopen lifts its cancellation"
+                if skipped[0]["state"] == "cancelled" else "")
+        return f"no named shard is retryable ({skipped[0]['shard_id']}: {skipped[0]['reason']}){lift}"
+    if live:
+        return (f"no shard is retryable: {live} shard(s) are live (pending, running or waiting for their winner), "
+                "and a live shard is retried only once its attempt has failed")
+    return ("no shard is retryable: every shard has a winner or is cancelled (tau-retry RUN --shard S --reopen "
+            "lifts a shard's cancellation)")
 
 
 def _submitted(run: Run) -> bool:

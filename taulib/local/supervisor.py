@@ -103,7 +103,7 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
             _reap(run, running, limit)
         if stopping["signal"] is not None:
             break
-        if _cancelled(run, task["shard_id"]):
+        if _cancelled(run, task):
             _skip(run, sid, index)
             continue
         pid = _start_task(run, sub, index)
@@ -116,7 +116,7 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
     while running:
         _reap(run, running, limit)
     for task in queue:  # stopped (a cancelled run): what never started says so, so that it is not awaited
-        if not run.dir.exists(layout.local_task(sid, task["task_index"])) and _cancelled(run, task["shard_id"]):
+        if not run.dir.exists(layout.local_task(sid, task["task_index"])) and _cancelled(run, task):
             _skip(run, sid, task["task_index"])
     _ended(run, sid)
     return 0
@@ -156,8 +156,10 @@ def sweep(run: Run) -> list[str]:
     return swept
 
 
-def _cancelled(run: Run, shard_id: str) -> bool:
-    return state.cancellation(run, shard_id, state.run_cancel(run)) is not None
+def _cancelled(run: Run, task: Record) -> bool:
+    """Whether the task's shard is cancelled or its attempt asked to stop: it is never started."""
+    return (state.cancellation(run, task["shard_id"], state.run_cancel(run)) is not None
+            or state.attempt_stop(run, task["shard_id"], task["attempt_id"]) is not None)
 
 
 def _skip(run: Run, submission_id: str, index: int) -> None:

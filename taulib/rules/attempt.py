@@ -8,7 +8,9 @@ running, succeeded, failed); the evidence says what the scheduler saw. The verdi
   moment the scheduler's last word arrives;
 - a success the attempt recorded stands unless the scheduler reports a terminal failure;
 - COMPLETED from the scheduler without a recorded result is a failure, never a guessed success;
-- otherwise the scheduler's live word (pending, running, preempted, accounting lag, unknown) decides.
+- otherwise the scheduler's live word (pending, running, preempted, accounting lag, unknown) decides;
+- an attempt asked to stop (its stop.json: tau-cancel --attempt, or a stall the plan stops) that has not succeeded
+  fails with the stop's reason once it ended, whatever ended it, and is "stopping" until then.
 """
 
 from __future__ import annotations
@@ -38,8 +40,16 @@ class Verdict(tuple[str, str]):
         return self[1]
 
 
-def effective_attempt(attempt: dict[str, Any], evidence: Evidence | None) -> Verdict:
-    """The verdict on an attempt (its record, as stored) given its scheduler evidence."""
+def effective_attempt(attempt: dict[str, Any], evidence: Evidence | None, stopped: str | None = None) -> Verdict:
+    """The verdict on an attempt (its record, as stored) given its scheduler evidence and, when it was asked to stop
+    without its shard being cancelled (tau-cancel --attempt, a stall), why (`stopped`)."""
+    if stopped is not None and attempt["state"] != "succeeded":
+        verdict = effective_attempt(attempt, evidence)
+        if verdict.state == "failed" or (evidence is not None and evidence.terminal):
+            return Verdict("failed", stopped)  # however it ended, it ended because it was stopped
+        if verdict.state in ("pending", "running"):
+            return Verdict(verdict.state, f"stopping: {stopped}")
+        return verdict
     life = attempt["state"]
     failure = evidence if evidence is not None and evidence.terminal and evidence.state in FAILURE else None
     scheduler_failed = failure is not None

@@ -73,6 +73,24 @@ def shard_cancel(sid: str) -> str:
     return f"shards/{sid}/cancel.json"
 
 
+def cancel_record(sid: str | None, generation: int = 1) -> str:
+    """The `generation`th cancellation of the run (sid None) or of a shard: cancel.json, then cancel-2.json, ...
+    (a cancellation lifted by its reopen record may be followed by another)."""
+    name = "cancel.json" if generation == 1 else f"cancel-{generation}.json"
+    return name if sid is None else f"shards/{sid}/{name}"
+
+
+def reopen_record(sid: str | None, generation: int = 1) -> str:
+    """The record that lifts the `generation`th cancellation of the run (sid None) or of a shard."""
+    name = "reopen.json" if generation == 1 else f"reopen-{generation}.json"
+    return name if sid is None else f"shards/{sid}/{name}"
+
+
+def attempt_stop(sid: str, aid: str) -> str:
+    """The request to stop one attempt without cancelling its shard (tau-cancel --attempt, or a stall)."""
+    return attempt_file(sid, aid, "stop.json")
+
+
 def shard_dataset(sid: str) -> str:
     return f"shards/{sid}/dataset"
 

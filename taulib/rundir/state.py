@@ -63,18 +63,38 @@ def read_evidence(run: Run, sid: str, aid: str) -> Evidence | None:
     return evidence_from_record(run.dir.read(layout.attempt_file(sid, aid, "observation.json"), "tau.observation"))
 
 
+def cancel_chain(run: Run, sid: str | None) -> tuple[Record | None, int]:
+    """(the cancellation in force of the run (sid None) or of shard `sid`, or None; its generation, or the one a new
+    cancellation takes). A cancellation is lifted by the reopen record of its generation, and may be followed by
+    another (`layout.cancel_record`); one read when nothing was ever cancelled."""
+    generation = 1
+    while True:
+        record = run.dir.read(layout.cancel_record(sid, generation), "tau.cancel")
+        if record is None:
+            return None, generation
+        if not run.dir.exists(layout.reopen_record(sid, generation)):
+            return record, generation
+        generation += 1
+
+
 def run_cancel(run: Run) -> Record | None:
-    """The run's cancellation record (tau-cancel RUN), or None."""
-    return run.dir.read(layout.CANCEL, "tau.cancel")
+    """The run's cancellation in force (tau-cancel RUN, not lifted by tau-retry --reopen), or None."""
+    return cancel_chain(run, None)[0]
 
 
 def cancellation(run: Run, sid: str, whole_run: Record | None) -> Record | None:
-    """The record that cancels shard `sid`: the run's (`whole_run`, read once by the caller) or its own."""
-    return whole_run or run.dir.read(layout.shard_cancel(sid), "tau.cancel")
+    """The record that cancels shard `sid`: the run's (`whole_run`, read once by the caller) or its own in force."""
+    return whole_run or cancel_chain(run, sid)[0]
 
 
 def cancel_reason(record: Record) -> str:
     return f"cancelled by the user at {record['requested_at']}"
+
+
+def attempt_stop(run: Run, sid: str, aid: str) -> str | None:
+    """Why the attempt was asked to stop without its shard being cancelled (its stop.json), or None."""
+    record = run.dir.read(layout.attempt_stop(sid, aid), "tau.stop")
+    return None if record is None else record["reason"]
 
 
 def submitted_record(run: Run, plan: Record, job_id: str, shard: int, task_index: int, ordinal: int) -> Record:
@@ -201,7 +221,8 @@ def shard_view(run: Run, sid: str, whole_run_cancel: Record | None = None,
     if attempt is not None:
         key = (sid, attempt["attempt_id"])
         found = evidence[key] if evidence and key in evidence else read_evidence(run, sid, attempt["attempt_id"])
-        verdict = effective_attempt(attempt, found)
+        stopped = attempt_stop(run, sid, attempt["attempt_id"]) if attempt["state"] != "succeeded" else None
+        verdict = effective_attempt(attempt, found, stopped)
     attempts = attempt["ordinal"] if attempt is not None else 0
     if winner is not None and attempt is not None and winner["attempt_id"] != attempt["attempt_id"]:
         # a later attempt exists beside a winner (it was fenced or is still draining): the winner decides
