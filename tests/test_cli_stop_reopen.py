@@ -186,3 +186,47 @@ def test_a_retry_that_submits_nothing_names_the_exhausted_shards(workspace):
     assert result["exhausted"] == [{"shard_id": "shard-00002", "reason": doc["shards"][2]["reason"]}]
     assert result["reason"] == (f"1 shard(s) used every attempt of their budget (shard-00002); tau-retry {run_dir} "
                                 "--shard S grants one more")
+
+
+STALL_WINDOWS = {"accounting_lag_seconds": 5, "preemption_seconds": 5, "submission_visibility_seconds": 5,
+                 "heartbeat_seconds": 1, "progress_stall_seconds": 3}
+
+
+def test_a_client_whose_progress_stands_still_is_shown_stalled_and_left_running_by_default(workspace):
+    run_dir = hung_run(workspace, windows=STALL_WINDOWS)
+
+    def stalled() -> dict | None:
+        shard = run_json("tau-status", str(run_dir))["shards"][1]
+        return shard if shard["stalled"] else None
+
+    shard = wait_for(stalled, timeout=30, what="the hung shard shown stalled")
+    assert shard["state"] == "running"
+    assert shard["stalled"].startswith("no progress for ")
+    assert shard["stalled"].endswith(": 5 of 10 records done (the run's progress_stall_seconds is 3)")
+    assert shard["progress"]["records_done"] == 5 and shard["progress"]["progress_at"] is not None
+    doc = run_json("tau-status", str(run_dir))
+    assert doc["degraded"] is True and "shard-00001 stalled: no progress for " in doc["reason"]
+    assert not (run_dir / "shards/shard-00001/attempts/attempt-0001/stop.json").exists()
+    run_json("tau-cancel", str(run_dir))  # the test's own end: nothing else would stop it
+
+
+def test_with_stall_action_stop_a_stalled_client_is_stopped_failed_and_retried_to_success(workspace):
+    windows = dict(STALL_WINDOWS, stall_action="stop")
+    run_dir = init_run(workspace, plan_doc=hanging("shard-00001", windows=windows))
+    started = time.monotonic()
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    stop_path = run_dir / "shards/shard-00001/attempts/attempt-0001/stop.json"
+    wait_for(stop_path.exists, timeout=30, what="the stall's stop record")
+    assert time.monotonic() - started < 20
+    stop = json.loads(stop_path.read_text())
+    assert stop["by"] == "stall" and stop["reason"].startswith("stalled: no progress for ")
+    assert stop["reason"].endswith("5 of 10 records done (the run's progress_stall_seconds is 3); stopped, as the "
+                                   "run's stall_action says")
+    doc = settle(run_dir)
+    assert (doc["shards"][1]["state"], doc["shards"][1]["reason"]) == ("failed", stop["reason"])
+    result = json.loads((run_dir / "shards/shard-00001/attempts/attempt-0001/result.json").read_text())
+    assert result["error"] == stop["reason"] and result["outcome"] == "failed"
+    retried = run_json("tau-retry", str(run_dir))
+    assert [t["attempt_id"] for t in retried["tasks"]] == ["attempt-0002"]
+    final = settle(run_dir)
+    assert final["state"] == "succeeded" and final["shards"][1]["winner"] == "attempt-0002"

@@ -114,14 +114,14 @@ def corpus(tmp_path_factory) -> dict:
     wait_settled(live)
     by_name["observations"].append(json.loads(tau("tau-observe", str(live)).stdout))
     # a stop request (tau-cancel --attempt writes it for a live attempt): written by the same function
-    from taulib.lifecycle import cancel as cancel_lifecycle
+    from taulib.lifecycle import client
     from taulib.rundir import state
     from taulib.rundir.run import Run
 
     with Run(str(live)) as opened:
         newest = state.latest_attempt(opened, "shard-00000")
         assert newest is not None
-        cancel_lifecycle._stop_record(opened, newest)
+        client.stop_record(opened, newest, "stall", "stalled: no progress for 1900s", None)
 
     # cancellations: of one shard, then of the whole run
     cancelled = init_run(ws, "cancelled", records=20, shards=2)

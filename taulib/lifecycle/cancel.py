@@ -150,18 +150,11 @@ def _lift(run: Run, sid: str | None) -> list[Record]:
 
 
 def _stop_record(run: Run, attempt: Record) -> Record:
-    """The attempt's stop request: the one already there, or a new one."""
-    rel = layout.attempt_stop(attempt["shard_id"], attempt["attempt_id"])
-    existing = run.dir.read(rel, "tau.stop")
-    if existing is not None:
-        return existing
-    who = _who()
-    record = {"kind": "tau.stop", "schema_version": 1, "run_id": run.run_id, "shard_id": attempt["shard_id"],
-              "attempt_id": attempt["attempt_id"], "by": "user",
-              "reason": f"stopped by the user at {who['requested_at']}", **who}
-    state.record_attempt(run, attempt)  # its folder and attempt.json first, if only its submission recorded it
-    run.dir.publish(rel, record)
-    return record
+    """The attempt's stop request by the user: the one already there, or a new one."""
+    from taulib.lifecycle import client
+
+    at = jsonio.now_rfc3339()
+    return client.stop_record(run, attempt, "user", f"stopped by the user at {at}", at)
 
 
 def _noop(scope: str, requested: str | None, sealed: list[str], ended: list[Record]) -> str | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from typing import TYPE_CHECKING, NamedTuple
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from taulib import executor, jsonio, signals
 from taulib.errors import Busy, TauError
 from taulib.rules import environment as environment_rules
+from taulib.rules import stall as stall_rules
 from taulib.rundir import layout, locks, state
 
 if TYPE_CHECKING:
@@ -113,11 +115,16 @@ def readiness(run: Run, attempt: Record, state_name: str, message: str | None, r
     """Replace the attempt's readiness (the caller holds the shard lock)."""
     rel = layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "readiness.json")
     current = run.dir.read(rel, "tau.readiness")
+    now = jsonio.now_rfc3339()
+    progressed = None  # when the client's count last changed: kept while it stands still (rules.stall)
+    if records_done is not None:
+        same = current is not None and current.get("records_done") == records_done
+        progressed = (current.get("progress_at") or now) if same and current is not None else now
     run.dir.replace(rel, {
         "kind": "tau.readiness", "schema_version": 1, "run_id": attempt["run_id"], "shard_id": attempt["shard_id"],
         "attempt_id": attempt["attempt_id"], "revision": 1 if current is None else current["revision"] + 1,
-        "updated_at": jsonio.now_rfc3339(), "state": state_name, "restarts": attempt["restarts"],
-        "message": message, "records_done": records_done})
+        "updated_at": now, "state": state_name, "restarts": attempt["restarts"],
+        "message": message, "records_done": records_done, "progress_at": progressed})
 
 
 def _briefly(run: Run, attempt: Record, wait: float, write: Callable[[], None]) -> bool:
@@ -226,6 +233,7 @@ def _wait(run: Run, attempt: Record, proc: subprocess.Popen[bytes], stop: Stop) 
     heartbeat = run.plan["windows"]["heartbeat_seconds"]
     now = time.monotonic()
     next_beat, next_check, kill_at, why = now + heartbeat, now + CANCEL_CHECK, None, None
+    stall = Stall(run, attempt, now) if stall_rules.stops(run.plan["windows"]) else None
     while True:
         try:
             return proc.wait(timeout=CLIENT_POLL), why
@@ -238,6 +246,8 @@ def _wait(run: Run, attempt: Record, proc: subprocess.Popen[bytes], stop: Stop) 
         if why is None and now >= next_check:
             next_check = now + CANCEL_CHECK
             why = cancelled(run, attempt)
+            if why is None and stall is not None:
+                why = stall.check(now)
             if why is not None:
                 proc.terminate()
                 kill_at = now + CANCEL_GRACE
@@ -247,6 +257,54 @@ def _wait(run: Run, attempt: Record, proc: subprocess.Popen[bytes], stop: Stop) 
         if why is None and now >= next_beat:
             next_beat = now + heartbeat
             _heartbeat(run, attempt)
+
+
+class Stall:
+    """The client's progress, watched by its own allocation when the plan stops stalled attempts
+    (`rules.stall`): the count in its progress file, and since when (this process's clock) it has not changed."""
+
+    def __init__(self, run: Run, attempt: Record, now: float) -> None:
+        self.run, self.attempt = run, attempt
+        shard = run.shard(attempt["shard_id"])
+        self.records = shard["record_end"] - shard["record_start"]
+        self.limit = run.plan["windows"].get("progress_stall_seconds")
+        self.done: int | None = None
+        self.since = now
+
+    def check(self, now: float) -> str | None:
+        """The stop's reason when the client's progress stood still too long (its stop.json is then published:
+        `by` stall), else None."""
+        if self.limit is None:
+            return None
+        done = records_done(self.run, self.attempt)
+        if done != self.done:
+            self.done, self.since = done, now
+            return None
+        why = stall_rules.progress(done, self.records, now - self.since, self.limit)
+        if why is None:
+            return None
+        reason = stall_rules.reason(why)
+        if not _briefly(self.run, self.attempt, STOP_LOCK_WAIT, lambda: stop_record(self.run, self.attempt, "stall",
+                                                                                      reason)):
+            return None  # the locks are busy: the next look tries again
+        return self.run.dir.read(layout.attempt_stop(self.attempt["shard_id"], self.attempt["attempt_id"]),
+                                 "tau.stop")["reason"]
+
+
+def stop_record(run: Run, attempt: Record, by: str, reason: str, at: str | None = None) -> Record:
+    """The attempt's stop request (stop.json, `by` user or stall, made at `at`, default now): the one already there,
+    or a new one (the caller holds the shard lock; an attempt only its submission recorded gets its attempt.json
+    first)."""
+    rel = layout.attempt_stop(attempt["shard_id"], attempt["attempt_id"])
+    existing = run.dir.read(rel, "tau.stop")
+    if existing is not None:
+        return existing
+    record = {"kind": "tau.stop", "schema_version": 1, "run_id": run.run_id, "shard_id": attempt["shard_id"],
+              "attempt_id": attempt["attempt_id"], "by": by, "reason": reason,
+              "requested_at": at or jsonio.now_rfc3339(), "uid": os.geteuid(), "host": socket.gethostname()[:255]}
+    state.record_attempt(run, attempt)
+    run.dir.publish(rel, record)
+    return record
 
 
 def _heartbeat(run: Run, attempt: Record) -> None:

@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING
 
 from taulib import jsonio
-from taulib.rules import budget, efficiency, rollup
+from taulib.rules import budget, efficiency, rollup, stall
 from taulib.rundir import index, layout, state, usage
 from taulib.rundir.journal import COLLECTIONS, SUBMISSIONS, Journal, task_count
 
@@ -122,10 +122,12 @@ def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple
     progress = stalled = None
     if attempt is not None and view.verdict is not None and view.verdict.state == "running":
         progress = _progress(run, attempt, now)
-        stall = run.plan["windows"]["stall_seconds"]
-        if progress is not None and progress["age_seconds"] > stall:
-            stalled = (f"no heartbeat for {progress['age_seconds']:.0f}s (the run's stall_seconds is {stall}); "
-                       "the attempt is still running as far as the scheduler knows")
+        windows = run.plan["windows"]
+        if progress is not None:
+            still = progress.pop("still_seconds")
+            stalled = (stall.heartbeat(progress["age_seconds"], windows["stall_seconds"])
+                       or stall.progress(progress["records_done"], progress["records"], still,
+                                         windows["progress_stall_seconds"]))
     log = None
     if view.state in rollup.DEGRADED and attempt is not None:
         log = os.path.join(run.path, layout.attempt_file(view.shard_id, attempt["attempt_id"], "client.log"))
@@ -157,16 +159,20 @@ def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple
 
 
 def _progress(run: Run, attempt: Record, now: float) -> Record | None:
-    """The running attempt's readiness: its state, the records its client reported done, and how long ago (by the
-    observer's clock, never less than 0) it last wrote a heartbeat."""
+    """The running attempt's readiness: its state, the records its client reported done and when that count last
+    changed, and how long ago (by the observer's clock, never less than 0) it last wrote a heartbeat
+    (`still_seconds`: how long the count has stood still, for the stall rule; not part of the status)."""
     record = run.dir.read(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "readiness.json"),
                           "tau.readiness")
     if record is None:
         return None
     shard = run.shard(attempt["shard_id"])
+    progressed = record.get("progress_at")
     return {"state": record["state"], "records_done": record.get("records_done"),
             "records": shard["record_end"] - shard["record_start"], "updated_at": record["updated_at"],
-            "age_seconds": round(max(0.0, now - jsonio.parse_time(record["updated_at"])), 1)}
+            "progress_at": progressed,
+            "age_seconds": round(max(0.0, now - jsonio.parse_time(record["updated_at"])), 1),
+            "still_seconds": None if progressed is None else max(0.0, now - jsonio.parse_time(progressed))}
 
 
 def deferred_reason(deferral: Record) -> str:
