@@ -113,6 +113,8 @@ def corpus(tmp_path_factory) -> dict:
     by_name["observations"].append(observations)
     wait_settled(live)
     by_name["observations"].append(json.loads(tau("tau-observe", str(live)).stdout))
+    drove = tau("tau-drive", str(live), "--once")  # the drive record: its cycles, what was told
+    assert drove.returncode == 0 and (live / "drive" / "state.json").exists(), drove.stderr
     # a stop request (tau-cancel --attempt writes it for a live attempt): written by the same function
     from taulib.lifecycle import client
     from taulib.rundir import state

@@ -43,6 +43,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("status", "taulib.cli.status", "the run's status now, read-only (table, watch)", "porcelain"),
     Command("logs", "taulib.cli.logs", "an attempt's output (follow it while it runs)", "porcelain"),
     Command("cancel", "taulib.cli.cancel", "cancel a run or some of its shards; never started again", "porcelain"),
+    Command("drive", "taulib.cli.drive", "observe, reconcile, publish, retry and submit until the run is finished",
+            "porcelain"),
 )
 
 FRONT = Command("", "taulib.cli.tau", "run large sharded batch jobs without a resident controller", "porcelain")

@@ -12,5 +12,6 @@ executors (`taulib.executor`, which lifecycle asks and never names).
   reconcile   applying observations to the records under locks (tau-reconcile)
   status      the run's status now, the same rules with nothing written (tau-status)
   logs        an attempt's output, and following it while it runs (tau-logs)
-  cancel      a durable cancellation, then the live attempts stopped (tau-cancel)
+  cancel      a durable cancellation, then the live attempts stopped (tau-cancel); an attempt stopped, a lift
+  drive       one cycle of the plumbing's calls, repeated until the run is finished (tau-drive)
 """

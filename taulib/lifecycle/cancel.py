@@ -168,6 +168,11 @@ def _noop(scope: str, requested: str | None, sealed: list[str], ended: list[Reco
     return "every named shard already has its winner: nothing to cancel, nothing was recorded"
 
 
+def stop_attempts(run: Run, attempts: list[Record]) -> tuple[list[Record], str | None]:
+    """Stop these live attempts (their stop or cancellation records written first); (stopped, problem)."""
+    return _stop(run, attempts, whole_run=False)
+
+
 def _stop(run: Run, attempts: list[Record], whole_run: bool) -> tuple[list[Record], str | None]:
     """Stop the live attempts through their executors; (the attempts stopped, why stopping failed or None)."""
     stopped: list[Record] = []

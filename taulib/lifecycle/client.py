@@ -283,12 +283,12 @@ class Stall:
         why = stall_rules.progress(done, self.records, now - self.since, self.limit)
         if why is None:
             return None
-        reason = stall_rules.reason(why)
-        if not _briefly(self.run, self.attempt, STOP_LOCK_WAIT, lambda: stop_record(self.run, self.attempt, "stall",
-                                                                                      reason)):
+        made: list[Record] = []
+        if not _briefly(self.run, self.attempt, STOP_LOCK_WAIT, lambda: made.append(
+                stop_record(self.run, self.attempt, "stall", stall_rules.reason(why)))):
             return None  # the locks are busy: the next look tries again
-        return self.run.dir.read(layout.attempt_stop(self.attempt["shard_id"], self.attempt["attempt_id"]),
-                                 "tau.stop")["reason"]
+        reason: str = made[0]["reason"]  # this stall's, or an earlier stop's that was there first
+        return reason
 
 
 def stop_record(run: Run, attempt: Record, by: str, reason: str, at: str | None = None) -> Record:

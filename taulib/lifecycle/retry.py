@@ -55,7 +55,7 @@ def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False) -> 
                  if wanted is None or s["id"] in wanted]
         exhausted = [{"shard_id": f.shard_id, "reason": f.reason} for f in facts
                      if f.state == "exhausted" and wanted is None]
-        return select_retry(facts, explicit=wanted is not None, stopped=stopped, unsubmitted=_submitted(run_))
+        return select_retry(facts, explicit=wanted is not None, stopped=stopped, unsubmitted=initial_made(run_))
 
     result = submission.submit(run, "retry", select)
     result["run_id"] = run.run_id
@@ -92,7 +92,7 @@ def why_nothing(run: Run, stopped: str | None, exhausted: list[Record], skipped:
             "lifts a shard's cancellation)")
 
 
-def _submitted(run: Run) -> bool:
+def initial_made(run: Run) -> bool:
     """Whether the run's first submission was made (a bound initial submission is in the journal)."""
     return any(plan["purpose"] == "initial" and status is not None and status["state"] == "submitted"
                for plan, status in submission.journal(run).entries())

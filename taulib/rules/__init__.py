@@ -9,6 +9,7 @@
   windows      a submission's shards cut into arrays that fit the scheduler now, the rest deferred
   escalation   the memory and time a retry asks for, grown after the attempt before it ran out of them
   efficiency   what attempts cost and how much of their request they used (seff's arithmetic)
+  drive        when a driven run is finished, and the notifications owed
   stall        when a running attempt is stalled (no heartbeat, no progress), and whether the plan stops it
   journal      resolving an ambiguous submission by its job's exact name
   chain        whether a shard's attempt, result and manifest make a chain that may win

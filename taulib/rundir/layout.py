@@ -25,6 +25,7 @@ PLAN = "plan.json"
 CANCEL = "cancel.json"
 SCHEMA = "schema.json"
 DEFERRAL = "submissions/deferral.json"  # the shards the last submission left for a later one, and why
+DRIVE = "drive/state.json"  # tau-drive's cycles and what its notifications last told (under drive.lock)
 SHARDS = "shards"
 SEALED_LEGACY = "index/sealed.json"
 

@@ -5,7 +5,8 @@ through the writer (`RunDir.open_lock_file`). Promises: the order below is enfor
 is a bug: AssertionError), and a lock is never held on a lock file that was replaced meanwhile.
 Order (a process that holds a lock may only take locks that come later in this list):
 
-  1. `resume-<shard>.lock`  a resumable shard's dataset workspace (held for a whole allocation)
+  1. `drive.lock`           tau-drive's cycle of a run (held for the whole cycle; never by an allocation)
+     `resume-<shard>.lock`  a resumable shard's dataset workspace (held for a whole allocation)
   2. `run.lock`             shared by every command; exclusive only while a run is created
   3. `status.lock`          the status file kept beside the run (tau-reconcile --status-file): its writers take
                             turns, so that a newer status is never replaced by an older one
@@ -57,7 +58,7 @@ def timeout_seconds() -> float:
 
 
 def _rank(name: str) -> tuple[int, str]:
-    if name.startswith("resume-"):
+    if name.startswith("resume-") or name == "drive":
         return (1, name)
     if name == "run":
         return (2, name)

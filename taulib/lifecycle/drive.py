@@ -1,0 +1,180 @@
+"""Driving a run (tau-drive): one cycle of what the plumbing does, in turn, until the run is finished.
+
+A cycle is the same library calls the plumbing commands make, in their order: observe and reconcile
+(`lifecycle.observe`, `lifecycle.reconcile`), publish the winners of candidates (`lifecycle.winner`), stop the
+attempts the plan stops when stalled (`rules.stall`, the stop records of `lifecycle.client`), then submit: the
+run's first submission when it has none, the shards the scheduler's limits deferred (`lifecycle.retry.initial`),
+and a retry of the retryable shards within the budget (`lifecycle.retry.retry`). The status it ends with is read
+again from the records (`rundir.status`), and `rules.drive` says whether the run is finished and what a person
+is owed a notification for.
+Reads: the run's records, the scheduler (through the executors). Writes: through those library calls only, and
+its own `drive/state.json` (tau.drive, mutable), under `locks/drive.lock`: how many cycles began, and what the
+notifications last told.
+Promises:
+- cycles of one run take turns (drive.lock); a caller that asked while a cycle was running waits for it, and
+  runs one of its own only when no cycle began after it asked (the record's `cycles`): a burst of callers (cron
+  lines, epilogs) costs at most two cycles, and no request goes unserved;
+- nothing is submitted twice: the submissions' own submit lock and journal decide, as for the plumbing;
+- each notification (`--notify`) is sent once: it is run under drive.lock and recorded after it ran (a crash in
+  between sends it again: at least once);
+- it never needs a process to stay alive: `--once` from cron does one cycle, and any fresh process carries on.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import TYPE_CHECKING, Callable
+
+from taulib import env, executor, jsonio
+from taulib.rules import drive as drive_rules
+from taulib.rules import stall as stall_rules
+from taulib.rundir import layout, locks
+from taulib.rundir.status import run_status
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
+
+NOTIFY_TIMEOUT = 60.0  # seconds a --notify command may run before it is killed
+WAIT_FOR_TURN = 3600.0  # seconds a caller waits for the cycle of another one to end
+
+
+def once(run: Run, notify: str | None = None, status_file: str | None = None) -> Record:
+    """One cycle (or none, when one began after this call asked): the cycle's actions, the notifications sent,
+    whether the run is finished, and its status."""
+    asked = _state(run)["cycles"]
+    with locks.hold(run.dir, "drive", timeout=WAIT_FOR_TURN):
+        current = _state(run)
+        if current["cycles"] > asked:  # a cycle began after this call asked: it served this request
+            status = run_status(run, parallel=executor.of(run).limits(run.plan).parallel)
+            return _result(run, status, None, [], served=True)
+        current = _save(run, current, cycles=current["cycles"] + 1)
+        actions, status = cycle(run, status_file)
+        sent = _notify(run, current, status, notify)
+        _save(run, current, told=drive_rules.told_after(current["told"], status))
+    return _result(run, status, actions, sent, served=False)
+
+
+def cycle(run: Run, status_file: str | None = None) -> tuple[Record, Record]:
+    """(the actions of one cycle, the status after them)."""
+    from taulib.lifecycle import observe, reconcile, retry, winner
+
+    reconciled = reconcile.apply(run, observe.observe(run))
+    candidates = [s["id"] for s in reconciled["shards"] if s["state"] == "candidate"]
+    won = winner.publish_many(run, candidates)["shards"] if candidates else []
+    stopped = _stop_stalled(run, reconciled)
+    submitted: list[Record] = []
+    if not retry.initial_made(run) or _deferred(run):
+        submitted.append(_submission(retry.initial(run)))
+    retried = retry.retry(run)
+    if retried["submission_id"] is not None:
+        submitted.append(_submission(retried))
+    status = run_status(run, parallel=executor.of(run).limits(run.plan).parallel, sources=reconciled["sources"])
+    if status_file is not None:
+        target = reconcile.StatusFile(run, status_file)
+        try:
+            with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "status"):
+                target.write(status)
+        finally:
+            target.close()
+    actions = {"changes": len(reconciled["changes"]),
+               "winners": [w["shard_id"] for w in won if w["published"]],
+               "stopped": stopped, "submitted": [s for s in submitted if s["tasks"]],
+               "retry_reason": retried["reason"]}
+    return actions, status
+
+
+def drive(run: Run, interval: float, notify: str | None = None, status_file: str | None = None,
+          shown: Callable[[Record], None] | None = None, cycles: int | None = None) -> Record:
+    """Cycle until the run is finished (or `cycles` cycles ran), `interval` seconds apart; `shown` gets each
+    cycle's result (progress for a person). Returns the last result, with `cycles` the number this call ran."""
+    count = 0
+    while True:
+        result = once(run, notify, status_file)
+        count += 1
+        if shown is not None:
+            shown(result)
+        if result["finished"] is not None or (cycles is not None and count >= cycles):
+            result["cycles"] = count
+            return result
+        time.sleep(interval)
+
+
+def _result(run: Run, status: Record, actions: Record | None, sent: list[Record], served: bool) -> Record:
+    return {"kind": "tau.drive-result", "schema_version": 1, "run_id": run.run_id, "state": status["state"],
+            "finished": drive_rules.finished(status), "cycles": 0 if served else 1, "served_by_another": served,
+            "actions": actions, "notified": sent, "status": status}
+
+
+def _submission(result: Record) -> Record:
+    return {"submission_id": result["submission_id"], "purpose": result["purpose"], "job_id": result["job_id"],
+            "tasks": len(result["tasks"])}
+
+
+def _deferred(run: Run) -> bool:
+    deferral = run.dir.read(layout.DEFERRAL, "tau.deferral")
+    return deferral is not None and deferral["shards"] > 0
+
+
+def _stop_stalled(run: Run, status: Record) -> list[Record]:
+    """Stop the running attempts the status shows stalled, when the plan says so (`windows.stall_action` stop):
+    a stop record (`by` stall) first, then the executor's stop. The allocation stops a client whose progress stands
+    still by itself; this also stops an attempt whose allocation wrote no heartbeat (hung or gone)."""
+    if not stall_rules.stops(run.plan["windows"]):
+        return []
+    from taulib.lifecycle import cancel, client
+    from taulib.rundir import state
+
+    targets: list[Record] = []
+    for shard in status["shards"]:
+        if not shard["stalled"] or shard["state"] != "running":
+            continue
+        with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, locks.shard_lock_name(shard["id"])):
+            attempt = state.latest_attempt(run, shard["id"])
+            if attempt is None or attempt["attempt_id"] != shard["attempt"] or attempt["state"] not in cancel.LIVE:
+                continue
+            client.stop_record(run, attempt, "stall", stall_rules.reason(shard["stalled"]))
+            targets.append(attempt)
+    stopped, _ = cancel.stop_attempts(run, targets)
+    return [{"shard_id": a["shard_id"], "attempt_id": a["attempt_id"]} for a in stopped]
+
+
+def _notify(run: Run, current: Record, status: Record, command: str | None) -> list[Record]:
+    """Run `command` once per event owed (`rules.drive.events`), the status on its standard input and the event
+    in TAU_DRIVE_EVENT (TAU_DRIVE_SHARD for an exhausted shard), TAU_RUN_DIR and TAU_RUN_ID in its environment."""
+    if command is None:
+        return []
+    sent = []
+    body = jsonio.canonical(status)
+    for event in drive_rules.events(current["told"], status):
+        environ = dict(env.current(), TAU_DRIVE_EVENT=event["event"], TAU_DRIVE_SHARD=event["shard_id"] or "",
+                       TAU_RUN_DIR=run.path, TAU_RUN_ID=run.run_id)
+        try:
+            done = subprocess.run(["/bin/sh", "-c", command], input=body, env=environ, timeout=NOTIFY_TIMEOUT,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+            outcome = {"exit_code": done.returncode,
+                       "error": done.stderr.decode(errors="replace")[-512:] or None if done.returncode else None}
+        except subprocess.TimeoutExpired:
+            outcome = {"exit_code": None, "error": f"killed after {NOTIFY_TIMEOUT:.0f}s"}
+        except OSError as exc:
+            outcome = {"exit_code": None, "error": f"cannot run /bin/sh: {exc.strerror}"}
+        sent.append(dict(event, **outcome))
+    return sent
+
+
+def _state(run: Run) -> Record:
+    """The drive record, or the one a run that was never driven implies."""
+    found = run.dir.read(layout.DRIVE, "tau.drive")
+    if found is not None:
+        return found
+    return {"kind": "tau.drive", "schema_version": 1, "run_id": run.run_id, "revision": 0, "cycles": 0,
+            "told": {"state": None, "exhausted": []}, "updated_at": jsonio.now_rfc3339()}
+
+
+def _save(run: Run, current: Record, **changes: object) -> Record:
+    """Replace the drive record (the caller holds drive.lock)."""
+    record = dict(current, **changes, revision=current["revision"] + 1, updated_at=jsonio.now_rfc3339())
+    run.dir.make_folders(layout.DRIVE.rpartition("/")[0])
+    run.dir.replace(layout.DRIVE, record)
+    return record

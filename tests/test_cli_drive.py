@@ -1,0 +1,125 @@
+"""tau-drive: one command that keeps a run moving until it is finished, in the foreground or a cycle at a time
+from cron, telling a person once per change; concurrent drivers converge and submit nothing twice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import CLIENT, PYTHON, env_for_tests, error_of, init_run, snapshot, tau
+
+pytestmark = pytest.mark.slow
+
+
+def failing(*fail_first: str, always: tuple[str, ...] = (), **extra) -> dict:
+    command = [PYTHON, CLIENT, "--rows-per-file", "10"]
+    for sid in fail_first:
+        command += ["--fail-first", sid]
+    doc = {"records": 40, "shards": 4, "command": command,
+           "scheduler": {"profile": "local", "local": {"max_parallel": 4}},
+           "windows": {"accounting_lag_seconds": 5, "preemption_seconds": 5, "submission_visibility_seconds": 5}}
+    if always:  # these shards fail every attempt: a client that exits 3 for them, and runs the demo for the rest
+        script = ("import os,sys; s=os.environ['TAU_SHARD_ID']; "
+                  f"sys.exit(3) if s in {list(always)!r} else os.execv(sys.executable, [sys.executable, "
+                  f"{CLIENT!r}, '--rows-per-file', '10'])")
+        doc["command"] = [PYTHON, "-c", script]
+    doc.update(extra)
+    return doc
+
+
+def notifier(folder: Path) -> str:
+    """A --notify command that keeps every document it is given, named by its event, its shard and a count."""
+    folder.mkdir(mode=0o700)
+    return (f'n=$(ls {folder} | wc -l); cat > "{folder}/$TAU_DRIVE_EVENT-${{TAU_DRIVE_SHARD:-run}}-$n.json"')
+
+
+def told(folder: Path) -> list[tuple[str, dict]]:
+    return sorted((p.name.rsplit("-", 1)[0], json.loads(p.read_text())) for p in folder.iterdir())
+
+
+def test_in_the_foreground_it_brings_a_run_with_failing_shards_to_success_and_collects_it(workspace):
+    run_dir = init_run(workspace, plan_doc=failing("shard-00001", "shard-00002"))
+    notes = workspace / "notes"
+    proc = tau("tau-drive", str(run_dir), "--interval", "0.5", "--notify", notifier(notes),
+               "--collect", str(workspace / "out"))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["kind"], result["state"], result["finished"]) == ("tau.drive-result", "succeeded", "succeeded")
+    assert result["status"]["counts"]["succeeded"] == 4 and result["cycles"] >= 2
+    assert [(n["event"], n["exit_code"]) for n in result["notified"]] == [("done", 0)]
+    assert result["collection"]["records"] == 40 and (workspace / "out").is_dir()
+    [(name, doc)] = told(notes)
+    assert name == "done-run" and doc["kind"] == "tau.status" and doc["state"] == "succeeded"
+    assert sorted(p.name for p in (run_dir / "shards/shard-00001/attempts").iterdir()) == [
+        "attempt-0001", "attempt-0002"]
+    again = tau("tau-drive", str(run_dir), "--once", "--notify", notifier(workspace / "more"),
+                "--collect", str(workspace / "out"))
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert second["notified"] == [] and second["actions"]["submitted"] == []
+    assert second["collection"]["created"] is False  # the destination holds this collection: reported, not redone
+    assert told(workspace / "more") == []
+
+
+def test_from_cron_one_cycle_at_a_time_it_brings_a_run_to_its_budget_and_tells_each_change_once(workspace):
+    run_dir = init_run(workspace, plan_doc=failing(always=("shard-00003",), retry={"max_attempts": 2}))
+    notes = workspace / "notes"
+    command = notifier(notes)
+    for _ in range(60):
+        proc = tau("tau-drive", str(run_dir), "--once", "--notify", command)
+        assert proc.returncode == 0, proc.stderr  # --once exits 0 whatever the run's state
+        result = json.loads(proc.stdout)
+        if result["finished"]:
+            break
+    assert result["finished"].startswith("shard-00003 exhausted: ")
+    assert result["state"] == "failed" and result["status"]["counts"] == dict(
+        result["status"]["counts"], succeeded=3, exhausted=1)
+    assert [name for name, _ in told(notes)] == ["exhausted-shard-00003", "stopped-run"]
+    assert sorted(p.name for p in (run_dir / "shards/shard-00003/attempts").iterdir()) == [
+        "attempt-0001", "attempt-0002"]
+    before = snapshot(run_dir / "shards")
+    for _ in range(2):  # finished: more cycles tell nothing and submit nothing
+        proc = tau("tau-drive", str(run_dir), "--once", "--notify", f"cat > {notes}/late-$$.json")
+        assert proc.returncode == 0 and json.loads(proc.stdout)["notified"] == []
+    assert [name for name, _ in told(notes)] == ["exhausted-shard-00003", "stopped-run"]
+    assert snapshot(run_dir / "shards") == before
+    foreground = tau("tau-drive", str(run_dir), "--interval", "0.2")
+    assert foreground.returncode == 1
+    assert error_of(foreground)["message"].startswith("tau-drive: run 'run' finished without succeeding: "
+                                                      "shard-00003 exhausted: ")
+    assert json.loads(foreground.stdout)["state"] == "failed"  # the result first, then the error
+
+
+def test_sixty_four_concurrent_drivers_and_epilog_passes_converge_and_submit_nothing_twice(workspace):
+    run_dir = init_run(workspace, plan_doc=failing("shard-00000", "shard-00002", records=80, shards=8,
+                                                   scheduler={"profile": "local", "local": {"max_parallel": 8}}))
+    env = env_for_tests()
+    for _wave in range(3):
+        procs = [subprocess.Popen([str(Path(PYTHON).parent / "tau-drive"), str(run_dir), "--once"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(56)]
+        procs += [subprocess.Popen(["sh", "-c", '"$0/tau-observe" "$1" | "$0/tau-reconcile" "$1" >/dev/null',
+                                    str(Path(PYTHON).parent), str(run_dir)], env=env, stderr=subprocess.PIPE)
+                  for _ in range(8)]
+        for proc in procs:
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, err.decode()
+    final = tau("tau-drive", str(run_dir), "--interval", "0.3")
+    assert final.returncode == 0, final.stderr
+    assert json.loads(final.stdout)["state"] == "succeeded"
+    plans = [json.loads(p.read_text()) for p in sorted(run_dir.glob("submissions/submission-*/plan.json"))]
+    given = [(t["shard_id"], t["attempt_id"]) for plan in plans for t in _tasks(plan)]
+    assert len(given) == len(set(given)) == 10  # 8 first attempts, 2 retries: nothing twice
+    for sid in ("shard-00000", "shard-00002"):
+        assert sorted(p.name for p in (run_dir / "shards" / sid / "attempts").iterdir()) == [
+            "attempt-0001", "attempt-0002"]
+    cycles = json.loads((run_dir / "drive/state.json").read_text())["cycles"]
+    assert cycles < 3 * 56  # callers a cycle already served ran none of their own
+
+
+def _tasks(plan: dict) -> list[dict]:
+    from taulib.rundir.journal import tasks
+
+    return tasks(plan)
