@@ -70,3 +70,40 @@ def test_a_run_directory_that_is_a_plain_file_is_a_usage_error_and_is_left_alone
     assert error_of(proc)["message"] == (f"tau-submit: Invalid value for 'RUN_DIR': Directory {str(path)!r} is a "
                                          "file.")
     assert path.read_text() == "not a run\n"
+
+
+@pytest.mark.slow
+def test_a_canary_submits_the_first_shards_and_the_next_submit_the_rest(workspace):
+    import time
+
+    from helpers import quiesce, status
+
+    run_dir = init_run(workspace)
+    first = tau("tau-submit", str(run_dir), "--limit", "1")
+    assert first.returncode == 0, first.stderr
+    canary = json.loads(first.stdout)
+    assert [t["shard_id"] for t in canary["tasks"]] == ["shard-00000"] and canary["held_back"] == 3
+    quiesce(run_dir)  # the canary's attempt has ended; the held-back shards stay pending until the next submit
+    doc = status(run_dir)
+    deadline = time.monotonic() + 60
+    while doc["shards"][0]["state"] != "succeeded" and time.monotonic() < deadline:
+        time.sleep(0.3)
+        doc = status(run_dir)
+    assert [s["state"] for s in doc["shards"]] == ["succeeded", "pending", "pending", "pending"]
+    assert doc["shards"][1]["reason"] == "not submitted yet"
+    rest = json.loads(tau("tau-submit", str(run_dir)).stdout)
+    assert [t["shard_id"] for t in rest["tasks"]] == ["shard-00001", "shard-00002", "shard-00003"]
+    assert rest["held_back"] == 0 and rest["submission_id"] != canary["submission_id"]
+    assert settle(run_dir)["state"] == "succeeded"
+
+
+def test_a_canary_of_named_shards_submits_only_those_and_an_unknown_one_is_refused(workspace):
+    run_dir = init_run(workspace)
+    refused = tau("tau-submit", str(run_dir), "--shard", "shard-00009")
+    assert refused.returncode == 66
+    assert error_of(refused)["message"] == "tau-submit: run 'run' has no shard 'shard-00009'"
+    assert not (run_dir / "submissions").exists()
+    named = tau("tau-submit", str(run_dir), "--shard", "shard-00002")
+    assert named.returncode == 0, named.stderr
+    doc = json.loads(named.stdout)
+    assert [t["shard_id"] for t in doc["tasks"]] == ["shard-00002"] and doc["held_back"] == 3

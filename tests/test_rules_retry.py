@@ -47,10 +47,27 @@ def test_nothing_retryable_selects_nothing():
 
 
 def test_the_first_submission_gives_an_attempt_to_every_shard_that_has_none_and_is_not_cancelled():
-    assert select_initial([("shard-00000", 0), ("shard-00001", 2), ("shard-00002", 0)]) == ["shard-00000",
-                                                                                           "shard-00002"]
-    assert select_initial([("shard-00000", 1)]) == []
-    assert select_initial([("shard-00000", 0), ("shard-00001", 0)], frozenset({"shard-00000"})) == ["shard-00001"]
+    assert select_initial([("shard-00000", 0), ("shard-00001", 2), ("shard-00002", 0)]) == (
+        ["shard-00000", "shard-00002"], 0)
+    assert select_initial([("shard-00000", 1)]) == ([], 0)
+    assert select_initial([("shard-00000", 0), ("shard-00001", 0)], frozenset({"shard-00000"})) == (
+        ["shard-00001"], 0)
+
+
+FRESH = [("shard-00000", 0), ("shard-00001", 1), ("shard-00002", 0), ("shard-00003", 0), ("shard-00004", 0)]
+
+
+def test_a_canary_takes_the_first_shards_without_an_attempt_and_holds_the_rest_back():
+    assert select_initial(FRESH, limit=2) == (["shard-00000", "shard-00002"], 2)
+    assert select_initial(FRESH, limit=10) == (["shard-00000", "shard-00002", "shard-00003", "shard-00004"], 0)
+    assert select_initial(FRESH, frozenset({"shard-00002"}), limit=2) == (["shard-00000", "shard-00003"], 1)
+
+
+def test_a_canary_of_named_shards_takes_only_those_that_have_no_attempt_yet():
+    only = frozenset({"shard-00001", "shard-00003"})
+    assert select_initial(FRESH, only=only) == (["shard-00003"], 3)
+    assert select_initial(FRESH, only=only, limit=1) == (["shard-00003"], 3)
+    assert select_initial(FRESH, frozenset({"shard-00003"}), only=only) == ([], 3)
 
 
 def test_after_the_first_submission_a_shard_the_limits_deferred_gets_its_first_attempt_from_a_retry():

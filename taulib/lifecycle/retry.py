@@ -98,10 +98,18 @@ def initial_made(run: Run) -> bool:
                for plan, status in submission.journal(run).entries())
 
 
-def initial(run: Run) -> Record:
-    """tau-submit: the first attempt of every shard that has none and is not cancelled."""
+def initial(run: Run, limit: int | None = None, shards: list[str] | None = None) -> Record:
+    """tau-submit: the first attempt of every shard that has none and is not cancelled; a canary (`limit`, or only
+    the named `shards`) submits only some of them, and the next call the rest (`held_back` says how many wait)."""
+    only = None
+    if shards:
+        for sid in shards:
+            run.check_shard(sid)
+        only = frozenset(shards)
+    held = 0
 
     def select(run_: Run) -> submission.Selection:
+        nonlocal held
         if state.run_cancel(run_) is not None:
             return [], [], []
         present = set(run_.dir.listdir(layout.SHARDS))  # a shard without a folder has no record and no cancel
@@ -110,9 +118,11 @@ def initial(run: Run) -> Record:
                   for sid in run_.shard_ids()]
         cancelled = frozenset(sid for sid, count in counts if count == 0 and sid in present
                               and state.cancellation(run_, sid, None) is not None)
-        return select_initial(counts, cancelled), [], []
+        chosen, held = select_initial(counts, cancelled, only, limit)
+        return chosen, [], []
 
     result = submission.submit(run, "initial", select)
     result["run_id"] = run.run_id
     result["stopped"] = None
+    result["held_back"] = held
     return result

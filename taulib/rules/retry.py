@@ -46,6 +46,13 @@ def select_retry(shards: list[ShardFacts], explicit: bool, stopped: str | None =
     return chosen, skipped, granted
 
 
-def select_initial(attempt_counts: list[tuple[str, int]], cancelled: frozenset[str] = frozenset()) -> list[str]:
-    """The shards (of (shard id, number of attempts)) that have no attempt yet and are not cancelled, in order."""
-    return [sid for sid, count in attempt_counts if count == 0 and sid not in cancelled]
+def select_initial(attempt_counts: list[tuple[str, int]], cancelled: frozenset[str] = frozenset(),
+                   only: frozenset[str] | None = None, limit: int | None = None) -> tuple[list[str], int]:
+    """(the shards, of (shard id, number of attempts), that have no attempt yet and are not cancelled, in order;
+    how many of those were held back). A canary takes `only` the named shards, or the first `limit` of them: the
+    rest are held back for the next submission."""
+    fresh = [sid for sid, count in attempt_counts if count == 0 and sid not in cancelled]
+    chosen = fresh if only is None else [sid for sid in fresh if sid in only]
+    if limit is not None:
+        chosen = chosen[:limit]
+    return chosen, len(fresh) - len(chosen)
