@@ -32,6 +32,7 @@ EXECUTORS: dict[str, str] = {
     "slurm": "taulib.slurm.executor",
 }
 DEFAULT = "local"  # the executor of a plan that names none
+HERE = "local"  # the executor that runs tasks on this machine: what needs no compute node (an adoption's copies)
 
 
 class Limits(NamedTuple):

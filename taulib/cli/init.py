@@ -2,21 +2,43 @@
 
 from __future__ import annotations
 
+import click
+
 from taulib.cli import common
 
 EXAMPLE = """
 echo '{"records": 800, "shards": 8, "command": ["python3", "client.py"]}' | tau-init runs/demo
+tau-init runs/demo-2 --from runs/demo < fixed-plan.json && tau-submit runs/demo-2   # reuse demo's good winners
 """
 
 
 @common.command("tau-init", "Create the run RUN_DIR from the plan (JSON) on standard input. Re-running with the "
-                "same plan is a no-op; a different plan for an existing run is refused (exit 73).", EXAMPLE)
+                "same plan is a no-op; a different plan for an existing run is refused (exit 73). With --from "
+                "OLD_RUN, every winner of OLD_RUN whose shard has the same record range (and, when the plan "
+                "declares an output schema, its columns) is adopted: copied and checked against the new run's "
+                "rules by a local submission; tau-submit then runs only the rest. OLD_RUN is never changed.",
+                EXAMPLE)
 @common.run_dir_argument
-def cli(run_dir: str) -> None:
+@click.option("--from", "old", metavar="OLD_RUN",
+              type=click.Path(file_okay=False, path_type=str),
+              help="A run whose valid winners the new run reuses (see tau-init(1) 'A new run from an old one').")
+def cli(run_dir: str, old: str | None) -> None:
     from taulib.lifecycle import init as runlib
 
     request = common.read_stdin_json("plan on standard input")
-    common.emit(runlib.init(run_dir, request))
+    if old is not None:
+        from taulib.rundir.run import Run
+
+        Run(old).close()  # OLD_RUN must be a run before anything is created
+    result = runlib.init(run_dir, request)
+    result["adopted"] = None
+    if old is not None:
+        from taulib.lifecycle import adopt
+        from taulib.rundir.run import Run
+
+        with Run(run_dir) as run:
+            result["adopted"] = adopt.adopt(run, old)
+    common.emit(result)
 
 
 main = common.main_for("tau-init", cli)

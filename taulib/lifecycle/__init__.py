@@ -13,5 +13,6 @@ executors (`taulib.executor`, which lifecycle asks and never names).
   status      the run's status now, the same rules with nothing written (tau-status)
   logs        an attempt's output, and following it while it runs (tau-logs)
   cancel      a durable cancellation, then the live attempts stopped (tau-cancel); an attempt stopped, a lift
+  adopt       a new run reusing an old one's winners, copied and held to its own rules (tau-init --from)
   drive       one cycle of the plumbing's calls, repeated until the run is finished (tau-drive)
 """

@@ -149,13 +149,20 @@ def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict[
                     if run.dir.has_folder(attempt["dataset"]):
                         run.dir.remove_tree(attempt["dataset"])  # a requeued allocation starts clean
                 run.dir.make_folders(attempt["dataset"])
-            outcome = client.run_client(run, attempt, env, stop)
+            adopted = None
+            if sub["purpose"] == "adopt":  # copy another run's winner instead of running the client
+                from taulib.lifecycle import adopt
+
+                why, adopted = adopt.copy(run, attempt, sub["adopt_from"])
+                outcome = client.ClientOutcome(jsonio.now_rfc3339(), 0 if why is None else None, None, why, None)
+            else:
+                outcome = client.run_client(run, attempt, env, stop)
             if outcome.interrupted:
                 # The scheduler stopped this allocation (scancel, time limit, requeue, preemption): it alone knows
                 # which, so no result is recorded here and the attempt stays running; its evidence decides.
                 client.record_stop(run, attempt, stop)
                 raise client.Interrupted(outcome.interrupted)
-            summary = _finish(run, attempt, outcome)
+            summary = _finish(run, attempt, outcome, adopted)
             if summary["state"] == "succeeded" and publish_winner:
                 from taulib.lifecycle import winner
 
@@ -176,7 +183,7 @@ def _end_cancelled(run: Run, attempt: Record, why: str) -> Record:
             "outcome": "cancelled", "exit_code": None, "records": None, "error": why}
 
 
-def _finish(run: Run, attempt: Record, outcome: client.ClientOutcome) -> Record:
+def _finish(run: Run, attempt: Record, outcome: client.ClientOutcome, adopted: Record | None = None) -> Record:
     from taulib.lifecycle import candidate
 
     sid, aid = attempt["shard_id"], attempt["attempt_id"]
@@ -196,7 +203,12 @@ def _finish(run: Run, attempt: Record, outcome: client.ClientOutcome) -> Record:
                             "dataset": attempt["dataset"], "format": "parquet", "requested_records": requested,
                             "actual_records": actual, "files": files, "schema_digest": digest,
                             "provenance": run.plan_sha256, "fields": fields}
-                if actual == requested:
+                if adopted is not None:  # held to this run's rules, and to the digests the adopted winner recorded
+                    from taulib.lifecycle import adopt
+
+                    manifest["adopted_from"] = {k: v for k, v in adopted.items() if k != "files"}
+                    error = adopt.mismatch(adopted, files)
+                if actual == requested and error is None:
                     error = candidate.schema_problem(run, sid, aid, fields)
         except (BadInput, Refused) as exc:  # the candidate is not one: the attempt fails, saying why
             error = exc.message

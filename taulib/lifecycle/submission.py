@@ -58,12 +58,15 @@ def journal(run: Run) -> Journal:
 NO_DEFERRAL: Record = {"shards": 0, "holding": None, "unread": []}
 
 
-def submit(run: Run, purpose: str, select: Callable[[Run], Selection]) -> Record:
+def submit(run: Run, purpose: str, select: Callable[[Run], Selection], via: str | None = None,
+           extra: Record | None = None) -> Record:
     """Create and hand off submissions for the shards `select(run)` returns ((shard ids, skipped, granted): each
     gets its next attempt; a granted one is recorded as such), in windows that fit the scheduler now (the rest are
     deferred to a later call), or, for the initial submission of a run already submitted whole, report it.
 
-    `select` runs under the submit lock, so concurrent callers see each other's attempts and converge.
+    `select` runs under the submit lock, so concurrent callers see each other's attempts and converge. `via`
+    names the executor that runs them when it is not the run's (an adoption runs locally, `lifecycle.adopt`);
+    `extra`, fields every submission plan made carries (`adopt_from`).
     """
     book = journal(run)
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "submit"):
@@ -88,8 +91,8 @@ def submit(run: Run, purpose: str, select: Callable[[Run], Selection]) -> Record
                     "windows": [], "deferred": NO_DEFERRAL}
         _check_inherited(run)
         chosen = _next_attempts(run, shard_ids, granted)
-        requests = _requests(run, book, chosen)
-        capacity = executor.of(run).capacity(run)
+        requests = _requests(run, book, chosen) if via is None else None
+        capacity = (executor.of(run) if via is None else executor.get(via)).capacity(run)
         cut = windows.cut(sorted(chosen), capacity.max_index, capacity.max_tasks, capacity.room, capacity.least)
         made: list[Record] = []
         deferred, holding = cut.deferred, capacity.holding if cut.deferred else None
@@ -97,7 +100,7 @@ def submit(run: Run, purpose: str, select: Callable[[Run], Selection]) -> Record
         for number, (array, request) in enumerate(arrays):
             try:
                 made.append(_window(run, book, purpose, [dict(chosen[s], task_index=i) for s, i in array], capacity,
-                                    request))
+                                    request, via, extra))
             except SubmitLimited as exc:  # a limit filled meanwhile: nothing of this window was submitted
                 deferred += sum(len(rest) for rest, _ in arrays[number:])
                 holding = exc.message
@@ -164,18 +167,19 @@ def _by_request(array: list[tuple[int, int]], requests: dict[int, Record] | None
 
 
 def _window(run: Run, book: Journal, purpose: str, window: list[Record], capacity: Capacity,
-            request: Record | None = None) -> Record:
+            request: Record | None = None, via: str | None = None, extra: Record | None = None) -> Record:
     """One window: its journal entry, its hand-off and its binding (steps 2-6); its summary."""
     sub_id = book.next_id()
     plan: Record = {"kind": "tau.submission-plan", "schema_version": 1, "run_id": run.run_id,
                     "submission_id": sub_id, "purpose": purpose, "plan_sha256": run.plan_sha256,
-                    "created_at": jsonio.now_rfc3339(), "executor": run.plan["scheduler"]["profile"],
+                    "created_at": jsonio.now_rfc3339(), "executor": via or run.plan["scheduler"]["profile"],
                     "job_name": job_name(run, sub_id.split("-")[1]),
                     **({"task_ranges": compact_tasks(window)} if run.format >= 2 else {"tasks": window})}
     if capacity != UNLIMITED:  # what the scheduler allowed when it was planned, and what could not be read
         plan["capacity"] = capacity._asdict()
     if request is not None:  # what each of its tasks asks for, grown on retry (retry.escalate)
         plan["resources"] = {"mem": request.get("mem"), "time": request.get("time")}
+    plan.update(extra or {})
     text = executor.get(plan["executor"]).render(run, plan)  # refuse bad fields before the journal
     status = book.open(plan)
     failpoints.hit("submit.prepared")
