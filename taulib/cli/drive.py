@@ -53,7 +53,7 @@ def cli(run_dir: str, once: bool, interval: float, notify: str | None, status_fi
             if shown is not None:
                 shown(result)
         else:
-            result = drive.drive(run, interval, notify, status_file, shown)
+            result = drive.drive(run, interval, notify, status_file, shown, hitch=_hitch)
         result["collection"] = None
         if destination is not None and result["state"] == "succeeded":
             from taulib.collect import collection
@@ -69,6 +69,11 @@ def cli(run_dir: str, once: bool, interval: float, notify: str | None, status_fi
 
 def _finished(result: dict) -> str:
     return f"finished: {result['finished']}" if result["finished"] else f"{result['state']} (not finished)"
+
+
+def _hitch(exc: Exception) -> None:
+    """A cycle that will be tried again: said on standard error (a person or a log should know why it waits)."""
+    print(f"tau-drive: {getattr(exc, 'message', exc)}; trying again", file=sys.stderr, flush=True)
 
 
 def _line(result: dict) -> None:

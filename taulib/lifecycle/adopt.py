@@ -65,10 +65,12 @@ def adopt(new: Run, old_dir: str) -> Record:
 
     def select(run_: Run) -> tuple[list[str], list[dict[str, str]], list[str]]:
         submitted = state.Submitted(run_)
-        return [sid for sid in run_.shard_ids() if sid in wanted and not state.attempt_ids(run_, sid, submitted)], \
-            [], []
+        fresh = [sid for sid in run_.shard_ids() if sid in wanted and not state.attempt_ids(run_, sid, submitted)]
+        return fresh, [], []
 
-    made = submission.submit(new, "adopt", select, via=executor.HERE, extra={"adopt_from": source}) if adoptable else None
+    made = None
+    if adoptable:
+        made = submission.submit(new, "adopt", select, via=executor.HERE, extra={"adopt_from": source})
     return {"from": source["run_dir"], "run_id": source["run_id"], "adoptable": len(adoptable),
             "submission_id": made["submission_id"] if made else None, "tasks": len(made["tasks"]) if made else 0,
             "not_adopted": not_adopted}

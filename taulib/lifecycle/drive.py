@@ -17,7 +17,8 @@ Promises:
 - nothing is submitted twice: the submissions' own submit lock and journal decide, as for the plumbing;
 - each notification (`--notify`) is sent once: it is run under drive.lock and recorded after it ran (a crash in
   between sends it again: at least once);
-- it never needs a process to stay alive: `--once` from cron does one cycle, and any fresh process carries on.
+- it never needs a process to stay alive: `--once` from cron does one cycle, and any fresh process carries on;
+  in the foreground, a cycle that meets a busy lock or a scheduler that does not answer is tried again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from taulib import env, executor, jsonio
+from taulib.errors import Busy, TauError, Unavailable
 from taulib.rules import drive as drive_rules
 from taulib.rules import stall as stall_rules
 from taulib.rundir import layout, locks
@@ -86,12 +88,21 @@ def cycle(run: Run, status_file: str | None = None) -> tuple[Record, Record]:
 
 
 def drive(run: Run, interval: float, notify: str | None = None, status_file: str | None = None,
-          shown: Callable[[Record], None] | None = None, cycles: int | None = None) -> Record:
+          shown: Callable[[Record], None] | None = None, cycles: int | None = None,
+          hitch: Callable[[TauError], None] | None = None) -> Record:
     """Cycle until the run is finished (or `cycles` cycles ran), `interval` seconds apart; `shown` gets each
-    cycle's result (progress for a person). Returns the last result, with `cycles` the number this call ran."""
+    cycle's result (progress for a person). A cycle that meets a busy lock, a submission not resolved yet or a
+    scheduler that does not answer (Busy, Unavailable) is tried again at the next interval (`hitch` is told why).
+    Returns the last result, with `cycles` the number this call ran."""
     count = 0
     while True:
-        result = once(run, notify, status_file)
+        try:
+            result = once(run, notify, status_file)
+        except (Busy, Unavailable) as exc:
+            if hitch is not None:
+                hitch(exc)
+            time.sleep(interval)
+            continue
         count += 1
         if shown is not None:
             shown(result)
