@@ -6,6 +6,7 @@ Measures, in the same run and interleaved (so machine noise hits all alike):
   reconcile  tau-observe output of a finished 8-shard demo run piped into tau-reconcile RUN
   observe    tau-observe RUN on the same run
   status     tau-status RUN on the same run (observe and the rules, nothing written)
+  drive      tau-drive RUN --once on the same run (a whole cycle: observe, reconcile, winners, retry, status)
 Prints median and best wall time of each and the ratio of the medians to the baseline (goal: at most 2x).
 With BENCH_OTHER=PATH (another checkout of tau with its own .venv, e.g. a `git worktree` of an older commit), the
 same three commands of that checkout, on a demo run it made itself, are measured in the same interleaved rounds:
@@ -79,6 +80,9 @@ def main() -> int:
             })
             if (bin_dir / "tau-status").exists():
                 cases[f"tau-status RUN (8 shards){label}"] = ([str(bin_dir / "tau-status"), str(run_dir)], None)
+            if (bin_dir / "tau-drive").exists():
+                cases[f"tau-drive RUN --once (8 shards){label}"] = ([str(bin_dir / "tau-drive"), str(run_dir),
+                                                                     "--once"], None)
         samples: dict[str, list[float]] = {name: [] for name in cases}
         for argv, stdin in cases.values():  # warm the page cache
             timed(argv, stdin)
