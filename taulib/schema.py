@@ -186,47 +186,69 @@ def _validate(value: object, schema: dict, root: dict, path: str) -> tuple[str, 
             if len(set(seen)) != len(seen):
                 return path, "items are not unique"
     elif isinstance(value, dict):
+        # the keys first: a misspelt key, here or deeper, explains a missing required one better than the reverse
+        error = _properties(value, schema, root, path)
+        if error is not None:
+            return error
         for key in schema.get("required", ()):
             if key not in value:
                 return path, f"missing required property {key!r}"
         if "minProperties" in schema and len(value) < schema["minProperties"]:
             return path, f"fewer than {schema['minProperties']} properties"
-        props = schema.get("properties", {})
-        patterns = schema.get("patternProperties", {})
-        extra = schema.get("additionalProperties", True)
-        for key, item in value.items():
-            sub = props.get(key)
-            matched = False
-            if sub is not None:
-                matched = True
-                error = _validate(item, sub, root, f"{path}/{_escape(key)}")
-                if error is not None:
-                    return error
-            for pattern, psub in patterns.items():
-                if _regex(pattern).search(key):
-                    matched = True
-                    error = _validate(item, psub, root, f"{path}/{_escape(key)}")
-                    if error is not None:
-                        return error
-            if not matched:
-                if extra is False:
-                    return path, f"unexpected property {key!r}"
-                if isinstance(extra, dict):
-                    error = _validate(item, extra, root, f"{path}/{_escape(key)}")
-                    if error is not None:
-                        return error
     if "anyOf" in schema:
         errors = [_validate(value, sub, root, path) for sub in schema["anyOf"]]
         if all(e is not None for e in errors):
-            return min(errors, key=lambda e: -len(e[0]))  # type: ignore[arg-type, return-value, index]
+            return _most_telling(errors, path)  # type: ignore[arg-type]
     if "oneOf" in schema:
         errors = [_validate(value, sub, root, path) for sub in schema["oneOf"]]
         passing = sum(e is None for e in errors)
         if passing == 0:
-            return min(errors, key=lambda e: -len(e[0]))  # type: ignore[arg-type, return-value, index]
+            return _most_telling(errors, path)  # type: ignore[arg-type]
         if passing > 1:
             return path, "matches more than one alternative"
     return None
+
+
+def _most_telling(errors: list[tuple[str, str]], path: str) -> tuple[str, str]:
+    """Of the errors of alternatives that all failed, the deepest, and at one depth one that is not just the
+    alternative's own type (so an unknown key inside the alternative of the right type is named)."""
+    return max(errors, key=lambda e: (len(e[0]), not (e[0] == path and e[1].startswith("expected "))))
+
+
+def _properties(value: dict, schema: dict, root: dict, path: str) -> tuple[str, str] | None:
+    """The first error of an object's keys: a value that fails its property's schema, or an unknown key."""
+    props = schema.get("properties", {})
+    patterns = schema.get("patternProperties", {})
+    extra = schema.get("additionalProperties", True)
+    for key, item in value.items():
+        sub = props.get(key)
+        matched = False
+        if sub is not None:
+            matched = True
+            error = _validate(item, sub, root, f"{path}/{_escape(key)}")
+            if error is not None:
+                return error
+        for pattern, psub in patterns.items():
+            if _regex(pattern).search(key):
+                matched = True
+                error = _validate(item, psub, root, f"{path}/{_escape(key)}")
+                if error is not None:
+                    return error
+        if not matched:
+            if extra is False:
+                return path, f"unexpected property {key!r}" + _did_you_mean(key, props)
+            if isinstance(extra, dict):
+                error = _validate(item, extra, root, f"{path}/{_escape(key)}")
+                if error is not None:
+                    return error
+    return None
+
+
+def _did_you_mean(key: str, known: dict) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _equal(a: object, b: object) -> bool:

@@ -362,3 +362,67 @@ def test_canonical_bytes_of_every_sample_round_trip(samples):
     for name in RECORDS:
         for instance in samples[name]:
             assert json.loads(jsonio.canonical(instance)) == instance
+
+
+# -- an unknown key is named where it is, however deep, before a missing required key --------------------------
+
+def _plan_with(**changes: object) -> dict:
+    return dict({"records": 4, "shards": 2, "command": ["/bin/true"]}, **changes)
+
+
+UNKNOWN_KEYS = [
+    ("scheduler-without-profile", _plan_with(scheduler={"local": {"max_paralel": 2}}), "/scheduler/local",
+     "unexpected property 'max_paralel' (did you mean 'max_parallel'?)"),
+    ("scheduler-local", _plan_with(scheduler={"profile": "local", "local": {"max_paralel": 2}}), "/scheduler/local",
+     "unexpected property 'max_paralel' (did you mean 'max_parallel'?)"),
+    ("scheduler-slurm", _plan_with(scheduler={"slurm": {"partiton": "gpu"}}), "/scheduler/slurm",
+     "unexpected property 'partiton' (did you mean 'partition'?)"),
+    ("a-required-key-misspelt", _plan_with(scheduler={"profle": "local"}), "/scheduler",
+     "unexpected property 'profle' (did you mean 'profile'?)"),
+    ("retry-escalate", _plan_with(retry={"escalate": {"memm": 2}}), "/retry/escalate",
+     "unexpected property 'memm' (did you mean 'mem'?)"),
+    ("output-schema-field", _plan_with(output={"schema": [{"name": "id", "typ": "int64"}]}), "/output/schema/0",
+     "unexpected property 'typ' (did you mean 'type'?)"),
+    ("top-level-beside-a-missing-command", {"records": 4, "shards": 2, "sharts": 2}, "/",
+     "unexpected property 'sharts' (did you mean 'shards'?)"),
+    ("nothing-like-it", _plan_with(windows={"colour": 1}), "/windows", "unexpected property 'colour'"),
+]
+
+
+@pytest.mark.parametrize("instance,pointer,message", [c[1:] for c in UNKNOWN_KEYS], ids=[c[0] for c in UNKNOWN_KEYS])
+def test_a_nested_unknown_key_is_named_with_its_path_before_a_missing_required_one(instance, pointer, message):
+    assert agree(instance, "plan-request") is False
+    with pytest.raises(schema.SchemaViolation) as err:
+        schema.validate(instance, "plan-request", "plan")
+    assert (err.value.code, err.value.details) == (65, {"schema": "plan-request", "pointer": pointer})
+    assert err.value.message == f"plan does not match schema 'plan-request' at {pointer}: {message}"
+
+
+def test_an_unknown_key_inside_the_object_alternative_of_an_any_of_is_named():
+    record = {"kind": "tau.output-schema", "schema_version": 1, "run_id": "run", "fixed_at": "2024-01-01T00:00:00.000000Z",
+              "fields": [{"name": "id", "type": "int64"}],
+              "fixed_by": {"shard_id": "shard-00000", "attempt_id": "attempt-0001", "atempt": 1}}
+    assert agree(record, "output-schema") is False
+    with pytest.raises(schema.SchemaViolation) as err:
+        schema.validate(record, "output-schema", "schema.json")
+    assert err.value.message == ("schema.json does not match schema 'output-schema' at /fixed_by: unexpected "
+                                 "property 'atempt'")
+
+
+ALTERNATIVES = {"oneOf": [
+    {"type": "null"},
+    {"type": "object", "additionalProperties": False, "required": ["local"],
+     "properties": {"local": {"type": "object", "additionalProperties": False,
+                              "properties": {"max_parallel": {"type": "integer"}}}}},
+    {"type": "object", "additionalProperties": False, "required": ["slurm"], "properties": {"slurm": {}}},
+]}
+
+
+@pytest.mark.parametrize("value,expected", [
+    ({"local": {"max_paralel": 2}}, ("/local", "unexpected property 'max_paralel' (did you mean 'max_parallel'?)")),
+    ({"local": {"max_parallel": "2"}}, ("/local/max_parallel", "expected integer, got string")),
+    ({"slurn": {}}, ("", "unexpected property 'slurn'")),  # the first alternative of an object's type
+    (3, ("", "expected null, got integer")),
+])
+def test_of_alternatives_that_all_fail_the_deepest_error_that_is_not_a_mere_type_is_named(value, expected):
+    assert schema._validate(value, ALTERNATIVES, ALTERNATIVES, "") == expected
