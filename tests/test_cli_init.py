@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from helpers import error_of, init_run, plan, snapshot, tau
+from helpers import BIN, CLIENT, PYTHON, ROOT, env_for_tests, error_of, init_run, plan, snapshot, tau
 from taulib.rundir.run import Run
 
 
@@ -158,3 +159,106 @@ def test_a_plan_that_is_not_valid_exits_65_and_touches_nothing(workspace, target
     assert snapshot(workspace) == before
     if target == "new-path":
         assert not Path(run_dir).exists()
+
+
+# -- mistakes caught before compute: the output schema's types, the folder recorded, the program, the script -------
+
+def tau_in(folder: Path, *args: str, input: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """A tau command run from `folder` (its working folder), as a user in another folder would run it."""
+    return subprocess.run([str(BIN / args[0]), *args[1:]], input=input, capture_output=True, text=True,
+                          env=env_for_tests(env), cwd=folder, timeout=120)
+
+
+@pytest.mark.parametrize("bad,good", [("int", "int64"), ("str", "string"), ("float64", "double")])
+def test_an_output_schema_type_arrow_does_not_print_exits_65_naming_the_field_and_its_spelling(workspace, bad, good):
+    run_dir = workspace / "run"
+    schema = [{"name": "id", "type": "int64"}, {"name": "value", "type": bad}]
+    proc = tau("tau-init", str(run_dir), input=json.dumps(plan(output={"schema": schema})))
+    assert proc.returncode == 65, proc.stderr
+    err = error_of(proc)
+    assert err["message"] == (f"tau-init: plan on standard input gives field 'value' (output.schema[1]) the type "
+                              f"{bad!r}, which is not an Arrow type name: did you mean {good!r}?")
+    assert err["details"] == {"field": "value", "type": bad}
+    assert proc.stdout == ""
+    assert not run_dir.exists()
+
+
+def test_output_schema_types_as_arrow_prints_them_are_accepted(workspace):
+    schema = [{"name": "id", "type": "int64"}, {"name": "at", "type": "timestamp[us, tz=UTC]"},
+              {"name": "tags", "type": "list<item: string>"}, {"name": "price", "type": "decimal128(10, 2)"}]
+    run_dir = init_run(workspace, output={"schema": schema})
+    assert json.loads((run_dir / "schema.json").read_text())["fields"] == schema
+
+
+def test_a_nested_unknown_key_exits_65_naming_it_where_it_is(workspace):
+    doc = plan()
+    doc["scheduler"] = {"local": {"max_paralel": 2}}
+    proc = tau("tau-init", str(workspace / "run"), input=json.dumps(doc))
+    assert proc.returncode == 65, proc.stderr
+    err = error_of(proc)
+    assert err["message"] == ("tau-init: plan on standard input does not match schema 'plan-request' at "
+                              "/scheduler/local: unexpected property 'max_paralel' (did you mean 'max_parallel'?)")
+    assert err["details"] == {"pointer": "/scheduler/local", "schema": "plan-request"}
+    assert not (workspace / "run").exists()
+
+
+def test_init_from_another_folder_prints_the_folder_it_recorded(workspace):
+    elsewhere = workspace / "elsewhere"
+    elsewhere.mkdir()
+    proc = tau_in(elsewhere, "tau-init", str(workspace / "run"), input=json.dumps(plan()))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["cwd"] == str(elsewhere)
+    assert json.loads((workspace / "run" / "run.json").read_text())["environment"]["cwd"] == str(elsewhere)
+    again = tau("tau-init", str(workspace / "run"), input=json.dumps(plan()))  # an existing run: what it recorded
+    assert (again.returncode, json.loads(again.stdout)["cwd"]) == (0, str(elsewhere))
+
+
+def test_a_bare_program_that_resolves_inside_taus_own_environment_exits_65(workspace):
+    # the tests put tau's own .venv/bin first on PATH, as a user who activated tau's environment has it
+    proc = tau("tau-init", str(workspace / "run"), input=json.dumps(plan(command=["python3", CLIENT])))
+    assert proc.returncode == 65, proc.stderr
+    err = error_of(proc)
+    venv = str(ROOT / ".venv")
+    assert err["message"] == (f"tau-init: the client program 'python3' resolves to '{venv}/bin/python3', inside "
+                              f"tau's own environment '{venv}', not yours: give the program's absolute path, or "
+                              "put your environment first on PATH")
+    assert err["details"] == {"program": f"{venv}/bin/python3"}
+    assert not (workspace / "run").exists()
+
+
+def test_taus_own_interpreter_given_by_its_absolute_path_is_deliberate_and_accepted(workspace):
+    proc = tau("tau-init", str(workspace / "run"), input=json.dumps(plan(command=[str(BIN / "python3"), CLIENT])))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["program"] == str(BIN / "python3")
+
+
+def test_a_bare_program_outside_taus_environment_is_accepted(workspace):
+    proc = tau("tau-init", str(workspace / "run"), input=json.dumps(plan(command=["sh", "-c", "exit 0"])))
+    assert proc.returncode == 0, proc.stderr
+    assert not json.loads(proc.stdout)["program"].startswith(str(ROOT / ".venv"))
+
+
+@pytest.mark.parametrize("script,problem", [("clinet.py", "does not exist"), ("lib", "is not a regular file")])
+def test_an_interpreters_script_that_is_not_a_file_in_the_recorded_folder_exits_65(workspace, script, problem):
+    folder = workspace / "project"
+    (folder / "lib").mkdir(parents=True)
+    (folder / "client.py").write_text("print('hello')\n")
+    proc = tau_in(folder, "tau-init", str(workspace / "run"),
+                  input=json.dumps(plan(command=[PYTHON, "-u", script, "--rows", "10"])))
+    assert proc.returncode == 65, proc.stderr
+    err = error_of(proc)
+    assert err["message"] == (f"tau-init: the client script {script!r} (command[2], run by {PYTHON!r}) {problem} in "
+                              f"{str(folder)!r}, the folder tau-init runs in, which the run records as its clients' "
+                              "working folder: fix its path, or run tau-init from the folder it is relative to")
+    assert err["details"] == {"script": str(folder / script), "cwd": str(folder)}
+    assert not (workspace / "run").exists()
+
+
+def test_an_interpreters_script_found_in_the_recorded_folder_is_accepted(workspace):
+    folder = workspace / "project"
+    folder.mkdir()
+    (folder / "client.py").write_text("print('hello')\n")
+    for n, command in enumerate([[PYTHON, "client.py"], ["sh", "-c", "exit 0"], [PYTHON, "-m", "no_such_module"]]):
+        proc = tau_in(folder, "tau-init", str(workspace / f"run{n}"), input=json.dumps(plan(command=command)))
+        assert proc.returncode == 0, (command, proc.stderr)

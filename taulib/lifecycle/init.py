@@ -27,6 +27,7 @@ from taulib.errors import BadInput, Conflict, NotFound, UsageError
 from taulib.fs import atomic
 from taulib.rules import budget
 from taulib.rules import plan as defaults
+from taulib.rules import program as program_rules
 from taulib.rules.shards import shard_count
 from taulib.rundir import layout, locks
 from taulib.rundir.records import RunDir
@@ -79,6 +80,7 @@ def resolve_plan(request: Record, run_id: str) -> Record:
         "retry": dict(budget.DEFAULTS, **request.get("retry", {})),
     }
     _check_environment(plan)
+    _check_output_types(plan["output"]["schema"] or [])
     schema.validate(plan, "plan")
     for name in executor.EXECUTORS:  # each section the plan carries can be submitted, whichever executor runs it
         executor.get(name).check_section(plan["scheduler"][name])
@@ -110,6 +112,19 @@ def _check_escalation(plan: Record) -> None:
                            f"below the {asked!r} it asks for; a grown request never shrinks")
 
 
+def _check_output_types(fields: list[Record]) -> None:
+    """Every output.schema type is spelt as Arrow prints it, as a candidate's columns are compared with it
+    (`rules.typenames`): a misspelt type would fail every attempt after all its work."""
+    from taulib.rules import typenames
+
+    for index, field in enumerate(fields):
+        wrong = typenames.problem(field["type"])
+        if wrong is not None:
+            raise BadInput(f"plan on standard input gives field {field['name']!r} (output.schema[{index}]) the type "
+                           f"{field['type']!r}, which is not an Arrow type name: {wrong}", field=field["name"],
+                           type=field["type"])
+
+
 def _check_environment(plan: Record) -> None:
     """A variable is set by the plan or inherited, never both; PATH is fixed at tau-init and TAU_* are tau's."""
     both = sorted(set(plan["env"]) & set(plan["inherit_env"]))
@@ -122,10 +137,12 @@ def _check_environment(plan: Record) -> None:
                            "run is created and TAU_* variables are tau's")
 
 
-def resolve_program(program: str, cwd: str, path: str) -> str:
+def resolve_program(program: str, cwd: str, path: str, own: str | None = None) -> str:
     """The pre-flight: the absolute path of the client's program (`command[0]`): a path with a `/` is taken
     relative to `cwd`, a bare name is looked up in `path`. It must be an executable regular file: NotFound (66)
-    when it does not exist, BadInput (65) when it is not an executable file."""
+    when it does not exist, BadInput (65) when it is not an executable file, or when a bare name is found inside
+    `own`, tau's own environment (a virtual environment's prefix): `python3` would silently be tau's interpreter,
+    not the researcher's; a path given with a `/` is deliberate."""
     if "/" in program:
         candidate = os.path.normpath(os.path.join(cwd, program))
     else:
@@ -135,6 +152,10 @@ def resolve_program(program: str, cwd: str, path: str) -> str:
             raise NotFound(f"the client program {program!r} is not on PATH; give its path, or run tau-init with it on "
                            "PATH", program=program)
         candidate = os.path.normpath(os.path.join(cwd, found[0]))
+        if own is not None and program_rules.inside(candidate, own):
+            raise BadInput(f"the client program {program!r} resolves to {candidate!r}, inside tau's own environment "
+                           f"{own!r}, not yours: give the program's absolute path, or put your environment first on "
+                           "PATH", program=candidate)
     if not os.path.exists(candidate):
         raise NotFound(f"the client program {candidate!r} does not exist", program=candidate)
     if not os.path.isfile(candidate):
@@ -143,6 +164,33 @@ def resolve_program(program: str, cwd: str, path: str) -> str:
         raise BadInput(f"the client program {candidate!r} is not executable (chmod +x it, or name its "
                        "interpreter first)", program=candidate)
     return candidate
+
+
+def check_script(argv: list[str], cwd: str) -> None:
+    """When the program is an interpreter and its next argument is a script (`rules.program`), the script must be
+    a readable regular file, its path taken relative to `cwd` as the client's will be: BadInput (65) naming it and
+    the folder it was looked for in."""
+    index = program_rules.script_index(argv)
+    if index is None:
+        return
+    script = argv[index]
+    where = os.path.normpath(os.path.join(cwd, script))
+    if not os.path.exists(where):
+        problem = "does not exist"
+    elif not os.path.isfile(where):
+        problem = "is not a regular file"
+    elif not os.access(where, os.R_OK):
+        problem = "is not readable"
+    else:
+        return
+    raise BadInput(f"the client script {script!r} (command[{index}], run by {argv[0]!r}) {problem} in {cwd!r}, the "
+                   "folder tau-init runs in, which the run records as its clients' working folder: fix its path, or "
+                   "run tau-init from the folder it is relative to", script=where, cwd=cwd)
+
+
+def own_environment() -> str | None:
+    """tau's own virtual environment (the running interpreter's prefix), or None when tau runs in a base Python."""
+    return sys.prefix if sys.prefix != sys.base_prefix else None
 
 
 def run_id_for(run_dir: str) -> str:
@@ -159,7 +207,9 @@ def init(run_dir: str, request: object, environ: dict[str, str] | None = None) -
     plan = resolve_plan(request, run_id)
     cwd = os.getcwd()
     path = (environ if environ is not None else env.current()).get("PATH", os.defpath)
-    environment = {"program": resolve_program(plan["command"][0], cwd, path), "path": path, "cwd": cwd}
+    environment = {"program": resolve_program(plan["command"][0], cwd, path, own_environment()), "path": path,
+                   "cwd": cwd}
+    check_script(plan["command"], cwd)
     # a plan that can never be submitted from here is refused now, not at its first tau-submit
     executor.get(plan["scheduler"]["profile"]).preflight(plan, os.path.abspath(run_dir), sys.executable)
     plan_bytes = jsonio.canonical(plan)
@@ -204,4 +254,5 @@ def _summary(folder: RunDir, record: Record, plan: Record, created: bool) -> Rec
     return {"run_id": record["run_id"], "run_dir": folder.path, "created": created,
             "plan_sha256": record["plan"]["sha256"], "records": plan["records"],
             "shard_count": plan["shard_count"], "scheduler": plan["scheduler"]["profile"],
-            "program": (record.get("environment") or {}).get("program")}
+            "program": (record.get("environment") or {}).get("program"),
+            "cwd": (record.get("environment") or {}).get("cwd")}

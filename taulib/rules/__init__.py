@@ -14,7 +14,9 @@
   journal      resolving an ambiguous submission by its job's exact name
   chain        whether a shard's attempt, result and manifest make a chain that may win
   fields       a candidate's columns against the run's output schema, field by field
+  typenames    the Arrow type names an output schema may give, and Arrow's spelling of a misspelt one
   environment  the client's environment: exactly what the run says
+  program      the client's command line: the script an interpreter runs, a program inside tau's own environment
   partition    which rows of which winner file go into which output file
   shards       which records each shard holds
   plan         the plan's defaults, and how a plan written before a field existed is read
