@@ -7,6 +7,7 @@ executors (`taulib.executor`, which lifecycle asks and never names).
   attempt     the in-allocation side: fence, run the client, record its result (tau-attempt run)
   client      running the client: the run's program and environment, the heartbeat, stop signals, cancellation
   candidate   describing and re-verifying what an attempt produced
+  drift       a running client's Parquet files checked against the run's schema as it writes them
   winner      validating a shard's chain and publishing its one winner (tau-winner)
   observe     asking the executors about the live attempts (tau-observe, read-only)
   reconcile   applying observations to the records under locks (tau-reconcile)

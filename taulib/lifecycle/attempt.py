@@ -237,7 +237,8 @@ def _finish(run: Run, attempt: Record, outcome: client.ClientOutcome, adopted: R
         run.dir.publish(layout.attempt_file(sid, aid, "result.json"), result)
         failpoints.hit("attempt.result_written")
         succeeded = outcome_name == "complete"
-        cancelled = outcome.cancelled is not None or outcome.signal in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        cancelled = outcome.cancelled is not None or (  # a client stopped for drifting columns failed (its error)
+            outcome.error is None and outcome.signal in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
         classification = "succeeded" if succeeded else ("cancelled" if cancelled else "failed")
         attempt = _update(run, current, state="succeeded" if succeeded else "failed",
                           terminal={"classification": classification, "reason": error or "complete",

@@ -147,10 +147,21 @@ def fix_schema(run: Run, fields: list[dict[str, str]], fixed_by: dict[str, str] 
         return record
 
 
+def footer_fields(fd: int, shown: str) -> list[dict[str, str]]:
+    """The fields of a Parquet file, from its footer alone, spelt as the run's schema spells them (BadInput when it
+    is not a readable Parquet file)."""
+    return _parquet_facts(fd, shown)[2]
+
+
 def schema_problem(run: Run, sid: str, aid: str, fields: list[dict[str, str]]) -> str | None:
     """Why a complete candidate's columns cannot join the run's (naming the fields that differ), or None. The first
     complete candidate of a run without a declared schema fixes it."""
-    record = run_schema(run) or fix_schema(run, fields, {"shard_id": sid, "attempt_id": aid})
+    return columns_problem(run_schema(run) or fix_schema(run, fields, {"shard_id": sid, "attempt_id": aid}), fields)
+
+
+def columns_problem(record: Record, fields: list[dict[str, str]]) -> str | None:
+    """Why `fields` cannot join the run's output schema `record` (naming the fields that differ), or None: the rule
+    a winner is held to, also applied to each file while its client runs (`lifecycle.drift`)."""
     found = rules_fields.differences(record["fields"], fields)
     if not found:
         return None

@@ -16,7 +16,9 @@ Promises:
   its own, STOP_GRACE seconds are waited for it. The stop record waits STOP_LOCK_WAIT seconds at most for its locks;
 - every `heartbeat_seconds` (plan windows) readiness is written again, with the records the client reports done;
 - a cancellation (tau-cancel) is noticed within CANCEL_CHECK seconds: the client gets SIGTERM, then SIGKILL after
-  CANCEL_GRACE seconds, and the attempt ends cancelled.
+  CANCEL_GRACE seconds, and the attempt ends cancelled;
+- a Parquet file whose columns are not the run's (`lifecycle.drift`) is noticed within CANCEL_CHECK seconds of
+  being complete and stops the client the same way; the attempt then fails, naming the field.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import executor, jsonio, signals
 from taulib.errors import Busy, TauError
+from taulib.lifecycle import drift
 from taulib.rules import environment as environment_rules
 from taulib.rules import stall as stall_rules
 from taulib.rundir import layout, locks, state
@@ -221,15 +224,20 @@ def run_client(run: Run, attempt: Record, environ: dict[str, str], stop: Stop) -
     finally:
         os.close(log)
     stop.forward()  # a stop signal that arrived while the client was being started
-    code, why = _wait(run, attempt, proc, stop)
+    watch = drift.Watch(run, attempt)
+    code, why = _wait(run, attempt, proc, stop, watch)
     if stop.signum is None and why is None and -code in STOP_SIGNALS:
         stop.wait(STOP_GRACE)  # the scheduler signalled the client first: this process's signal is on its way
+    if why is not None and why == watch.stopped:  # its columns drifted: a failure, not a cancellation
+        return ClientOutcome(started, code if code >= 0 else None, -code if code < 0 else None, why, stop.signum)
     return ClientOutcome(started, code if code >= 0 else None, -code if code < 0 else stop.signum, None,
                          stop.signum, why)
 
 
-def _wait(run: Run, attempt: Record, proc: subprocess.Popen[bytes], stop: Stop) -> tuple[int, str | None]:
-    """Wait for the client: (its exit status, why it was cancelled or None)."""
+def _wait(run: Run, attempt: Record, proc: subprocess.Popen[bytes], stop: Stop,
+          watch: drift.Watch) -> tuple[int, str | None]:
+    """Wait for the client: (its exit status, why it was stopped (cancelled, stalled, its columns drifted) or
+    None)."""
     heartbeat = run.plan["windows"]["heartbeat_seconds"]
     now = time.monotonic()
     next_beat, next_check, kill_at, why = now + heartbeat, now + CANCEL_CHECK, None, None
@@ -248,6 +256,8 @@ def _wait(run: Run, attempt: Record, proc: subprocess.Popen[bytes], stop: Stop) 
             why = cancelled(run, attempt)
             if why is None and stall is not None:
                 why = stall.check(now)
+            if why is None:
+                why = watch.check()
             if why is not None:
                 proc.terminate()
                 kill_at = now + CANCEL_GRACE
