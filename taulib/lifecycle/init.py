@@ -115,6 +115,8 @@ def _check_escalation(plan: Record) -> None:
 def _check_output_types(fields: list[Record]) -> None:
     """Every output.schema type is spelt as Arrow prints it, as a candidate's columns are compared with it
     (`rules.typenames`): a misspelt type would fail every attempt after all its work."""
+    if not fields:
+        return
     from taulib.rules import typenames
 
     for index, field in enumerate(fields):

@@ -17,7 +17,6 @@ The grammar (tau-run(5) "The plan", output.schema):
 
 from __future__ import annotations
 
-import difflib
 import re
 
 PRIMITIVES = ("null", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "halffloat",
@@ -45,6 +44,7 @@ ALIASES = {
 
 _NAME = re.compile(r"[^:,<>\s][^:,<>]*?(?=: )")
 _INT = re.compile(r"-?[0-9]+")
+_WORD = re.compile(r"[a-z0-9_]+")
 _ZONE = re.compile(r"[A-Za-z0-9_+\-/:]+")
 
 
@@ -89,6 +89,8 @@ def suggestion(text: str) -> str | None:
     for candidate in (text.strip().lower(), key):
         if candidate != text and _valid(candidate):
             return candidate
+    import difflib  # only for a name that is wrong: tau-init's start-up stays lean
+
     close = difflib.get_close_matches(key, [*PRIMITIVES, *ALIASES], n=1, cutoff=0.75)
     if close:
         return ALIASES.get(close[0], close[0])
@@ -117,7 +119,7 @@ def _int(text: str, pos: int) -> tuple[int, int]:
 
 
 def _word(text: str, pos: int) -> tuple[str, int]:
-    found = re.compile(r"[a-z0-9_]+").match(text, pos)
+    found = _WORD.match(text, pos)
     if found is None:
         raise _Bad(f"expected a type at {pos}")
     return found.group(), found.end()
