@@ -160,7 +160,7 @@ def test_a_run_with_a_shard_without_a_winner_exits_1_and_collects_nothing(worksp
     err = error_of(proc)
     assert (err["code"], err["error"]) == (1, "check_failed")
     assert err["message"] == ("tau-collect: 1 shard(s) have no winner (shard-00001); collect needs every shard's "
-                              "winner")
+                              "winner (--allow-missing collects the winners there are)")
     assert err["details"] == {"shards": ["shard-00001"]}
     assert not (workspace / "dataset").exists()
     assert snapshot(run_dir) == before
@@ -327,7 +327,8 @@ def test_the_worker_takes_no_shape_of_its_own(done, tmp_path):
     proc = tau("tau-collect", str(run_dir), "--worker", "collection-0001", "--format", "csv")
     assert proc.returncode == 2
     assert error_of(proc)["message"] == ("tau-collect: --worker takes none of --destination, --format, "
-                                         "--rows-per-partition and --wait (its collection's plan holds them)")
+                                         "--rows-per-partition, --allow-missing and --wait (its collection's plan "
+                                         "holds them)")
 
 
 def test_an_unfinished_collection_is_resumed_in_its_own_shape_and_refused_in_another(done, tmp_path):

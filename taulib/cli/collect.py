@@ -11,6 +11,7 @@ EXAMPLE = """
 tau-collect runs/demo --destination runs/demo-dataset
 tau-collect runs/demo --destination runs/demo-csv --format csv --rows-per-partition 100000   # another shape
 tau-collect runs/demo --destination runs/demo-dataset --wait -o table   # a Slurm run: wait for the CPU job
+tau-collect runs/demo --destination runs/demo-partial --allow-missing   # the winners there are; the rest recorded
 """
 
 
@@ -28,28 +29,32 @@ tau-collect runs/demo --destination runs/demo-dataset --wait -o table   # a Slur
               help="The output format (default: the plan's output.format).")
 @click.option("--rows-per-partition", type=click.IntRange(min=1), metavar="N",
               help="Rows in every output file but the last (default: the plan's output.rows_per_partition).")
+@click.option("--allow-missing", is_flag=True,
+              help="Collect the winners there are: shards without a winner are left out and recorded as missing "
+                   "(with their state and reason) in the output, the collection's plan and the dataset's "
+                   "_tau_collection.json. A winner that is there must still hold.")
 @click.option("--wait", is_flag=True, help="Under Slurm, wait until the collection job has finished.")
 @click.option("--worker", "worker", metavar="COLLECTION_ID",
               help="Run as the collection's CPU job (inside the Slurm job tau-collect submitted; never by hand).")
 @common.progress_option
 @common.output_option
-def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partition: int | None, wait: bool,
-        worker: str | None, progress: bool | None, output: str) -> None:
+def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partition: int | None, allow_missing: bool,
+        wait: bool, worker: str | None, progress: bool | None, output: str) -> None:
     from taulib.collect import collection
     from taulib.errors import UsageError
     from taulib.rundir.run import Run
 
     if worker:
-        if destination or wait or fmt or rows_per_partition:
-            raise UsageError("--worker takes none of --destination, --format, --rows-per-partition and --wait "
-                             "(its collection's plan holds them)")
+        if destination or wait or fmt or rows_per_partition or allow_missing:
+            raise UsageError("--worker takes none of --destination, --format, --rows-per-partition, --allow-missing "
+                             "and --wait (its collection's plan holds them)")
         common.emit(collection.work(run_dir, worker))
         return
     if not destination:
         raise UsageError("missing option '--destination'")
     with Run(run_dir) as run:
         result = collection.collect(run, destination, wait=wait, fmt=fmt, rows_per_partition=rows_per_partition,
-                                    progress=progress)
+                                    progress=progress, allow_missing=allow_missing)
     if output == "table":
         from taulib import table
 
@@ -57,8 +62,11 @@ def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partiti
             common.emit_text(f"collection {result['collection_id']}: {result['state']} as Slurm job "
                              f"{result['job_id']}; run tau-collect again (or with --wait) to follow it")
             return
+        missing = "".join(f"missing: {m['shard_id']} ({m['state']}: {m['reason']})\n" for m in result["missing"])
         common.emit_text(f"collection {result['collection_id']}: {result['records']} records in "
-                         f"{result['partitions']} {result['format']} file(s) at {result['destination']}\n\n"
+                         f"{result['partitions']} {result['format']} file(s) at {result['destination']}\n"
+                         + (f"partial: {len(result['missing'])} shard(s) without a winner left out\n{missing}"
+                            if missing else "") + "\n"
                          + table.render(["FILE", "ROWS", "BYTES", "SHA256"],
                                         [[f["path"], f["rows"], f["size"], f["sha256"]] for f in result["files"]]))
     else:

@@ -2,7 +2,8 @@
 
 Reads and Writes: the collection journal (`rundir.journal.COLLECTIONS`) under run.lock (shared) and collect.lock;
 the destination's parent folder (the stage, the published dataset). Order of work:
-  1. validate every planned shard's winner chain from its records, no bulk data read yet (`collect.winners`);
+  1. validate every planned shard's winner chain from its records, no bulk data read yet (`collect.winners`; with
+     --allow-missing, of every shard that has a winner, the others recorded as missing with their state and reason);
   2. authorise the destination (`collect.destination`);
   3. journal `collections/collection-NNNN/{plan.json,status.json}`;                      failpoint collect.planned
   4. stream the winners into a private stage beside the destination (`collect.stage`);   failpoint collect.staged
@@ -14,7 +15,11 @@ Shape: a collection's output format and rows per partition are tau-collect's --f
 each defaulting to the run's plan (`output`); its plan record holds both, and `options` says which were given.
 A collection is its destination and its shape: asked again with both the same it is reported (or followed, or
 resumed); the same destination with another shape is refused (Conflict, 73) naming the shape that is there, since
-a dataset is never overwritten; any other destination is a new collection, whatever the earlier ones.
+a dataset is never overwritten; any other destination is a new collection, whatever the earlier ones. A collection
+is also the set of shards it collects (tau-collect(1) "Missing shards"): one of other shards than the winners there
+are now is refused like another shape, except that an unfinished one is followed under Slurm with --allow-missing
+(its job collects what it was planned from) and, under the local executor, where nothing of it still runs, is
+retired and replaced by a new collection.
 Promises: a rerun after a crash removes the exact stage of an unfinished collection and starts it again, or adopts
 a destination that a crashed run had already published (its _tau_collection.json names this plan); a rerun after
 success reports the collection (created false). Nothing is ever overwritten, and a collection never leaves a
@@ -67,29 +72,34 @@ def shape_of(plan: dict) -> tuple[str, int]:
 
 
 def collect(run, destination: str, wait: bool = False, fmt: str | None = None,
-            rows_per_partition: int | None = None, progress: bool | None = None) -> dict:
+            rows_per_partition: int | None = None, progress: bool | None = None, allow_missing: bool = False) -> dict:
     """Plan a collection and run it: inline under the local executor, as a CPU job under Slurm (returned as
     `submitted`; with `wait`, followed to its end and then reported as a later call would). `fmt` and
     `rows_per_partition` choose its shape (None: the plan's); `progress` forces the progress line on or off (None:
-    on when stderr is a terminal)."""
+    on when stderr is a terminal); `allow_missing` collects the winners there are, recording the shards without
+    one, instead of refusing them."""
     asked = shape(run, fmt, rows_per_partition)
-    result = _once(run, destination, asked, progress)
+    result = _once(run, destination, asked, progress, allow_missing)
     jobs = executor.of(run).collection_jobs()
     if wait and jobs is not None and result["state"] in ("submitted", "running"):
         book = Journal(run, COLLECTIONS)
         job.wait(jobs, book, result["collection_id"], lambda: _settle_gone(run, jobs, result["collection_id"]))
-        result = _once(run, destination, asked, progress)
+        result = _once(run, destination, asked, progress, allow_missing, follow=result["collection_id"])
     return result
 
 
-def _once(run, destination: str, asked: Shape, progress: bool | None) -> dict:
-    found = winners.validate(run)
+def _once(run, destination: str, asked: Shape, progress: bool | None, allow_missing: bool = False,
+          follow: str | None = None) -> dict:
+    """One pass; `follow`, the collection this call has been waiting for (reported whatever has won since)."""
+    found = winners.gather(run, allow_missing)
     where = authorise(run, destination)
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"), open_parent(where) as parent:
-        return _coordinate(run, Journal(run, COLLECTIONS), found, where, parent, asked, progress)
+        return _coordinate(run, Journal(run, COLLECTIONS), found, where, parent, asked, progress,
+                           allow_missing, follow)
 
 
-def _coordinate(run, book: Journal, found: list, where, parent, asked: Shape, progress: bool | None) -> dict:
+def _coordinate(run, book: Journal, found: winners.Found, where, parent, asked: Shape, progress: bool | None,
+                allow_missing: bool = False, follow: str | None = None) -> dict:
     jobs = executor.of(run).collection_jobs()  # None: the collection runs inline, here
     resumed = None
     entry = book.newest()
@@ -103,21 +113,22 @@ def _coordinate(run, book: Journal, found: list, where, parent, asked: Shape, pr
         if jobs is None:
             resumed = plan, status
         else:
+            _same_shards(plan, found, "is being collected by", lenient=allow_missing)
             settled = job.settle(run, jobs, book, plan, status, parent, where.name,
                                  lambda p, s, r: _finish(book, p, s, r))
             if settled is not None:
                 return settled
     publish.recover_reservation(parent, where.name)
     if resumed is not None:
-        plan, status = resumed
-        result = read_result(parent, where.name)
-        if result is not None and result["plan_sha256"] == jsonio.digest(plan):
-            return _finish(book, plan, status, result)  # published before the crash: adopt it
+        resumed = _resume(book, resumed, found, parent, where.name)
+        if isinstance(resumed, dict):
+            return resumed
     if parent.exists(where.name):
         published = _published(book, parent, where)
         if published is not None:
             plan, status, result = published
             _same_shape(plan, asked, "holds")
+            _same_shards(plan, found, "holds", lenient=plan["collection_id"] == follow)
             return summary(plan, status, result, created=False)
         raise Conflict(f"destination {where.path!r} already exists; tau never overwrites a dataset",
                        destination=where.path)
@@ -128,8 +139,26 @@ def _coordinate(run, book: Journal, found: list, where, parent, asked: Shape, pr
         if jobs is not None:
             return job.submit(run, jobs, book, plan, status)
     else:
-        winners.check_unchanged(plan, found)
-    return _work(run, book, plan, status, found, parent, where.name, progress)
+        plan, status = resumed
+        winners.check_unchanged(plan, found.winners)
+    return _work(run, book, plan, status, found.winners, parent, where.name, progress)
+
+
+def _resume(book: Journal, unfinished: tuple[dict, dict], found: winners.Found, parent, name: str):
+    """An unfinished inline collection (its process died; we hold collect.lock): its summary when it had published
+    its dataset and collects the shards asked for; (plan, status) to resume it; None when it is over (published
+    other shards, or retired here because the winners there are now are not the ones it was planned from)."""
+    plan, status = unfinished
+    result = read_result(parent, name)
+    if result is not None and result["plan_sha256"] == jsonio.digest(plan):
+        done = _finish(book, plan, status, result)  # published before the crash: adopt it
+        return done if _shard_ids(plan) == [w.shard_id for w in found.winners] else None
+    if _shard_ids(plan) == [w.shard_id for w in found.winners]:
+        return plan, status
+    remove_stage(parent, stage_name(plan))
+    book.retire(status, f"interrupted, and not resumed: it was planned from {_coverage(plan)}, and the winners "
+                        f"there are now are of {_found_coverage(found)}; a new collection replaces it")
+    return None
 
 
 def _published(book: Journal, parent, where) -> tuple[dict, dict, dict] | None:
@@ -157,17 +186,53 @@ def _same_shape(plan: dict, asked: Shape, verb: str) -> None:
                    rows_per_partition=plan["rows_per_partition"])
 
 
+def _same_shards(plan: dict, found: winners.Found, verb: str, lenient: bool = False) -> None:
+    """Conflict (73) unless the collection `plan` collects the shards that have a winner now (`lenient`: or fewer
+    of them): a collection is also the set of shards it collects, so a partial one never stands for a complete
+    one, nor a complete one for a partial one."""
+    planned, now = _shard_ids(plan), [w.shard_id for w in found.winners]
+    if planned == now or (lenient and set(planned) <= set(now)):
+        return
+    after = ("follow it with --allow-missing until it has finished, then collect to another destination"
+             if verb == "is being collected by" else "collect to another destination")
+    raise Conflict(f"destination {plan['destination']!r} {verb} {plan['collection_id']} of {_coverage(plan)}, not "
+                   f"of {_found_coverage(found)} as asked; tau never overwrites a dataset: {after}",
+                   destination=plan["destination"], collection_id=plan["collection_id"],
+                   missing=[m["shard_id"] for m in plan.get("missing", [])][:100])
+
+
+def _shard_ids(plan: dict) -> list[str]:
+    return [s["shard_id"] for s in plan["shards"]]
+
+
+def _coverage(plan: dict) -> str:
+    return coverage(len(plan["shards"]), [m["shard_id"] for m in plan.get("missing", [])])
+
+
+def _found_coverage(found: winners.Found) -> str:
+    return coverage(len(found.winners), [m["shard_id"] for m in found.missing])
+
+
+def coverage(collected: int, missing: list[str]) -> str:
+    """The shards a collection collects, in words: "every shard (4)", "2 of 4 shards (shard-00001, shard-00003
+    missing)"."""
+    if not missing:
+        return f"every shard ({collected})"
+    return f"{collected} of {collected + len(missing)} shards ({winners.shown(missing)} missing)"
+
+
 def _options(plan: dict) -> str:
     return f"--format {plan['format']} --rows-per-partition {plan['rows_per_partition']}"
 
 
-def _plan(run, collection_id: str, destination: str, found: list, asked: Shape) -> dict:
+def _plan(run, collection_id: str, destination: str, found: winners.Found, asked: Shape) -> dict:
     return {"kind": "tau.collection-plan", "schema_version": 1, "run_id": run.run_id,
             "collection_id": collection_id, "plan_sha256": run.plan_sha256, "created_at": jsonio.now_rfc3339(),
             "destination": destination, "format": asked.format, "rows_per_partition": asked.rows_per_partition,
-            "options": asked.options, "records": run.plan["records"],
-            "schema_digest": found[0].manifest["schema_digest"],
-            "shards": [{"shard_id": w.shard_id, "winner_sha256": w.winner_sha256} for w in found]}
+            "options": asked.options, "records": winners.records_of(run, [w.shard_id for w in found.winners]),
+            "schema_digest": found.winners[0].manifest["schema_digest"],
+            "shards": [{"shard_id": w.shard_id, "winner_sha256": w.winner_sha256} for w in found.winners],
+            "missing": found.missing}
 
 
 def _work(run, book: Journal, plan: dict, status: dict, found: list, parent, name: str,
@@ -240,8 +305,7 @@ def work(run_dir: str, collection_id: str, environ: dict | None = None) -> dict:
         book = Journal(run, COLLECTIONS)
         plan = run.dir.require(book.plan_rel(collection_id), COLLECTIONS.plan_kind)
         job.await_binding(book, plan, job_id, time.monotonic() + env.get("TAU_BINDING_WAIT", environ))
-        found = winners.validate(run)
-        winners.check_unchanged(plan, found)
+        found = winners.of_plan(run, plan)
         where = authorise(run, plan["destination"])
         with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"):
             status = run.dir.require(book.status_rel(collection_id), COLLECTIONS.status_kind)

@@ -1,5 +1,7 @@
 """What tau-collect prints: the `tau.collection` summary of a collection, finished or still in its CPU job.
-Pure: built from the journal entry (plan and status) and the published dataset's `_tau_collection.json`."""
+Pure: built from the journal entry (plan and status) and the published dataset's `_tau_collection.json`.
+`complete` and `missing` (the shards without a winner it left out, with their state and reason) come from the
+plan, so a collection planned by an older tau, which knew no missing shards, reads as complete."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ def progress(plan: dict, status: dict) -> dict:
             "collection_id": plan["collection_id"], "state": status["state"], "created": True,
             "destination": plan["destination"], "format": plan["format"],
             "rows_per_partition": plan["rows_per_partition"], "records": plan["records"],
-            "partitions": None, "files": [], "job_id": status["job_id"]}
+            "partitions": None, "files": [], "job_id": status["job_id"], **coverage(plan)}
 
 
 def summary(plan: dict, status: dict, result: dict, created: bool) -> dict:
@@ -18,4 +20,10 @@ def summary(plan: dict, status: dict, result: dict, created: bool) -> dict:
             "collection_id": plan["collection_id"], "state": status["state"], "created": created,
             "destination": plan["destination"], "format": plan["format"],
             "rows_per_partition": plan["rows_per_partition"], "records": result["records"],
-            "partitions": len(result["files"]), "files": result["files"], "job_id": status.get("job_id")}
+            "partitions": len(result["files"]), "files": result["files"], "job_id": status.get("job_id"),
+            **coverage(plan)}
+
+
+def coverage(plan: dict) -> dict:
+    missing = plan.get("missing", [])
+    return {"complete": not missing, "missing": missing}

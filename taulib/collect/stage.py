@@ -3,8 +3,8 @@
 Reads: every winner file, in collection order (shards in planned order, each shard's files in manifest order),
 through `collect.inputs` (each file's size, sha256 and Parquet row count checked before a row of it is used).
 Writes: inside the stage only: `part-NNNNN.<format>` files through `collect.outputs` (hashed as they are written,
-fsynced), then `_tau_collection.json` (every output file's path, size, sha256 and rows) last, fsynced, then the
-stage folder.
+fsynced), then `_tau_collection.json` (every output file's path, size, sha256 and rows, and whether the dataset
+is complete or which shards it lacks and why) last, fsynced, then the stage folder.
 Promises: the partitions are the pure plan `rules.partition.plan` (every partition but the last has exactly
 `rows_per_partition` rows); each partition's bytes are a function of its rows only (`collect.outputs`), so the
 same winners always give byte-identical files, however many partitions are written at once. Up to LANES
@@ -69,7 +69,8 @@ def write(run, plan: dict, winners: list, stage: Tree, meter=None) -> dict:
         raise Conflict(f"collected {total} rows; the plan asks for {plan['records']}")
     result = {"kind": "tau.collection-result", "schema_version": 1, "run_id": plan["run_id"],
               "collection_id": plan["collection_id"], "plan_sha256": jsonio.digest(plan),
-              "completed_at": jsonio.now_rfc3339(), "format": plan["format"], "records": total, "files": out}
+              "completed_at": jsonio.now_rfc3339(), "format": plan["format"], "records": total, "files": out,
+              "complete": not plan.get("missing"), "missing": plan.get("missing", [])}
     stage.write_new(RESULT, jsonio.canonical(result))
     os.fsync(stage.fd)
     return result

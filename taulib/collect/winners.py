@@ -1,10 +1,13 @@
 """Step 1 of a collection: every planned shard's winner chain, validated from its records before any bulk data is
-read (tau-collect(1) "Order of work", step 1).
+read (tau-collect(1) "Order of work", step 1, and "Missing shards").
 
-Reads: each shard's winner.json and the records of its chain (`lifecycle.winner.check_chain`). Writes: nothing.
-Promises: a collection starts only when every shard has exactly the winner its records describe, the winners share
-one schema, and they hold exactly the plan's records; otherwise it is refused whole (exit 1) naming the shards or
-the numbers. Attempt folders are never globbed and no "latest attempt" is ever picked.
+Reads: each shard's winner.json and the records of its chain (`lifecycle.winner.check_chain`); for a shard without
+a winner, when it may be missing, its state and reason as the run's records give them (`rundir.state`). Writes:
+nothing. Promises: a collection starts only when every shard has exactly the winner its records describe (with
+--allow-missing: every shard that has a winner, and at least one does), the winners share one schema, and they hold
+exactly the records of their shards; otherwise it is refused whole (exit 1) naming the shards or the numbers. Only
+absence is forgiven: a winner that is there and malformed or mismatched refuses the collection either way. Attempt
+folders are never globbed and no "latest attempt" is ever picked.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from taulib import jsonio
 from taulib.errors import CheckFailed, Conflict
 from taulib.lifecycle import winner as winner_chain
 from taulib.rules import fields
-from taulib.rundir import layout
+from taulib.rundir import layout, state
 
 
 class Winner(NamedTuple):
@@ -25,8 +28,22 @@ class Winner(NamedTuple):
     manifest: dict  # the winner's candidate manifest
 
 
+class Found(NamedTuple):
+    """What a collection collects: the winners in planned order, and the shards without one (each {shard_id,
+    state, reason}, in planned order; empty unless missing shards were allowed)."""
+    winners: list[Winner]
+    missing: list[dict]
+
+
 def validate(run) -> list[Winner]:
     """Every shard's winner, in planned order (CheckFailed when any is missing or its chain does not hold)."""
+    return gather(run).winners
+
+
+def gather(run, allow_missing: bool = False) -> Found:
+    """The winners there are, in planned order, each chain checked; a shard without a winner refuses the
+    collection (CheckFailed) unless `allow_missing`, which records it with its state and reason instead (and
+    refuses only when no shard has a winner)."""
     out = []
     missing = []
     for sid in run.shard_ids():
@@ -39,18 +56,56 @@ def validate(run) -> list[Winner]:
             raise CheckFailed(f"the winner of {sid} names another shard or run; refusing to collect", shard_id=sid)
         chain = winner_chain.check_chain(run, sid, record["attempt_id"], winner=record)
         out.append(Winner(sid, record, jsonio.sha256_hex(data), chain.manifest))
-    if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise CheckFailed(f"{len(missing)} shard(s) have no winner ({shown}); collect needs every shard's winner",
+    if missing and not allow_missing:
+        raise CheckFailed(f"{len(missing)} shard(s) have no winner ({shown(missing)}); collect needs every shard's "
+                          "winner (--allow-missing collects the winners there are)", shards=missing[:100])
+    if not out:
+        raise CheckFailed(f"no shard of run {run.run_id!r} has a winner ({len(missing)} of {len(missing)} missing); "
+                          "--allow-missing collects the winners there are, and there are none yet",
                           shards=missing[:100])
     digests = {w.manifest["schema_digest"] for w in out}
     if len(digests) > 1:
         first = out[0].manifest["schema_digest"]
         raise CheckFailed(schema_refusal(out), shards=[w.shard_id for w in out if w.manifest["schema_digest"] != first])
     total = sum(w.manifest["actual_records"] for w in out)
-    if total != run.plan["records"]:
-        raise CheckFailed(f"the winners hold {total} records; the plan asks for {run.plan['records']}")
-    return out
+    expected = records_of(run, [w.shard_id for w in out])
+    if total != expected:
+        raise CheckFailed(f"the winners hold {total} records; the plan asks for {expected}"
+                          + (f" from the {len(out)} shards that have one" if missing else ""))
+    whole_run = state.run_cancel(run) if missing else None
+    return Found(out, [why_missing(run, sid, whole_run) for sid in missing])
+
+
+def shown(shard_ids: list[str]) -> str:
+    """The first five of `shard_ids`, and how many more."""
+    return ", ".join(shard_ids[:5]) + (f" and {len(shard_ids) - 5} more" if len(shard_ids) > 5 else "")
+
+
+def records_of(run, shard_ids: list[str]) -> int:
+    """The records the plan gives the shards `shard_ids` (all of them: the plan's records)."""
+    if len(shard_ids) == run.shard_count:
+        return int(run.plan["records"])
+    return sum(shard["record_end"] - shard["record_start"] for shard in map(run.shard, shard_ids))
+
+
+def why_missing(run, sid: str, whole_run: dict | None) -> dict:
+    """A shard without a winner, as a collection records it: its state and reason from the run's records (what
+    tau-status says of it, without asking the scheduler)."""
+    view = state.shard_view(run, sid, whole_run)
+    return {"shard_id": sid, "state": view.state, "reason": view.reason}
+
+
+def of_plan(run, plan: dict) -> list[Winner]:
+    """The winners a collection `plan` was made from, each still there and unchanged (Conflict otherwise): what
+    its work reads, whatever has won since."""
+    found = {w.shard_id: w for w in gather(run, allow_missing=True).winners}
+    for planned in plan["shards"]:
+        if planned["shard_id"] not in found:
+            raise Conflict(f"the winner of {planned['shard_id']} is gone since collection {plan['collection_id']} "
+                           "was planned", shard_id=planned["shard_id"])
+    winners = [found[planned["shard_id"]] for planned in plan["shards"]]
+    check_unchanged(plan, winners)
+    return winners
 
 
 def schema_refusal(winners: list[Winner]) -> str:
@@ -69,6 +124,9 @@ def schema_refusal(winners: list[Winner]) -> str:
 
 def check_unchanged(plan: dict, winners: list[Winner]) -> None:
     """The winners are the ones the collection plan was made from (Conflict otherwise)."""
+    if [p["shard_id"] for p in plan["shards"]] != [w.shard_id for w in winners]:
+        raise Conflict(f"the shards with a winner are not the ones collection {plan['collection_id']} was planned "
+                       "from", collection_id=plan["collection_id"])
     for planned, w in zip(plan["shards"], winners, strict=True):
         if (planned["shard_id"], planned["winner_sha256"]) != (w.shard_id, w.winner_sha256):
             raise Conflict(f"the winner of {w.shard_id} changed since collection {plan['collection_id']} "
