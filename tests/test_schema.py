@@ -399,8 +399,8 @@ def test_a_nested_unknown_key_is_named_with_its_path_before_a_missing_required_o
 
 
 def test_an_unknown_key_inside_the_object_alternative_of_an_any_of_is_named():
-    record = {"kind": "tau.output-schema", "schema_version": 1, "run_id": "run", "fixed_at": "2024-01-01T00:00:00.000000Z",
-              "fields": [{"name": "id", "type": "int64"}],
+    record = {"kind": "tau.output-schema", "schema_version": 1, "run_id": "run",
+              "fixed_at": "2024-01-01T00:00:00.000000Z", "fields": [{"name": "id", "type": "int64"}],
               "fixed_by": {"shard_id": "shard-00000", "attempt_id": "attempt-0001", "atempt": 1}}
     assert agree(record, "output-schema") is False
     with pytest.raises(schema.SchemaViolation) as err:

@@ -42,6 +42,7 @@ ALIASES = {
     "list": "list<item: int64>", "array": "list<item: int64>",
 }
 
+Tree = tuple[object, ...]  # what `parse` makes of a name
 _NAME = re.compile(r"[^:,<>\s][^:,<>]*?(?=: )")
 _INT = re.compile(r"-?[0-9]+")
 _WORD = re.compile(r"[a-z0-9_]+")
@@ -52,7 +53,7 @@ class _Bad(Exception):
     pass
 
 
-def parse(text: str) -> tuple:
+def parse(text: str) -> Tree:
     """The type `text` names, as a tree: (primitive,), ("timestamp", unit, zone or None), ("decimal128", p, s),
     ("list", field), ("fixed_size_list", field, n), ("struct", [field, ...]), ("map", key, value, sorted),
     ("dictionary", values, indices, ordered), ...; a field is (name, type, nullable). ValueError when `text` is not
@@ -125,7 +126,7 @@ def _word(text: str, pos: int) -> tuple[str, int]:
     return found.group(), found.end()
 
 
-def _type(text: str, pos: int) -> tuple[tuple, int]:
+def _type(text: str, pos: int) -> tuple[Tree, int]:
     word, pos = _word(text, pos)
     nxt = text[pos:pos + 1]
     if word in PRIMITIVES and nxt not in ("[", "(", "<"):
@@ -168,7 +169,7 @@ def _type(text: str, pos: int) -> tuple[tuple, int]:
         return (word, field, size), _expect(text, pos, "]")
     if word == "struct":
         pos = _expect(text, pos, "<")
-        fields = []
+        fields: list[Tree] = []
         while not text.startswith(">", pos):
             if fields:
                 pos = _expect(text, pos, ", ")
@@ -192,7 +193,7 @@ def _type(text: str, pos: int) -> tuple[tuple, int]:
     raise _Bad(f"{word!r} is not an Arrow type")
 
 
-def _field(text: str, pos: int) -> tuple[tuple, int]:
+def _field(text: str, pos: int) -> tuple[Tree, int]:
     found = _NAME.match(text, pos)
     if found is None or found.group() != found.group().rstrip():
         raise _Bad(f"expected a field name at {pos}")
