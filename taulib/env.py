@@ -103,6 +103,8 @@ VARS: dict[str, Var] = {v.name: v for v in (
         "reads it)"),
     Var("CURL_CA_BUNDLE", None, _text, "the same, when REQUESTS_CA_BUNDLE is unset (as requests reads it)"),
     Var("KUBECONFIG", None, _text, "the kubeconfig file (else ~/.kube/config, else the in-cluster account)"),
+    Var("VIRTUAL_ENV", None, _text, "the virtual environment a person activated: tau-init accepts a program found in "
+        "tau's own environment when it is the one activated"),
     # set inside an allocation by the executor
     Var("TAU_LOCAL_JOB_ID", None, _text, "the local executor's job id (its submission id)", "allocation"),
     Var("TAU_LOCAL_TASK_ID", None, _text, "the local executor's task index", "allocation"),
@@ -151,7 +153,8 @@ def get(name: Literal["TAU_FAILPOINT_ONCE", "TAU_FAILPOINT_TRACE", "ARROW_DEFAUL
         ) -> str: ...
 @overload
 def get(name: Literal["AZURE_STORAGE_CONNECTION_STRING", "TAU_BLOB_API_VERSION", "REQUESTS_CA_BUNDLE",
-                      "CURL_CA_BUNDLE", "KUBECONFIG", "TAU_LOCAL_JOB_ID", "TAU_LOCAL_TASK_ID", "SLURM_JOB_ID",
+                      "CURL_CA_BUNDLE", "KUBECONFIG", "VIRTUAL_ENV", "TAU_LOCAL_JOB_ID", "TAU_LOCAL_TASK_ID",
+                      "SLURM_JOB_ID",
                       "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "TAU_RUN_DIR", "TAU_RUN_ID", "TAU_SHARD_ID",
                       "TAU_SHARD_INDEX", "TAU_ATTEMPT_ID", "TAU_ATTEMPT_ORDINAL", "TAU_RECORD_START",
                       "TAU_RECORD_END", "TAU_OUTPUT_DIR", "TAU_OUTPUT_FORMAT", "TAU_PROGRESS_FILE"],

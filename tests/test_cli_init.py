@@ -215,8 +215,10 @@ def test_init_from_another_folder_prints_the_folder_it_recorded(workspace):
 
 
 def test_a_bare_program_that_resolves_inside_taus_own_environment_exits_65(workspace):
-    # the tests put tau's own .venv/bin first on PATH, as a user who activated tau's environment has it
-    proc = tau("tau-init", str(workspace / "run"), input=json.dumps(plan(command=["python3", CLIENT])))
+    # the tests put tau's own .venv/bin first on PATH, as a user who put tau's commands on PATH has it, without
+    # activating its environment (VIRTUAL_ENV names another one)
+    proc = tau("tau-init", str(workspace / "run"), input=json.dumps(plan(command=["python3", CLIENT])),
+               env={"VIRTUAL_ENV": str(workspace / "my-env")})
     assert proc.returncode == 65, proc.stderr
     err = error_of(proc)
     venv = str(ROOT / ".venv")
@@ -225,6 +227,14 @@ def test_a_bare_program_that_resolves_inside_taus_own_environment_exits_65(works
                               "put your environment first on PATH")
     assert err["details"] == {"program": f"{venv}/bin/python3"}
     assert not (workspace / "run").exists()
+
+
+def test_a_bare_program_in_taus_environment_is_accepted_when_that_environment_is_the_one_activated(workspace):
+    # tau installed into the researcher's own environment, activated: its python3 is theirs
+    proc = tau("tau-init", str(workspace / "run"), input=json.dumps(plan(command=["python3", CLIENT])),
+               env={"VIRTUAL_ENV": str(ROOT / ".venv")})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["program"] == str(ROOT / ".venv" / "bin" / "python3")
 
 
 def test_taus_own_interpreter_given_by_its_absolute_path_is_deliberate_and_accepted(workspace):

@@ -191,8 +191,15 @@ def check_script(argv: list[str], cwd: str) -> None:
 
 
 def own_environment() -> str | None:
-    """tau's own virtual environment (the running interpreter's prefix), or None when tau runs in a base Python."""
-    return sys.prefix if sys.prefix != sys.base_prefix else None
+    """tau's own virtual environment (the running interpreter's prefix), or None when tau runs in a base Python or
+    in the environment the person activated (VIRTUAL_ENV: tau installed into the researcher's own environment is
+    theirs to use, and a program found there is found on purpose)."""
+    if sys.prefix == sys.base_prefix:
+        return None
+    activated = env.get("VIRTUAL_ENV")
+    if activated and os.path.realpath(activated) == os.path.realpath(sys.prefix):
+        return None
+    return sys.prefix
 
 
 def run_id_for(run_dir: str) -> str:
