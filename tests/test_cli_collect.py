@@ -42,9 +42,12 @@ def test_collect_writes_every_record_in_planned_order_into_fixed_size_partitions
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert {k: doc[k] for k in ("kind", "run_id", "collection_id", "state", "created", "destination", "format",
-                                "records", "partitions")} == {
+                                "records", "partitions", "complete", "missing")} == {
         "kind": "tau.collection", "run_id": "run", "collection_id": "collection-0001", "state": "succeeded",
-        "created": True, "destination": str(dest), "format": "parquet", "records": 80, "partitions": 3}
+        "created": True, "destination": str(dest), "format": "parquet", "records": 80, "partitions": 3,
+        "complete": True, "missing": []}
+    manifest = json.loads((dest / "_tau_collection.json").read_text())
+    assert (manifest["complete"], manifest["missing"]) == (True, [])
     assert [(f["path"], f["rows"]) for f in doc["files"]] == [
         ("part-00000.parquet", 30), ("part-00001.parquet", 30), ("part-00002.parquet", 20)]
     assert sorted(os.listdir(dest)) == ["_tau_collection.json", "part-00000.parquet", "part-00001.parquet",
