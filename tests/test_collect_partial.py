@@ -201,13 +201,16 @@ def test_a_partial_collection_asked_again_is_reported_and_strictly_asked_is_stil
     assert os.listdir(run_dir / "collections") == ["collection-0001"]
 
 
-def test_an_interrupted_partial_collection_is_resumed_while_its_winners_are_the_ones_there_are(partial, tmp_path):
+@pytest.mark.parametrize("failpoint", ["collect.staged", "collect.renamed"])
+def test_an_interrupted_partial_collection_is_resumed_while_its_winners_are_the_ones_there_are(partial, tmp_path,
+                                                                                               failpoint):
     run_dir = copy_run(partial, tmp_path / "ws")
     dest = run_dir.parent / "dataset"
     crashed = tau("tau-collect", str(run_dir), "--destination", str(dest), "--allow-missing",
-                  env={"TAU_FAILPOINTS": "tau-collect:collect.staged=crash"})
+                  env={"TAU_FAILPOINTS": f"tau-collect:{failpoint}=crash"})
     assert crashed.returncode == -9
-    assert len(stage_debris(run_dir.parent)) == 1
+    assert (len(stage_debris(run_dir.parent)), dest.exists()) == ((1, False) if failpoint == "collect.staged"
+                                                                  else (0, True))
     resumed = collect(run_dir, dest, "--allow-missing")
     assert resumed.returncode == 0, resumed.stderr
     doc = json.loads(resumed.stdout)
@@ -292,3 +295,30 @@ def test_the_states_a_missing_shard_may_be_in_are_every_shard_state_but_succeede
                         .read_text())
     states = common["$defs"]["missing_shards"]["items"]["properties"]["state"]["enum"]
     assert sorted(states) == sorted(set(rollup.SHARD_STATES) - {"succeeded"})
+
+
+def test_a_collection_is_its_set_of_shards_and_only_a_followed_or_unfinished_one_may_have_fewer():
+    from taulib.collect import collection, winners
+    from taulib.errors import Conflict
+
+    def found(*ids: str) -> winners.Found:
+        kept = [winners.Winner(sid, {}, "0" * 64, {}) for sid in ids]
+        absent = [{"shard_id": f"shard-0000{n}", "state": "cancelled", "reason": "cancelled by the user at T"}
+                  for n in range(3) if f"shard-0000{n}" not in ids]
+        return winners.Found(kept, absent)
+
+    partial = {"collection_id": "collection-0001", "destination": "/ws/data",
+               "shards": [{"shard_id": "shard-00000", "winner_sha256": "0" * 64}],
+               "missing": found("shard-00000").missing}
+    collection._same_shards(partial, found("shard-00000"), "holds")
+    collection._same_shards(partial, found("shard-00000", "shard-00001"), "holds", lenient=True)
+    with pytest.raises(Conflict) as refused:
+        collection._same_shards(partial, found("shard-00000", "shard-00001", "shard-00002"), "is being collected by")
+    assert refused.value.message == (
+        "destination '/ws/data' is being collected by collection-0001 of 1 of 3 shards (shard-00001, shard-00002 "
+        "missing), not of every shard (3) as asked; tau never overwrites a dataset: follow it with --allow-missing "
+        "until it has finished, then collect to another destination")
+    complete = dict(partial, shards=[{"shard_id": f"shard-0000{n}", "winner_sha256": "0" * 64} for n in range(3)],
+                    missing=[])
+    with pytest.raises(Conflict):  # a complete collection never stands for a partial one, lenient or not
+        collection._same_shards(complete, found("shard-00000"), "holds", lenient=True)
