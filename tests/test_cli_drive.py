@@ -123,3 +123,23 @@ def _tasks(plan: dict) -> list[dict]:
     from taulib.rundir.journal import tasks
 
     return tasks(plan)
+
+
+def test_a_run_stopped_by_its_budget_is_collected_partially_with_allow_missing_and_the_gap_recorded(workspace):
+    run_dir = init_run(workspace, plan_doc=failing(always=("shard-00003",), retry={"max_attempts": 1}))
+    proc = tau("tau-drive", str(run_dir), "--interval", "0.3", "--collect", str(workspace / "part"),
+               "--allow-missing")
+    assert proc.returncode == 1
+    assert error_of(proc)["message"].startswith("tau-drive: run 'run' finished without succeeding: shard-00003 ")
+    result = json.loads(proc.stdout)
+    collection = result["collection"]
+    assert collection["complete"] is False and collection["records"] == 30
+    assert [(m["shard_id"], m["state"]) for m in collection["missing"]] == [("shard-00003", "exhausted")]
+    manifest = json.loads((workspace / "part" / "_tau_collection.json").read_text())
+    assert manifest["complete"] is False and manifest["missing"][0]["shard_id"] == "shard-00003"
+    strict = tau("tau-drive", str(run_dir), "--once", "--collect", str(workspace / "whole"))
+    assert strict.returncode == 0 and json.loads(strict.stdout)["collection"] is None  # not succeeded: not collected
+    alone = tau("tau-drive", str(run_dir), "--once", "--allow-missing")
+    assert alone.returncode == 2
+    assert error_of(alone)["message"] == ("tau-drive: --allow-missing says how --collect collects: give --collect "
+                                          "DESTINATION too")

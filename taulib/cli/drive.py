@@ -36,16 +36,21 @@ tau-drive runs/demo --notify 'mail -s "tau: $TAU_RUN_ID $TAU_DRIVE_EVENT" me@exa
 @click.option("--collect", "destination", metavar="DESTINATION",
               help="Once the run succeeded, collect it to DESTINATION (as tau-collect --destination; --wait under "
                    "Slurm); a destination that already holds this collection is reported, not redone.")
+@click.option("--allow-missing", is_flag=True,
+              help="With --collect: once the run finished without succeeding, collect the winners there are, the "
+                   "missing shards recorded (as tau-collect --allow-missing).")
 @common.progress_option
 @common.output_option
 def cli(run_dir: str, once: bool, interval: float, notify: str | None, status_file: str | None,
-        destination: str | None, progress: bool | None, output: str) -> None:
+        destination: str | None, allow_missing: bool, progress: bool | None, output: str) -> None:
     from taulib import progress as meter
     from taulib import table
-    from taulib.errors import CheckFailed
+    from taulib.errors import CheckFailed, UsageError
     from taulib.lifecycle import drive
     from taulib.rundir.run import Run
 
+    if allow_missing and destination is None:
+        raise UsageError("--allow-missing says how --collect collects: give --collect DESTINATION too")
     shown = _line if meter.enabled(progress) else None
     with Run(run_dir) as run:
         if once:
@@ -55,10 +60,12 @@ def cli(run_dir: str, once: bool, interval: float, notify: str | None, status_fi
         else:
             result = drive.drive(run, interval, notify, status_file, shown, hitch=_hitch)
         result["collection"] = None
-        if destination is not None and result["state"] == "succeeded":
+        partial = allow_missing and result["finished"] is not None
+        if destination is not None and (result["state"] == "succeeded" or partial):
             from taulib.collect import collection
 
-            result["collection"] = collection.collect(run, destination, wait=True, progress=progress)
+            result["collection"] = collection.collect(run, destination, wait=True, progress=progress,
+                                                      allow_missing=partial and result["state"] != "succeeded")
     if output == "table":
         common.emit_text(f"tau-drive: run {result['run_id']} {_finished(result)}\n\n" + table.status(result["status"]))
     else:
