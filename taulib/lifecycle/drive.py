@@ -184,8 +184,9 @@ def _state(run: Run) -> Record:
 
 
 def _save(run: Run, current: Record, **changes: object) -> Record:
-    """Replace the drive record (the caller holds drive.lock)."""
+    """Replace the drive record (the caller holds drive.lock; like every writer, this holds run.lock shared)."""
     record = dict(current, **changes, revision=current["revision"] + 1, updated_at=jsonio.now_rfc3339())
-    run.dir.make_folders(layout.DRIVE.rpartition("/")[0])
-    run.dir.replace(layout.DRIVE, record)
+    with locks.hold(run.dir, "run", shared=True):
+        run.dir.make_folders(layout.DRIVE.rpartition("/")[0])
+        run.dir.replace(layout.DRIVE, record)
     return record
