@@ -249,3 +249,33 @@ def test_garbage_arguments_never_show_a_traceback(command, workspace):
         assert "Traceback" not in proc.stderr
         err = error_of(proc)
         assert err["command"] == command and err["message"].startswith(command + ": ")
+
+
+# -- shard names --------------------------------------------------------------------------------------------------
+
+# commands whose shard options are being reworked elsewhere; each takes common.SHARD with that work, then leaves
+# this set
+SHARD_TYPE_PENDING = {"tau-cancel", "tau-retry", "tau-submit"}
+
+
+def test_every_option_or_argument_that_takes_a_shard_id_accepts_a_shard_number():
+    import importlib
+
+    import click
+
+    from taulib.cli import common, registry
+
+    def params(cmd: click.Command):
+        yield from cmd.params
+        for sub in getattr(cmd, "commands", {}).values():
+            yield from params(sub)
+
+    taking: dict[str, list[str]] = {}
+    for entry in registry.COMMANDS:
+        cmd = importlib.import_module(entry.module).cli
+        for param in params(cmd):
+            if param.metavar == "SHARD_ID" or param.name in ("shard", "shards"):
+                taking.setdefault(entry.program, []).append(param.name or "")
+                if entry.program not in SHARD_TYPE_PENDING:
+                    assert param.type is common.SHARD, f"{entry.program} {param.name}: type=common.SHARD"
+    assert {"tau-logs", "tau-winner", "tau-bundle-fetch"} <= set(taking)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from helpers import BIN, PYTHON, env_for_tests, error_of, init_run, settle, tau
+from helpers import BIN, PYTHON, env_for_tests, error_of, init_run, settle, snapshot, tau
 from test_cli_cancel import wait_for
 from test_cli_run_environment import PROBE
 
@@ -74,3 +74,24 @@ def test_an_unknown_shard_or_attempt_is_66_and_follow_with_json_is_2(settled):
     assert proc.returncode == 66 and error_of(proc)["message"] == "tau-logs: shard-00001 has no attempt 'attempt-0009'"
     proc = tau("tau-logs", str(settled), "shard-00001", "--follow", "-o", "json")
     assert proc.returncode == 2 and error_of(proc)["message"] == "tau-logs: --follow streams text: drop -o json"
+
+
+@pytest.mark.parametrize("name", ["1", "001", "shard-1"])
+def test_a_shard_named_by_its_number_prints_that_shards_log_and_names_it_by_its_id(settled, name):
+    by_id = tau("tau-logs", str(settled), "shard-00001")
+    proc = tau("tau-logs", str(settled), name)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == by_id.stdout and "failing shard-00001 on its first attempt" in proc.stdout
+    doc = json.loads(tau("tau-logs", str(settled), name, "-o", "json").stdout)
+    assert (doc["shard_id"], doc["attempt_id"]) == ("shard-00001", "attempt-0001")
+
+
+@pytest.mark.parametrize(("args", "named"), [(["4"], "shard-00004"), (["--", "-1"], "-1"), (["seven"], "seven"),
+                                             (["shard-x"], "shard-x")])
+def test_a_number_past_the_run_a_negative_or_junk_is_66_and_changes_nothing(settled, args, named):
+    before = snapshot(settled)
+    proc = tau("tau-logs", str(settled), *args)
+    assert proc.returncode == 66
+    assert error_of(proc)["message"] == f"tau-logs: run 'run' has no shard '{named}'"
+    assert proc.stdout == ""
+    assert snapshot(settled) == before

@@ -47,6 +47,23 @@ def test_selecting_only_shards_that_won_exits_0(settled):
     assert doc["counts"] == {"won": 2, "without_winner": 0}
 
 
+def test_shards_selected_by_their_numbers_are_reported_by_their_ids(settled):
+    proc = tau("tau-winner", str(settled), "--shard", "0", "--shard", "shard-3")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    doc = json.loads(proc.stdout)
+    assert [s["shard_id"] for s in doc["shards"]] == ["shard-00000", "shard-00003"]
+
+
+@pytest.mark.parametrize(("name", "named"), [("4", "shard-00004"), ("-1", "-1"), ("three", "three")])
+def test_a_shard_number_past_the_run_a_negative_or_junk_is_66_and_publishes_nothing(settled, name, named):
+    before = snapshot(settled)
+    proc = tau("tau-winner", str(settled), "--shard", "0", "--shard", name)
+    assert proc.returncode == 66
+    assert error_of(proc)["message"] == f"tau-winner: run 'run' has no shard '{named}'"
+    assert proc.stdout == ""
+    assert snapshot(settled) == before
+
+
 def test_a_run_whose_shards_all_won_exits_0_and_reports_each_winner_as_already_published(done):
     before = snapshot(done)
     proc = tau("tau-winner", str(done))

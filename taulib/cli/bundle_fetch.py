@@ -32,7 +32,8 @@ WORKLOAD_KEYS = ("kind", "name", "namespace", "discovered", "pvc", "pv", "resour
               "only for a workload that names none).")
 @click.option("--run", "run_dir", metavar="RUN_DIR",
               help="Instead of SOURCE: the tau run whose records say where its bundle went (and its generation).")
-@click.option("--shard", metavar="SHARD_ID", help="With --run: the bundle of this shard.")
+@click.option("--shard", metavar="SHARD_ID", type=common.SHARD,
+              help="With --run: the bundle of this shard (an id or a number, shard-00003 or 3).")
 @click.option("--kubernetes", "workload", metavar="NAME",
               help="Instead of SOURCE: the Job or RayJob whose tau.azure.com annotations say where its bundle is "
               "(and its generation); without the artifact-store annotation, found read-only from its result PVC "

@@ -270,6 +270,22 @@ def watch(read: Callable[[], dict], render: Callable[[dict], str], done: Callabl
         time.sleep(interval)
 
 
+class ShardType(click.ParamType):
+    """A shard as a person names it: `shard-00007`, or its number (`7`, `007`, `shard-7`), given to the command as
+    the canonical id (`layout.canonical_shard_id`); what is no shard's name reaches the library as it was typed,
+    which refuses it as it refuses a shard beyond the run (66, not found)."""
+
+    name = "shard_id"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from taulib.rundir import layout
+
+        return layout.canonical_shard_id(str(value))
+
+
+SHARD = ShardType()  # type=common.SHARD on every option or argument that takes a shard id
+
+
 def output_option(func: Callable) -> Callable:
     return click.option("-o", "--output", "output", type=click.Choice(["json", "table"]), default="json",
                         show_default=True, help="json for programs, table for people.")(func)

@@ -9,16 +9,16 @@ from taulib.cli import common
 EXAMPLE = """
 tau-logs runs/demo shard-00003
 tau-logs runs/demo shard-00003 --attempt attempt-0001 | tail -n 20
-tau-logs runs/demo shard-00005 --follow
+tau-logs runs/demo 5 --follow
 """
 
 
-@common.command("tau-logs", "Print the output of SHARD's newest attempt (or of --attempt): the client's stdout and "
-                "stderr (client.log), then the allocation's own output (under Slurm its slurm-JOB_TASK.out), each "
-                "headed by its path when both have something. --follow streams what is appended while the attempt is "
-                "live and ends when it ends.", EXAMPLE)
+@common.command("tau-logs", "Print the output of SHARD_ID's newest attempt (or of --attempt; SHARD_ID is an id or a "
+                "number: shard-00003 or 3): the client's stdout and stderr (client.log), then the allocation's own "
+                "output (under Slurm its slurm-JOB_TASK.out), each headed by its path when both have something. "
+                "--follow streams what is appended while the attempt is live and ends when it ends.", EXAMPLE)
 @common.run_dir_argument
-@click.argument("shard", metavar="SHARD_ID")
+@click.argument("shard", metavar="SHARD_ID", type=common.SHARD)
 @click.option("--attempt", "attempt_id", metavar="ATTEMPT_ID", help="This attempt instead of the newest one.")
 @click.option("--follow", is_flag=True, help="Keep printing what is appended until the attempt has ended.")
 @click.option("-o", "--output", "output", type=click.Choice(["text", "json"]), default="text", show_default=True,

@@ -18,8 +18,8 @@ tau-winner runs/demo --shard shard-00003 -o table
                 "winner without overwrite. Existing winners are re-validated and reported. Exits 1 when a "
                 "selected shard has no winner.", EXAMPLE)
 @common.run_dir_argument
-@click.option("--shard", "shards", multiple=True, metavar="SHARD_ID",
-              help="Only these shards (repeatable); default: every shard.")
+@click.option("--shard", "shards", multiple=True, metavar="SHARD_ID", type=common.SHARD,
+              help="Only these shards (repeatable: an id or a number, shard-00003 or 3); default: every shard.")
 @common.output_option
 def cli(run_dir: str, shards: tuple[str, ...], output: str) -> None:
     from taulib.lifecycle import winner

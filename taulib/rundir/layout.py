@@ -42,6 +42,16 @@ def shard_index(sid: str) -> int:
     return int(sid.split("-", 1)[1])
 
 
+def canonical_shard_id(name: str) -> str:
+    """The shard a person named, as its canonical id: a number (`7`, `007`) or an id with any count of digits
+    (`shard-7`, `shard-00007`) is `shard-00007`. Anything else (`-1`, `seven`, `shard-x`, ` 7`) is returned as it
+    was given, for `Run.check_shard` to refuse with its not-found error, as it refuses a number beyond the run."""
+    digits = name.removeprefix("shard-")
+    if digits and digits.isascii() and digits.isdigit():
+        return shard_id(int(digits))
+    return name
+
+
 def attempt_id(ordinal: int) -> str:
     return f"attempt-{ordinal:04d}"
 
