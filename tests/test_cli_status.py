@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import BIN, PYTHON, copy_run, env_for_tests, error_of, init_run, settle, snapshot, tau
+from helpers import BIN, CLIENT, PYTHON, copy_run, env_for_tests, error_of, init_run, settle, snapshot, tau
 from test_cli_cancel import wait_for
 from test_cli_run_environment import PROBE
 
@@ -120,13 +120,13 @@ def test_the_run_status_names_an_unresolved_submission_the_collections_and_the_t
     run_dir = copy_run(settled, tmp_path / "copy")
     doc = status(run_dir)
     assert doc["submissions"] == [] and doc["collections"] == []
-    assert doc["eta_seconds"] is not None and doc["eta_seconds"] >= 0  # three attempts finished; one shard to do
+    assert doc["eta_seconds"] is None  # three attempts won and one failed: nothing at work, nothing to estimate
     assert tau("tau-retry", str(run_dir)).returncode == 0
     settle(run_dir)
     out = tmp_path / "copy" / "out"  # below the run's workspace, as a destination must be
     assert tau("tau-collect", str(run_dir), "--destination", str(out)).returncode == 0
     doc = status(run_dir)
-    assert doc["eta_seconds"] == 0
+    assert doc["eta_seconds"] is None  # the run succeeded
     assert doc["collections"] == [{"collection_id": "collection-0001", "destination": str(out),
                                    "format": "parquet", "state": "succeeded", "job_id": None, "reason": None}]
 
@@ -159,3 +159,66 @@ def test_reconcile_with_a_terminal_on_standard_input_exits_2_at_once(settled):
     assert error_of(proc)["message"] == (
         "tau-reconcile: tau-reconcile applies the output of tau-observe, on standard input: tau-observe RUN | "
         "tau-reconcile RUN (for the status without changing anything: tau-status RUN)")
+
+
+# -- the time left, and the end of --watch --------------------------------------------------------------------------
+
+
+def test_a_failed_run_with_nothing_at_work_shows_no_time_left(settled):
+    doc = status(settled)
+    assert (doc["state"], doc["counts"]["failed"], doc["eta_seconds"]) == ("failed", 1, None)
+    proc = tau("tau-status", str(settled), "-o", "table")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith("run run: failed (succeeded 3, failed 1)\n")
+    assert "estimated time left" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_hung_run_shows_a_time_left_while_its_attempt_works_none_once_it_stalls_and_watch_ends_settled(workspace):
+    command = [PYTHON, CLIENT, "--rows-per-file", "10", "--hang-first", "shard-00001"]
+    run_dir = init_run(workspace, plan_doc=run_plan(command=command, windows={
+        "accounting_lag_seconds": 5, "preemption_seconds": 5, "submission_visibility_seconds": 5,
+        "heartbeat_seconds": 1, "progress_stall_seconds": 8}))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    doc = wait_for(lambda: (d := status(run_dir))["counts"]["succeeded"] == 3 and d, what="three winners")
+    assert doc["shards"][1]["state"] == "running"
+    assert doc["shards"][1]["stalled"] is None and isinstance(doc["eta_seconds"], int)  # at work: an estimate
+    doc = wait_for(lambda: (d := status(run_dir))["shards"][1]["stalled"] and d, timeout=30, what="a stall")
+    assert (doc["state"], doc["eta_seconds"]) == ("running", None)  # hung: nothing at work, nothing to estimate
+    table = tau("tau-status", str(run_dir), "-o", "table").stdout
+    assert "(stalled: " in table and "estimated time left" not in table
+    assert tau("tau-cancel", str(run_dir)).returncode == 0
+    proc = tau("tau-status", str(run_dir), "-o", "table", "--watch", "--interval", "0.5", timeout=60)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    last = ("\n\n" + proc.stdout).split("\n\nrun run: ")[-1]  # frames: separated by an empty line off a terminal
+    assert last.startswith("cancelled (succeeded 3, cancelled 1)\n")
+    assert "estimated time left" not in last
+    rows = [line.split() for line in last.splitlines() if line.startswith("shard-")]
+    assert [row[1] for row in rows] == ["succeeded", "cancelled", "succeeded", "succeeded"]
+    assert not any(word in ("running", "pending", "RUNNING", "PENDING") for row in rows for word in row[2:7])
+    doc = status(run_dir)
+    assert doc["state"] == "cancelled" and doc["eta_seconds"] is None
+    assert doc["shards"][1]["evidence"]["effective_state"] not in ("pending", "running", "accounting_lag")
+
+
+def test_watch_draws_its_last_frame_from_a_read_made_after_the_run_settled(capsys, monkeypatch):
+    from taulib.cli import common
+
+    reads = iter(["running 2", "running 1", "ending", "settled"])
+    sleeps: list[float] = []
+    monkeypatch.setattr(time, "sleep", sleeps.append)
+    common.watch(lambda: {"s": next(reads)}, lambda doc: doc["s"] + "\n", lambda doc: doc["s"] != "running 1"
+                 and doc["s"] != "running 2", 0.5, "the run")
+    # "ending" already counted as done, but it was read while the run ended: the frame drawn last is the read after
+    assert capsys.readouterr().out == "running 2\n\nrunning 1\n\nsettled\n"
+    assert sleeps == [0.5, 0.5]  # the read after the end comes at once
+
+
+def test_watch_goes_on_when_the_read_after_the_end_is_not_done_any_more(capsys, monkeypatch):
+    from taulib.cli import common
+
+    reads = iter(["done", "reopened", "done", "done again"])
+    monkeypatch.setattr(time, "sleep", lambda _seconds: None)
+    common.watch(lambda: {"s": next(reads)}, lambda doc: doc["s"] + "\n", lambda doc: doc["s"].startswith("done"),
+                 0.5, "the run")
+    assert capsys.readouterr().out == "reopened\n\ndone again\n"

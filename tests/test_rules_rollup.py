@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from taulib.rules.rollup import LIFECYCLE, SHARD_STATES, degraded_reason, lifecycle, run_state, shard_state
+from taulib.rules.rollup import (LIFECYCLE, SHARD_STATES, at_work, degraded_reason, lifecycle, run_state, settled,
+                                 shard_state, time_left)
 
 
 def test_shard_state_is_sealed_by_a_winner_whatever_its_latest_attempt_says():
@@ -76,3 +77,67 @@ def test_the_reason_names_five_shards_and_counts_the_rest():
     reason = degraded_reason(shards)
     assert reason.split("; ")[:5] == [f"shard-{n:05d} failed: exit {n}" for n in range(5)]
     assert reason.endswith("; and 7 more")
+
+
+# -- at work, settled, time left ----------------------------------------------------------------------------------
+
+
+def entry(n: int, st: str, effective: str | None, stalled: str | None = None) -> dict:
+    """A shard entry of a run status: its state, its newest attempt's verdict, and why it is stalled."""
+    return {"id": f"shard-{n:05d}", "state": st, "reason": "why", "stalled": stalled,
+            "evidence": None if effective is None else {"effective_state": effective}}
+
+
+def test_an_attempt_submitted_running_or_in_accounting_lag_is_at_work_and_an_ended_one_is_not():
+    shards = [entry(0, "pending", "pending"), entry(1, "running", "running"), entry(2, "accounting_lag",
+              "accounting_lag"), entry(3, "succeeded", None), entry(4, "candidate", "succeeded"),
+              entry(5, "failed", "failed"), entry(6, "unknown", "unknown"), entry(7, "pending", None)]
+    assert at_work(shards) == 3
+
+
+def test_a_stalled_attempt_is_at_work_but_not_getting_anything_done():
+    shards = [entry(0, "running", "running", stalled="no heartbeat for 9s"), entry(1, "running", "running")]
+    assert (at_work(shards), at_work(shards, stalled=False)) == (2, 1)
+
+
+def test_a_cancelled_run_whose_attempt_still_runs_has_not_settled_until_it_ends():
+    running = [entry(0, "cancelled", "running"), entry(1, "cancelled", None)]
+    assert settled("cancelled", running) is False
+    assert settled("cancelled", [entry(0, "cancelled", "failed"), entry(1, "cancelled", None)]) is True
+
+
+@pytest.mark.parametrize("state", ["succeeded", "failed", "cancelled"])
+def test_an_ended_run_without_attempts_at_work_has_settled(state):
+    assert settled(state, [entry(0, "succeeded", None), entry(1, state, "failed")]) is True
+
+
+@pytest.mark.parametrize("state", ["running", "pending", "accounting_lag", "unknown"])
+def test_a_run_that_has_not_ended_has_not_settled_even_with_nothing_at_work(state):
+    assert settled(state, [entry(0, "pending", None)]) is False
+
+
+def test_the_time_left_is_the_mean_duration_times_the_rounds_the_parallelism_needs():
+    counts = {"succeeded": 4, "running": 2, "pending": 3, "failed": 1}
+    assert time_left("running", False, counts, 2, [10, 20], 2) == 15 * 3  # 6 left, 2 at a time
+    assert time_left("running", False, counts, 2, [10, 20], None) == 15 * 3  # the 2 running are the slots
+    assert time_left("running", False, counts, 2, [10, 20], 6) == 15
+
+
+@pytest.mark.parametrize("state", ["succeeded", "failed", "cancelled"])
+def test_an_ended_run_has_no_time_left_to_estimate(state):
+    assert time_left(state, False, {"failed": 1, "succeeded": 7}, 0, [3], 4) is None
+    assert time_left(state, False, {"failed": 1, "running": 1}, 1, [3], 4) is None  # a cancelled one still ending
+
+
+def test_a_run_whose_budget_stopped_it_has_no_time_left_to_estimate():
+    assert time_left("running", True, {"running": 1, "failed": 5}, 1, [3], 4) is None
+
+
+def test_a_run_with_nothing_at_work_has_no_time_left_to_estimate():
+    # a hung run: its one running attempt stalled (not counted at work), or shards waiting for a retry or a submit
+    assert time_left("running", False, {"running": 1, "succeeded": 7}, 0, [5], 4) is None
+    assert time_left("pending", False, {"pending": 8}, 0, [5], 4) is None
+
+
+def test_a_run_whose_attempts_have_not_finished_any_has_no_time_left_to_estimate_yet():
+    assert time_left("running", False, {"running": 8}, 8, [], 4) is None

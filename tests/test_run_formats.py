@@ -182,7 +182,7 @@ def test_the_whole_run_index_of_an_earlier_version_is_still_read_and_never_writt
     doc = status(run_dir)
     assert [(s["id"], s["state"], s["reason"]) for s in doc["shards"]] == [
         ("shard-00000", "succeeded", "sealed by its winner"), ("shard-00001", "succeeded", "sealed by its winner")]
-    assert doc["eta_seconds"] == 0
+    assert doc["eta_seconds"] is None  # every shard sealed: the run ended
     assert legacy.read_bytes() == before and os.listdir(run_dir / "index") == ["sealed.json"]
     legacy.unlink()  # without the cache, the shard's own records say what it is
     assert [s["state"] for s in status(run_dir)["shards"]] == ["succeeded", "candidate"]

@@ -249,19 +249,26 @@ def command(name: str, summary: str, example: str, **settings) -> Callable[[Call
 def watch(read: Callable[[], dict], render: Callable[[dict], str], done: Callable[[dict], bool],
           interval: float, what: str) -> None:
     """Render `read()` again whenever it changes (the screen cleared on a terminal), until `done(doc)`; a source
-    that does not answer (Unavailable) is shown and asked again. Ends with 130 on Ctrl-C, like any command."""
+    that does not answer (Unavailable) is shown and asked again. Once `done` holds, the source is read once more and
+    that is the last frame (drawn when it differs, and the end only if `done` still holds): what ended is shown as it
+    settled, never a frame read while it was ending. Ends with 130 on Ctrl-C, like any command."""
     import time
 
     from taulib.errors import Unavailable
 
     tty = sys.stdout.isatty()
     shown = None
+    confirming = False
     while True:
         try:
             doc = read()
             text, finished = render(doc), done(doc)
         except Unavailable as exc:
             text, finished = f"cannot read {what}: {exc.message}\n", False
+        if finished and not confirming:
+            confirming = True  # read again, at once, and draw that
+            continue
+        confirming = False
         if text != shown:
             emit_text(("\x1b[H\x1b[2J" if tty else "" if shown is None else "\n") + text.rstrip("\n"))
             shown = text

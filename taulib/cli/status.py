@@ -12,8 +12,6 @@ tau-status runs/demo | jq -r '.shards[] | select(.state=="failed") | .log'
 tau-status runs/demo -o table --watch
 """
 
-FINISHED = ("succeeded", "failed", "cancelled")
-
 
 @common.command("tau-status", "Read-only: ask the run's executor about its live attempts and derive the run's status "
                 "with the same rules as tau-reconcile, writing nothing. Per shard: its state and why, attempts used of "
@@ -23,13 +21,15 @@ FINISHED = ("succeeded", "failed", "cancelled")
 @common.run_dir_argument
 @common.output_option
 @click.option("--watch", is_flag=True, help="With -o table: render again whenever the status changes, until the "
-              "run has succeeded, failed or been cancelled (or until interrupted).")
+              "run has succeeded, failed or been cancelled and none of its attempts is still submitted or running "
+              "(or until interrupted); the last frame is read after that.")
 @click.option("--interval", type=click.FloatRange(0.5, 3600), default=5.0, show_default=True, metavar="SECONDS",
               help="With --watch: seconds between looks.")
 def cli(run_dir: str, output: str, watch: bool, interval: float) -> None:
     from taulib import table
     from taulib.errors import UsageError
     from taulib.lifecycle import status
+    from taulib.rules import rollup
     from taulib.rundir.run import Run
 
     if watch and output != "table":
@@ -37,8 +37,8 @@ def cli(run_dir: str, output: str, watch: bool, interval: float) -> None:
                          "poll)")
     with Run(run_dir) as run:
         if watch:
-            common.watch(lambda: status.status(run), table.status, lambda doc: doc["state"] in FINISHED, interval,
-                         "the run")
+            common.watch(lambda: status.status(run), table.status,
+                         lambda doc: rollup.settled(doc["state"], doc["shards"]), interval, "the run")
         elif output == "table":
             common.emit_text(table.status(status.status(run)))
         else:

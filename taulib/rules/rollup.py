@@ -8,6 +8,8 @@ used is `exhausted`. A run succeeds when every shard has; otherwise the least ad
 none of whose shards is live has failed when a shard failed or is exhausted, else it is cancelled. A run is degraded
 exactly when some shard failed, is unknown or exhausted, or stalled (running without a heartbeat), and its reason
 names the first few of them. `lifecycle` says a run's state in the words a Kubernetes workload's status uses.
+A run has settled when it ended and none of its attempts is still submitted or running; the time left is estimated
+only while some attempt is at work and the run has not ended.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from taulib.rules.budget import RETRYABLE, exhausted
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+ENDED = ("succeeded", "failed", "cancelled")  # a run's states with nothing left that would run without a new command
+AT_WORK = ("pending", "running", "accounting_lag")  # an attempt's verdicts while it is submitted or running
+LEFT = ("running", "pending", "accounting_lag", "candidate", "unknown", "failed")  # shards still to be done
 SHARD_STATES = ("succeeded", "candidate", "running", "accounting_lag", "pending", "unknown", "failed", "exhausted",
                 "cancelled")
 DEGRADED = RETRYABLE | {"exhausted"}
@@ -79,3 +84,31 @@ def degraded_reason(shards: Sequence[Mapping[str, Any]]) -> str | None:
     if len(bad) > REASON_SHARDS:
         parts.append(f"and {len(bad) - REASON_SHARDS} more")
     return "; ".join(parts)
+
+
+def at_work(shards: Sequence[Mapping[str, Any]], *, stalled: bool = True) -> int:
+    """How many shard entries of a run status have an attempt submitted or running (its verdict, the entry's
+    `evidence.effective_state`, is pending, running or in accounting lag); with `stalled=False`, not counting the
+    ones that are stalled (a hung attempt is not getting anything done)."""
+    return sum(1 for s in shards if ((s.get("evidence") or {}).get("effective_state") in AT_WORK
+                                     and (stalled or not s.get("stalled"))))
+
+
+def settled(run_state: str, shards: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a run has come to rest: it ended (succeeded, failed, cancelled) and none of its attempts is still
+    submitted or running (a cancelled shard's attempt may run on until the executor has stopped it)."""
+    return run_state in ENDED and not at_work(shards)
+
+
+def time_left(run_state: str, stopped: bool, counts: Mapping[str, int], working: int, durations: Sequence[float],
+              parallel: int | None) -> int | None:
+    """Seconds until every shard left is done, estimated from finished attempts' `durations`: their mean times the
+    rounds the executor's parallelism (`parallel`, or else the shards running now, at least 1) needs for the shards
+    left. None when there is no end to estimate: the run ended (`run_state` succeeded, failed or cancelled) or its
+    budget `stopped` it, no attempt is at work (`working`: submitted or running and not stalled; a hung or idle run
+    waits on a person, not on time), or no attempt has finished yet."""
+    if run_state in ENDED or stopped or working <= 0 or not durations:
+        return None
+    left = max(sum(counts.get(state, 0) for state in LEFT), working)
+    slots = parallel or max(counts.get("running", 0), 1)
+    return round(sum(durations) / len(durations) * -(-left // slots))

@@ -103,7 +103,9 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
         "deferred": None if deferral is None else {"shards": waiting, "holding": deferral["holding"],
                                                    "unread": deferral["unread"], "at": deferral["updated_at"]},
         "collections": collections(run),
-        "eta_seconds": eta(counts, [d for d in durations if d is not None], parallel),
+        "eta_seconds": rollup.time_left(run_state, stopped is not None, counts,
+                                        rollup.at_work(shards, stalled=False),
+                                        [d for d in durations if d is not None], parallel),
         "efficiency": efficiency.summary(list(figures.values()), unmeasured, usage_reason),
         "shards": shards,
     }
@@ -209,15 +211,3 @@ def _newest(run: Run, kind: Kind) -> Entry | None:
         return None
     return journal.read(ids[-1])
 
-
-def eta(counts: dict[str, int], durations: list[int], parallel: int | None) -> int | None:
-    """Seconds until every shard left is done, estimated from the finished attempts' durations: their mean times
-    the rounds the executor's parallelism (`parallel`, or the attempts running now) needs for the shards left. None
-    before any attempt finished."""
-    left = sum(counts[s] for s in ("running", "pending", "accounting_lag", "candidate", "unknown", "failed"))
-    if not left:
-        return 0
-    if not durations:
-        return None
-    slots = parallel or max(counts["running"], 1)
-    return round(sum(durations) / len(durations) * -(-left // slots))
