@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from helpers import module_workspace, complete_run, error_of, snapshot, tau
+from helpers import complete_run, copy_run, error_of, module_workspace, snapshot, tau
 from taulib.bundle import where
 from taulib.errors import Conflict, NotFound, UsageError
 
@@ -50,6 +50,23 @@ def test_a_recorded_url_is_checked_like_any_other_before_any_request(run_dir, tm
                str(tmp_path / "dest"))
     assert proc.returncode == 77, proc.stderr
     assert "is not an Azure Blob storage endpoint" in error_of(proc)["message"]
+    assert not (tmp_path / "dest").exists()
+    assert snapshot(run_dir) == before
+
+
+def test_fetch_run_finds_the_bundle_of_a_shard_named_by_its_number(run_dir, tmp_path):
+    run_dir = copy_run(run_dir, tmp_path / "copy")
+    where.record(str(run_dir), "by-number", "https://acct.blob.core.windows.net.evil.example/c/p", SHA, "shard-00001",
+                 None)
+    before = snapshot(run_dir)
+    argv = ["--run", str(run_dir), "--generation", "by-number", "--destination", str(tmp_path / "dest")]
+    proc = tau("tau-bundle-fetch", *argv, "--shard", "1")
+    assert proc.returncode == 77, proc.stderr  # found, then its URL checked before any request
+    assert "is not an Azure Blob storage endpoint" in error_of(proc)["message"]
+    proc = tau("tau-bundle-fetch", *argv, "--shard", "0")
+    assert proc.returncode == 66
+    assert error_of(proc)["message"] == ("tau-bundle-fetch: run 'run' records no bundle of shard-00000 of "
+                                         "generation 'by-number'")
     assert not (tmp_path / "dest").exists()
     assert snapshot(run_dir) == before
 
