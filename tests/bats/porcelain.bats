@@ -47,6 +47,21 @@ setup() {
   assert_output "demo client: failing shard-00001 on its first attempt, as asked"
 }
 
+@test "tau logs RUN 1 is shard-00001's output: a shard is named by its number too" {
+  run bash -c 'tau logs "$RUN" 1 | head -n 1'
+  assert_success
+  assert_output "demo client: failing shard-00001 on its first attempt, as asked"
+  run bash -c 'tau status "$RUN" | jq -r ".shards[] | select(.log) | .id | ltrimstr(\"shard-\") | tonumber" | xargs -I{} tau logs "$RUN" {} -o json | jq -r .shard_id'
+  assert_output "shard-00001"
+}
+
+@test "tau status of a run that failed with nothing running shows no time left" {
+  run bash -c 'tau status "$RUN" | jq -c "[.state, .eta_seconds]"'
+  assert_output '["failed",null]'
+  run bash -c 'tau status "$RUN" -o table | grep -c "estimated time left"'
+  assert_output "0"
+}
+
 @test "tau cancel RUN --shard then tau status shows the shard cancelled, and tau retry leaves it alone" {
   cp -a "$BATS_FILE_TMPDIR/ws" "$BATS_TEST_TMPDIR/ws"
   run2="$BATS_TEST_TMPDIR/ws/run"
