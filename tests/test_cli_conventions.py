@@ -253,11 +253,6 @@ def test_garbage_arguments_never_show_a_traceback(command, workspace):
 
 # -- shard names --------------------------------------------------------------------------------------------------
 
-# commands whose shard options are being reworked elsewhere; each takes common.SHARD with that work, then leaves
-# this set
-SHARD_TYPE_PENDING = {"tau-cancel", "tau-retry", "tau-submit"}
-
-
 def test_every_option_or_argument_that_takes_a_shard_id_accepts_a_shard_number():
     import importlib
 
@@ -276,6 +271,5 @@ def test_every_option_or_argument_that_takes_a_shard_id_accepts_a_shard_number()
         for param in params(cmd):
             if param.metavar == "SHARD_ID" or param.name in ("shard", "shards"):
                 taking.setdefault(entry.program, []).append(param.name or "")
-                if entry.program not in SHARD_TYPE_PENDING:
-                    assert param.type is common.SHARD, f"{entry.program} {param.name}: type=common.SHARD"
-    assert {"tau-logs", "tau-winner", "tau-bundle-fetch"} <= set(taking)
+                assert param.type is common.SHARD, f"{entry.program} {param.name}: type=common.SHARD"
+    assert {"tau-logs", "tau-winner", "tau-bundle-fetch", "tau-cancel", "tau-retry", "tau-submit"} <= set(taking)

@@ -230,3 +230,14 @@ def test_with_stall_action_stop_a_stalled_client_is_stopped_failed_and_retried_t
     assert [t["attempt_id"] for t in retried["tasks"]] == ["attempt-0002"]
     final = settle(run_dir)
     assert final["state"] == "succeeded" and final["shards"][1]["winner"] == "attempt-0002"
+
+
+def test_shard_numbers_name_shards_in_cancel_and_retry(workspace):
+    run_dir = init_run(workspace, plan_doc=hanging())
+    cancelled = run_json("tau-cancel", str(run_dir), "--shard", "2")
+    assert cancelled["cancelled"] == ["shard-00002"]
+    reopened = run_json("tau-retry", str(run_dir), "--shard", "shard-2", "--reopen")
+    assert [r["shard_id"] for r in reopened["reopened"]] == ["shard-00002"]
+    proc = tau("tau-cancel", str(run_dir), "--shard", "9")
+    assert proc.returncode == 66
+    assert error_of(proc)["message"] == "tau-cancel: run 'run' has no shard 'shard-00009'"

@@ -21,8 +21,8 @@ tau-cancel runs/demo --shard shard-00013 --attempt && tau-retry runs/demo --shar
                 "the user') and its shard stays retryable within its budget. What already ended is left alone and "
                 "said so (noop). Running it again is harmless; tau-retry --reopen lifts a cancellation.", EXAMPLE)
 @common.run_dir_argument
-@click.option("--shard", "shards", multiple=True, metavar="SHARD_ID",
-              help="Cancel only these shards (repeatable); default: the whole run.")
+@click.option("--shard", "shards", multiple=True, metavar="SHARD_ID", type=common.SHARD,
+              help="Cancel only these shards (an id or a number; repeatable); default: the whole run.")
 @click.option("--attempt", is_flag=True,
               help="Stop the live attempt of each shard named with --shard, without cancelling the shard.")
 @common.output_option

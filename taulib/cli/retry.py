@@ -18,8 +18,9 @@ tau-retry runs/demo --shard shard-00013 --reopen
                 "submits nothing twice. When nothing is submitted, reason says why (exhausted shards are named in "
                 "exhausted).", EXAMPLE)
 @common.run_dir_argument
-@click.option("--shard", "shards", multiple=True, metavar="SHARD_ID",
-              help="Retry only these shards (repeatable); shards that are not retryable are reported as skipped.")
+@click.option("--shard", "shards", multiple=True, metavar="SHARD_ID", type=common.SHARD,
+              help="Retry only these shards (an id or a number; repeatable); shards that are not retryable are "
+                   "reported as skipped.")
 @click.option("--reopen", is_flag=True,
               help="First lift the cancellation of the shards named with --shard (none named: of the whole run), "
                    "recorded with who and when; then retry them.")

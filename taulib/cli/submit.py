@@ -20,8 +20,9 @@ tau-submit runs/demo --limit 2 && tau-drive runs/demo --once   # a canary of two
 @click.option("--limit", type=click.IntRange(min=1), metavar="N",
               help="Submit only the first N shards that have no attempt yet (a canary); the rest wait for the next "
                    "tau-submit.")
-@click.option("--shard", "shards", multiple=True, metavar="SHARD_ID",
-              help="Submit only these shards (repeatable; a canary); the rest wait for the next tau-submit.")
+@click.option("--shard", "shards", multiple=True, metavar="SHARD_ID", type=common.SHARD,
+              help="Submit only these shards (an id or a number; repeatable; a canary); the rest wait for the next "
+                   "tau-submit.")
 def cli(run_dir: str, limit: int | None, shards: tuple[str, ...]) -> None:
     from taulib.lifecycle import retry
     from taulib.rundir.run import Run
