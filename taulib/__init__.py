@@ -3,6 +3,7 @@
 The library under the `tau-*` commands, in layers; a module imports only from its own layer or those below it
 (tests/test_structure.py walks the imports):
 
+  api/        tau from Python: the commands' library calls as a typed API (`import taulib.api as tau`)
   cli/        one thin module per command, the command registry, completion, the front command `tau`
   lifecycle/  a run's shards from plan to winner: init, submission, retry, attempt, candidate, winner, observe,
               reconcile, and the porcelain's status, logs and cancel

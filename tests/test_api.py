@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -109,6 +108,11 @@ def test_a_cancelled_shard_of_a_second_run_ends_cancelled_and_the_rest_is_collec
     assert submitted.purpose == "initial" and submitted.shards == tuple(f"shard-0000{i}" for i in range(4))
     cancelled = run.cancel(2)
     assert (cancelled.scope, cancelled.cancelled, cancelled.noop) == ("shards", ("shard-00002",), None)
+    seen: list[tau.DriveResult] = []
+    with pytest.raises(tau.Timeout) as err:  # the attempts wait for the gate: the run cannot finish yet
+        run.drive(interval=0.1, timeout=0.5, on_cycle=seen.append)
+    assert err.value.code == 75 and seen and all(r.finished is None and r.cycles == 1 for r in seen)
+    assert run.reconcile().shard("shard-00002").state == "cancelled"
     gate.touch()
     with pytest.raises(tau.CheckFailed) as err:
         run.wait(timeout=120, interval=0.2)
@@ -121,6 +125,12 @@ def test_a_cancelled_shard_of_a_second_run_ends_cancelled_and_the_rest_is_collec
     partial = run.collect(workspace / "partial", allow_missing=True)
     assert not partial.complete and [m["shard_id"] for m in partial.missing] == ["shard-00002"]
     assert partial.records == 60
+    reopened = run.retry(2, reopen=True)
+    assert reopened.shards == ("shard-00002",) and reopened.raw["reopened"][0]["shard_id"] == "shard-00002"
+    assert run.wait(timeout=120, interval=0.2).counts["succeeded"] == 4
+    quiesce(Path(run.path))
+    complete = run.collect(workspace / "complete")
+    assert complete.complete and complete.records == 80
 
 
 # -- the errors are the commands' -------------------------------------------------------------------------------------
@@ -221,4 +231,4 @@ def test_the_readme_example_runs_as_shown(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[0] == "succeeded 2" and lines[-1] == "800", proc.stdout
     assert "demo client: failing shard-00003 on its first attempt, as asked" in proc.stdout
-    assert sys.executable and (tmp_path / "demo" / "py-dataset" / "_tau_collection.json").is_file()
+    assert (tmp_path / "demo" / "py-dataset" / "_tau_collection.json").is_file()
