@@ -45,7 +45,9 @@ def test_a_run_driven_through_the_api_succeeds_with_its_failing_shard_retried(fi
     assert status.retryable == () and status.eta_seconds is None and status.cancelled is None
     assert [s.id for s in status.shards] == [f"shard-0000{i}" for i in range(4)]
     failed = status.shard(1)
-    assert failed is status.shard("shard-00001") and failed.number == 1
+    assert failed is status.shard("shard-00001") is status.shard("1") and failed.number == 1
+    with pytest.raises(KeyError):
+        status.shard(4)
     assert (failed.state, failed.attempts, failed.winner, failed.max_attempts) == \
         ("succeeded", 2, "attempt-0002", status.raw["shards"][1]["max_attempts"])
     assert all(s.attempts == 1 and s.winner == "attempt-0001" for s in status.shards if s.id != "shard-00001")
@@ -176,11 +178,12 @@ def test_an_unknown_run_shard_or_attempt_raises_not_found(workspace):
     with pytest.raises(tau.NotFound) as err:
         run.cancel([0, 9])
     assert err.value.message == "run 'run' has no shard 'shard-00009'"
-    with pytest.raises(tau.BadInput) as err:
-        run.submit(shards=[1.5])  # type: ignore[list-item]
-    assert err.value.code == 65 and "1.5" in err.value.message
-    with pytest.raises(tau.BadInput):
-        run.submit(limit=0)
+    with pytest.raises(tau.UsageError) as err:  # a mistake in the call, as a bad option is for a command
+        run.submit(shards=[1.5])
+    assert err.value.code == 2 and "1.5" in err.value.message
+    for call in (lambda: run.submit(limit=0), lambda: run.drive(interval=0)):
+        with pytest.raises(tau.UsageError):
+            call()
     assert not (Path(run.path) / "submissions").exists()
 
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from taulib.api.values import Cancellation, Collection, DriveResult, RunStatus, Submission
-from taulib.errors import BadInput, Busy, CheckFailed, IOFailure, TauError
+from taulib.errors import BadInput, Busy, CheckFailed, IOFailure, TauError, UsageError
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -45,8 +45,10 @@ def create(run_dir: str | os.PathLike[str], plan: dict[str, Any], *,
     With `from_run`, every valid winner of that older run whose shard has the same record range is adopted
     (tau-init(1) "A new run from an old one"); `Run.created["adopted"]` says which.
 
-    >>> run = tau.create("runs/demo", {"records": 800, "shards": 8, "command": ["python3", "client.py"]})
-    ... # doctest: +SKIP
+    >>> plan = {"records": 800, "shards": 8, "command": ["python3", "client.py"]}
+    >>> run = tau.create("runs/demo", plan)  # doctest: +SKIP
+    >>> run.created["shard_count"]  # doctest: +SKIP
+    8
     """
     from taulib import jsonio
     from taulib.lifecycle import init as runlib
@@ -109,7 +111,7 @@ class Run:
         from taulib.lifecycle import retry
 
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise BadInput(f"limit {limit!r} is not a whole number of shards from 1")
+            raise UsageError(f"limit {limit!r} is not a whole number of shards from 1")
         with self._opened() as run:
             return Submission.of(retry.initial(run, limit=limit, shards=_shard_ids(shards)))
 
@@ -183,12 +185,18 @@ class Run:
         `interval` seconds apart until the run succeeded or stopped (budget, cancellation). `once` does one cycle.
         `notify` is a shell command run once per change a person is owed (tau-drive --notify); `on_cycle` is called
         with each cycle's result. A run that finished without succeeding is returned, not raised (see `wait`).
-        With `timeout` (seconds), Timeout (75) is raised once the next cycle would begin past it."""
+        With `timeout` (seconds), Timeout (75) is raised once the next cycle would begin past it. A bad `limit`,
+        `interval` or shard (neither an id nor a number) is a UsageError (2), as a bad option is for a command."""
         from taulib.lifecycle import drive
 
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.1 <= interval <= 3600:
+            raise UsageError(f"interval {interval!r} is not a number of seconds from 0.1 to 3600 (as tau-drive's)")
         with self._opened() as run:
             if once:
-                return DriveResult.of(drive.once(run, notify, status_file))
+                result = DriveResult.of(drive.once(run, notify, status_file))
+                if on_cycle is not None:
+                    on_cycle(result)
+                return result
             deadline = None if timeout is None else time.monotonic() + timeout
 
             def shown(doc: dict[str, Any]) -> None:
@@ -273,7 +281,7 @@ def _shard_id(shard: Shard) -> str:
     from taulib.rundir import layout
 
     if isinstance(shard, bool) or not isinstance(shard, (str, int)):
-        raise BadInput(f"a shard is named by its id or its number ('shard-00007' or 7), not {shard!r}")
+        raise UsageError(f"a shard is named by its id or its number ('shard-00007' or 7), not {shard!r}")
     return layout.canonical_shard_id(str(shard))
 
 

@@ -80,10 +80,13 @@ class RunStatus:
         return self.state == "succeeded"
 
     def shard(self, shard: str | int) -> ShardStatus:
-        """The status of one shard, named by its id or its number (`"shard-00007"`, `7`); KeyError for neither."""
-        wanted = shard if isinstance(shard, str) else f"shard-{shard:05d}"
+        """The status of one shard, named as the commands take it (`"shard-00007"`, `"7"`, `7`); KeyError for a shard
+        the run does not have."""
+        from taulib.rundir import layout
+
+        wanted = layout.canonical_shard_id(str(shard))
         for entry in self.shards:
-            if entry.id == wanted or (isinstance(shard, int) and entry.number == shard):
+            if entry.id == wanted:
                 return entry
         raise KeyError(shard)
 
