@@ -51,8 +51,7 @@ def create(run_dir: str | os.PathLike[str], plan: dict[str, Any], *,
     8
     """
     from taulib import jsonio
-    from taulib.lifecycle import init as runlib
-    from taulib.rundir.run import Run as Opened
+    from taulib.lifecycle import adopt
 
     path = os.fspath(run_dir)
     try:  # exactly the JSON document tau-init would read (tuples are arrays; a Path is refused, not guessed)
@@ -60,16 +59,7 @@ def create(run_dir: str | os.PathLike[str], plan: dict[str, Any], *,
     except TypeError as exc:
         raise BadInput(f"plan is not a JSON document: {exc}") from None
     with _errors():
-        old = None if from_run is None else os.fspath(from_run)
-        if old is not None:
-            Opened(old).close()  # OLD_RUN must be a run before anything is created
-        result = runlib.init(path, request)
-        result["adopted"] = None
-        if old is not None:
-            from taulib.lifecycle import adopt
-
-            with Opened(path) as opened:
-                result["adopted"] = adopt.adopt(opened, old)
+        result = adopt.create(path, request, None if from_run is None else os.fspath(from_run))
     return Run(result["run_dir"], created=result)
 
 

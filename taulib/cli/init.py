@@ -23,22 +23,10 @@ tau-init runs/demo-2 --from runs/demo < fixed-plan.json && tau-submit runs/demo-
               type=click.Path(file_okay=False, path_type=str),
               help="A run whose valid winners the new run reuses (see tau-init(1) 'A new run from an old one').")
 def cli(run_dir: str, old: str | None) -> None:
-    from taulib.lifecycle import init as runlib
+    from taulib.lifecycle import adopt
 
     request = common.read_stdin_json("plan on standard input")
-    if old is not None:
-        from taulib.rundir.run import Run
-
-        Run(old).close()  # OLD_RUN must be a run before anything is created
-    result = runlib.init(run_dir, request)
-    result["adopted"] = None
-    if old is not None:
-        from taulib.lifecycle import adopt
-        from taulib.rundir.run import Run
-
-        with Run(run_dir) as run:
-            result["adopted"] = adopt.adopt(run, old)
-    common.emit(result)
+    common.emit(adopt.create(run_dir, request, old))
 
 
 main = common.main_for("tau-init", cli)

@@ -32,6 +32,22 @@ if TYPE_CHECKING:
 COPY_CHUNK = 1 << 24
 
 
+def create(run_dir: str, request: object, old_dir: str | None = None) -> Record:
+    """tau-init RUN_DIR [--from OLD]: the run created from `request` (`lifecycle.init.init`), its output with
+    `adopted` (null without `old_dir`; else what `adopt` gave). OLD must be a run before anything is created."""
+    from taulib.lifecycle import init
+    from taulib.rundir.run import Run
+
+    if old_dir is not None:
+        Run(old_dir).close()
+    result = init.init(run_dir, request)
+    result["adopted"] = None
+    if old_dir is not None:
+        with Run(run_dir) as run:
+            result["adopted"] = adopt(run, old_dir)
+    return result
+
+
 def adopt(new: Run, old_dir: str) -> Record:
     """Give each adoptable shard of `new` its first attempt, copying the winner of `old_dir`'s shard of the same
     range (see the module docstring). Returns {from, run_id, adoptable, submission_id, tasks, not_adopted}."""
