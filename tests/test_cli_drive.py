@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import CLIENT, PYTHON, env_for_tests, error_of, init_run, snapshot, tau
+from helpers import CLIENT, PYTHON, env_for_tests, error_of, init_run, tau
 
 pytestmark = pytest.mark.slow
 
@@ -80,12 +80,18 @@ def test_from_cron_one_cycle_at_a_time_it_brings_a_run_to_its_budget_and_tells_e
     assert [name for name, _ in told(notes)] == ["exhausted-shard-00003", "stopped-run"]
     assert sorted(p.name for p in (run_dir / "shards/shard-00003/attempts").iterdir()) == [
         "attempt-0001", "attempt-0002"]
-    before = snapshot(run_dir / "shards")
+    def made() -> tuple[list[str], list[str]]:  # the attempts and submissions there are (their records may still
+        # converge: the scheduler's last word on the failed attempt reaches its observation a cycle later)
+        return (sorted(str(p.relative_to(run_dir)) for p in run_dir.glob("shards/*/attempts/*")),
+                sorted(p.name for p in (run_dir / "submissions").glob("submission-*")))
+
+    before = made()
     for _ in range(2):  # finished: more cycles tell nothing and submit nothing
         proc = tau("tau-drive", str(run_dir), "--once", "--notify", f"cat > {notes}/late-$$.json")
         assert proc.returncode == 0 and json.loads(proc.stdout)["notified"] == []
+        assert json.loads(proc.stdout)["actions"]["submitted"] == []
     assert [name for name, _ in told(notes)] == ["exhausted-shard-00003", "stopped-run"]
-    assert snapshot(run_dir / "shards") == before
+    assert made() == before
     foreground = tau("tau-drive", str(run_dir), "--interval", "0.2")
     assert foreground.returncode == 1
     assert error_of(foreground)["message"].startswith("tau-drive: run 'run' finished without succeeding: "

@@ -154,7 +154,8 @@ def test_the_worked_example_runs_end_to_end_with_the_installed_tau(user):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     lines = proc.stdout.splitlines()
     assert lines[-1] == f"demo: ok: 8 of 8 shards won; 800 of 800 records collected in {work}/demo/dataset"
-    created = json.loads(next(line for line in lines if line.startswith('{"created"')))
+    created = next(doc for doc in (json.loads(line) for line in lines if line.startswith("{"))
+                   if isinstance(doc, dict) and "created" in doc)  # tau-init's output
     assert created["program"] == user["python"]
     assert "Traceback" not in proc.stderr
 
