@@ -24,8 +24,6 @@ Promises:
 
 from __future__ import annotations
 
-import os
-import socket
 from typing import TYPE_CHECKING
 
 from taulib import executor, failpoints, jsonio
@@ -126,7 +124,9 @@ def _all_won(run: Run) -> bool:
 
 
 def _who() -> Record:
-    return {"requested_at": jsonio.now_rfc3339(), "uid": os.geteuid(), "host": socket.gethostname()[:255]}
+    from taulib.lifecycle import client
+
+    return client.requester()
 
 
 def _record(run: Run, sid: str | None) -> Record:

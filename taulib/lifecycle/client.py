@@ -301,6 +301,12 @@ class Stall:
         return reason
 
 
+def requester(at: str | None = None) -> Record:
+    """Who asks, and when (`at`, default now): the requested_at, uid and host every request record carries
+    (a cancellation, a lift, a stop)."""
+    return {"requested_at": at or jsonio.now_rfc3339(), "uid": os.geteuid(), "host": socket.gethostname()[:255]}
+
+
 def stop_record(run: Run, attempt: Record, by: str, reason: str, at: str | None = None) -> Record:
     """The attempt's stop request (stop.json, `by` user or stall, made at `at`, default now): the one already there,
     or a new one (the caller holds the shard lock; an attempt only its submission recorded gets its attempt.json
@@ -310,8 +316,7 @@ def stop_record(run: Run, attempt: Record, by: str, reason: str, at: str | None 
     if existing is not None:
         return existing
     record = {"kind": "tau.stop", "schema_version": 1, "run_id": run.run_id, "shard_id": attempt["shard_id"],
-              "attempt_id": attempt["attempt_id"], "by": by, "reason": reason,
-              "requested_at": at or jsonio.now_rfc3339(), "uid": os.geteuid(), "host": socket.gethostname()[:255]}
+              "attempt_id": attempt["attempt_id"], "by": by, "reason": reason, **requester(at)}
     state.record_attempt(run, attempt)
     run.dir.publish(rel, record)
     return record

@@ -67,7 +67,7 @@ def cycle(run: Run, status_file: str | None = None) -> tuple[Record, Record]:
     won = winner.publish_many(run, candidates)["shards"] if candidates else []
     stopped = _stop_stalled(run, reconciled)
     submitted: list[Record] = []
-    if not retry.initial_made(run) or _deferred(run):
+    if not retry.initial_made(run) or reconciled["deferred"] is not None:  # the status read the deferral
         submitted.append(_submission(retry.initial(run)))
     retried = retry.retry(run)
     if retried["submission_id"] is not None:
@@ -121,11 +121,6 @@ def _result(run: Run, status: Record, actions: Record | None, sent: list[Record]
 def _submission(result: Record) -> Record:
     return {"submission_id": result["submission_id"], "purpose": result["purpose"], "job_id": result["job_id"],
             "tasks": len(result["tasks"])}
-
-
-def _deferred(run: Run) -> bool:
-    deferral = run.dir.read(layout.DEFERRAL, "tau.deferral")
-    return deferral is not None and deferral["shards"] > 0
 
 
 def _stop_stalled(run: Run, status: Record) -> list[Record]:
