@@ -104,6 +104,25 @@ def _winners_by_range(old: Run) -> dict[tuple[int, int], tuple[str, Record]]:
     return out
 
 
+def _winner_of_range(old: Run, start: int, end: int) -> tuple[str, Record] | None:
+    """(shard id, its winner's manifest) of OLD's shard holding exactly records [start, end), or None. Shards hold
+    ascending ranges, so it is found by bisection: an adoption task reads a few records of OLD, not all of them."""
+    low, high = 0, old.shard_count - 1
+    while low <= high:
+        middle = (low + high) // 2
+        shard = old.shard(layout.shard_id(middle))
+        if shard["record_start"] < start:
+            low = middle + 1
+        elif shard["record_start"] > start:
+            high = middle - 1
+        else:
+            if shard["record_end"] != end:
+                return None
+            found = winner_manifest(old, shard["shard_id"])
+            return None if found is None else (shard["shard_id"], found[1])
+    return None
+
+
 def winner_manifest(old: Run, sid: str) -> tuple[Record, Record] | None:
     """(winner, manifest) of a shard of OLD, or None when it has no winner; Conflict when the manifest is not the
     one its winner names."""
@@ -128,7 +147,7 @@ def copy(run: Run, attempt: Record, source: Record) -> tuple[str | None, Record 
         with Run(source["run_dir"]) as old:
             if (old.run_id, old.plan_sha256) != (source["run_id"], source["plan_sha256"]):
                 return f"{source['run_dir']!r} is no longer run {source['run_id']!r} with the plan adopted from", None
-            match = _winners_by_range(old).get((shard["record_start"], shard["record_end"]))
+            match = _winner_of_range(old, shard["record_start"], shard["record_end"])
             if match is None:
                 return f"run {old.run_id!r} has no winner for records {shard['record_start']}..{shard['record_end']}", \
                     None
