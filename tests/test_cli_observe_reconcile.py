@@ -4,6 +4,7 @@ locks, prints the run status). Observations that are malformed or name another r
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import time
 
@@ -219,3 +220,43 @@ def test_one_unknown_attempt_among_valid_ones_refuses_the_whole_document(settled
     assert error_of(proc)["message"] == ("tau-reconcile: observations name shard-00001/attempt-0009, which this run "
                                          "does not have")
     assert snapshot(settled) == before
+
+
+def _rfc3339(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_observations_dated_before_the_attempts_submission_are_refused_and_change_nothing(settled):
+    submitted = json.loads((settled / "shards/shard-00001/attempts/attempt-0001/attempt.json").read_text())
+    hour_before = jsonio.parse_time(submitted["created_at"]) - 3600
+    doc = observation()
+    doc["observed_at"] = _rfc3339(hour_before)
+    before = snapshot(settled)
+    proc = tau("tau-reconcile", str(settled), input=json.dumps(doc))
+    assert proc.returncode == 65, proc.stderr
+    err = error_of(proc)
+    assert err["message"] == (
+        f"tau-reconcile: observations on standard input are dated 3600s before shard-00001/attempt-0001 was "
+        f"submitted ({submitted['created_at']}): evidence never predates its attempt, so tau-reconcile refuses the "
+        "document; observe the run again, and check the clocks of the machines that submit and observe")
+    assert proc.stdout == ""
+    assert snapshot(settled) == before
+    doc["observed_at"] = _rfc3339(hour_before + 3600 - 30)
+    within = tau("tau-reconcile", str(settled), input=json.dumps(doc))  # 30 s of clock skew is tolerated
+    assert within.returncode == 0, within.stderr
+
+
+def test_a_view_with_its_own_unavailable_source_keeps_its_evidence_while_the_others_are_applied(settled, tmp_path):
+    run_dir = copy_run(settled, tmp_path / "copy")
+    doc = observation(shard="shard-00000", task_index=0)
+    other = observation()["attempts"][0]
+    other["accounting"] = None
+    other["sources"] = {"queue": "observed", "accounting": "unavailable",
+                        "reason": "sacct reports state 'ZOMBIE' for 7_1, which tau does not know"}
+    doc["attempts"].append(other)
+    evidence = run_dir / "shards/shard-00001/attempts/attempt-0001/observation.json"
+    before = evidence.read_bytes() if evidence.exists() else None
+    proc = tau("tau-reconcile", str(run_dir), input=json.dumps(doc))
+    assert proc.returncode == 0, proc.stderr
+    assert [c["shard_id"] for c in json.loads(proc.stdout)["changes"]] == ["shard-00000"]
+    assert (evidence.read_bytes() if evidence.exists() else None) == before

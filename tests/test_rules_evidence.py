@@ -16,8 +16,8 @@ from taulib.rules.evidence import Evidence, Seen, changed, next_evidence
 def test_the_rules_are_tried_in_the_documented_order():
     assert [name for name, _, _ in rules.RULES] == [
         "stale", "sticky-terminal", "accounting-terminal", "queue-present", "queue-unavailable",
-        "preempted-absent", "accounting-nonterminal", "accounting-unavailable", "lag-expired", "lag-continues",
-        "unknown-stays", "absent"]
+        "preempted-absent", "accounting-nonterminal", "accounting-unavailable", "preemption-continues",
+        "lag-expired", "lag-continues", "unknown-stays", "absent"]
     for name, _, _ in rules.RULES:
         assert f"  {name} " in rules.__doc__, f"rule {name!r} is missing from the module's table"
 
@@ -101,6 +101,43 @@ def test_preempted_absent_window_restarts_only_after_the_queue_saw_the_attempt_a
     assert queued.deadline_at is None
     _, again = next_evidence(queued, seen(1200.0, accounting="preempted"), WINDOWS)
     assert again.deadline_at == 1800.0
+
+
+def test_an_unrequeued_preemption_whose_row_left_accounting_keeps_its_deadline_then_fails_as_preempted():
+    # Data Designer's rule: PREEMPTED, gone from the queue, then gone from accounting too; the shard stays pending
+    # until the preemption deadline it already had, never a new accounting-lag window, then fails as preempted
+    _, first = next_evidence(ev("running"), seen(1000.0, accounting="preempted", exit_code=0), WINDOWS)
+    assert (first.state, first.deadline_at) == ("preempted", 1600.0)
+    rule, gone = next_evidence(first, seen(1200.0), WINDOWS)
+    assert rule == "preemption-continues"
+    assert gone == first
+    assert effective_attempt(attempt("running"), gone).state == "pending"
+    rule, at_deadline = next_evidence(gone, seen(1600.0), WINDOWS)
+    assert (rule, at_deadline) == ("preemption-continues", first)
+    rule, past = next_evidence(at_deadline, seen(1600.5), WINDOWS)
+    assert rule == "preemption-continues"
+    assert (past.state, past.terminal, past.classification, past.exit_code) == ("failed", True, "preempted", 0)
+    assert past.reason == "preempted and absent from the queue for longer than the 600s preemption window"
+    assert effective_attempt(attempt("running"), past) == ("failed", past.reason)
+
+
+def test_a_vanished_preemption_is_held_only_while_both_sources_answer():
+    _, first = next_evidence(None, seen(1000.0, accounting="preempted"), WINDOWS)
+    rule, kept = next_evidence(first, seen(1700.0, accounting_ok=False), WINDOWS)
+    assert (rule, kept) == ("accounting-unavailable", first)
+    rule, back = next_evidence(first, seen(1100.0, queue="pending"), WINDOWS)
+    assert rule == "queue-present" and back.deadline_at is None
+    rule, lag = next_evidence(back, seen(1200.0), WINDOWS)
+    assert (rule, lag.state) == ("absent", "accounting_lag")
+    assert lag.deadline_at == 1200.0 + WINDOWS["accounting_lag_seconds"]
+
+
+@pytest.mark.parametrize("observed, submitted, expected", [
+    (1000.0, 1000.0, None), (940.0, 1000.0, None), (939.0, 1000.0, 61.0), (1000.0 - 3600.0, 1000.0, 3600.0),
+    (5000.0, 1000.0, None)])
+def test_an_observation_dated_before_its_attempts_submission_beyond_the_tolerance_predates_it(observed, submitted,
+                                                                                              expected):
+    assert rules.predates(observed, submitted) == expected
 
 
 def test_accounting_nonterminal_is_used_when_the_queue_is_silent():

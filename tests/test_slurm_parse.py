@@ -72,6 +72,77 @@ def test_squeue_output_of_another_shape_is_refused_not_guessed(text, message):
         parse.squeue(text)
 
 
+HUGE = "9" * 5000  # beyond Python's 4,300-digit limit of int(): converted unbounded, it would raise ValueError
+
+
+@pytest.mark.parametrize("text, message", [
+    (f"1_{HUGE}|RUNNING|None\n", "job id"),
+    (f"{HUGE}_1|RUNNING|None\n", "job id"),
+    ("4294967296_1|RUNNING|None\n", "job id"),  # beyond Slurm's 32-bit job ids
+    ("0_1|RUNNING|None\n", "job id"),
+    ("012_1|RUNNING|None\n", "job id"),
+    ("1_4000001|RUNNING|None\n", "beyond Slurm's largest"),
+    ("1_007|RUNNING|None\n", "job id"),
+    (f"1_[0-{HUGE}]|PENDING|None\n", "array spec element"),
+    ("1_[0-4000001]|PENDING|None\n", "beyond Slurm's largest"),
+    ("1_[0-3,2-5]|PENDING|None\n", "never overlap"),
+    (f"1_[0-3%{HUGE}]|PENDING|None\n", "throttle"),
+], ids=lambda value: value if len(value) < 40 else f"{value[:20]}...")
+def test_squeue_numbers_are_bounded_before_they_are_converted(text, message):
+    with pytest.raises(parse.ParseError, match=message) as caught:
+        parse.squeue(text)
+    assert len(str(caught.value)) < 400  # a 5,000-digit number is named, not quoted whole
+
+
+@pytest.mark.parametrize("exit_text", [f"{HUGE}:0", f"0:{HUGE}", "256:0", "0:256", "-1:0", "01:0", "1", "1:2:3"],
+                         ids=lambda value: value if len(value) < 40 else f"{value[:20]}...")
+def test_sacct_exit_codes_and_signals_are_bounded_to_0_255(exit_text):
+    with pytest.raises(parse.ParseError, match="ExitCode"):
+        parse.sacct(f"9_0|9|x|FAILED|{exit_text}|a|b|c\n")
+    assert parse.sacct("9_0|9|x|FAILED|255:255|a|b|c\n")[0][4:6] == (255, 255)
+
+
+def test_a_row_of_a_job_that_was_not_asked_about_is_refused_by_squeue_and_sacct():
+    assert [r.job_id for r in parse.squeue("7_0|RUNNING|None\n", asked={"7"})] == ["7"]
+    with pytest.raises(parse.ParseError, match="row of job 8, which tau did not ask about"):
+        parse.squeue("7_0|RUNNING|None\n8_0|RUNNING|None\n", asked={"7"})
+    with pytest.raises(parse.ParseError, match="row of job 8, which tau did not ask about"):
+        parse.sacct("8_0|8|x|COMPLETED|0:0|a|b|c\n", arrays={"7"}, asked={"7"})
+    with pytest.raises(parse.ParseError, match="row of job 8"):  # a placeholder row of another job too
+        parse.sacct("8|8|allocation|PENDING|0:0|a|b|c\n", arrays={"7"}, asked={"7"})
+
+
+def test_two_queue_rows_for_one_task_or_an_unknown_state_make_that_task_alone_unreadable():
+    rows = parse.squeue("7_0|RUNNING|None\n7_1|PENDING|None\n7_1|RUNNING|None\n7_2|WEIRD|None\n", asked={"7"})
+    found, problems = parse.queue_by_task(rows)
+    assert sorted(found) == [("7", 0)]
+    assert problems == {("7", 1): "squeue printed 2 rows for 7_1, where it prints one per task",
+                        ("7", 2): "squeue reports state 'WEIRD' for 7_2, which tau does not know"}
+
+
+def test_an_unknown_state_in_accounting_makes_that_task_alone_unreadable():
+    rows = parse.sacct("7_0|7|x|COMPLETED|0:0|a|b|c\n7_1|8|x|CANCELLED by root|0:0|a|b|c\n"
+                       "7_2|9|x|REQUEUED|0:0|1|b|c\n7_2|9|x|BRAND_NEW|0:0|2|b|c\n", arrays={"7"})
+    latest, problems = parse.accounting_by_task(rows)
+    assert sorted(latest) == [("7", 0)]
+    assert problems == {("7", 1): "sacct reports state 'CANCELLED by root' for 7_1, which tau does not know",
+                        ("7", 2): "sacct reports state 'BRAND_NEW' for 7_2, which tau does not know"}
+
+
+@pytest.mark.parametrize("text", [f"00:{HUGE}", f"{HUGE}-00:00:00", "1:2:3:4"],
+                         ids=lambda value: value if len(value) < 40 else f"{value[:20]}...")
+def test_durations_are_bounded(text):
+    with pytest.raises(parse.ParseError, match="duration"):
+        parse.clock_seconds(text)
+
+
+@pytest.mark.parametrize("text", [f"{HUGE}K", f"1.{HUGE}G", "12X"],
+                         ids=lambda value: value if len(value) < 40 else f"{value[:20]}...")
+def test_sizes_are_bounded(text):
+    with pytest.raises(parse.ParseError, match="size"):
+        parse.size_bytes(text)
+
+
 def test_a_step_row_in_sacct_output_is_refused():
     with pytest.raises(parse.ParseError, match="step row"):
         parse.sacct("9.batch|9.batch|batch|FAILED|3:0|a|b|c\n")
@@ -79,19 +150,22 @@ def test_a_step_row_in_sacct_output_is_refused():
 
 @pytest.mark.parametrize("raw, state", [
     ("RUNNING", "running"), ("COMPLETING", "running"), ("PENDING", "pending"), ("REQUEUE_HOLD", "pending"),
-    ("CANCELLED+", "cancelled"), ("CANCELLED by 64030", "cancelled"), ("PREEMPTED", "preempted"),
+    ("CANCELLED+", "cancelled"), ("CANCELLED by 64030", "cancelled"), ("CANCELLED by root", "unknown"),
+    ("CANCELLED by", "unknown"), ("CANCELLED_BY 0", "unknown"), ("CANCELLEDX", "unknown"), ("PREEMPTED", "preempted"),
     ("REQUEUED", "requeued"), ("BOOT_FAIL", "failed"), ("DEADLINE", "failed"), ("SOMETHING_NEW", "unknown"),
 ])
 def test_state_spellings_map_to_taus_vocabulary(raw, state):
     assert parse.normalise_state(raw) == state
 
 
-@pytest.mark.parametrize("stdout, job", [("42\n", "42"), ("42;cluster1\n", "42")])
+@pytest.mark.parametrize("stdout, job", [("42\n", "42"), ("42;cluster1\n", "42"), ("4294967295\n", "4294967295")])
 def test_sbatch_parsable_output_gives_the_job_id(stdout, job):
     assert parse.sbatch_job_id(stdout) == job
 
 
-@pytest.mark.parametrize("stdout", ["", "Submitted batch job 42", "42 43", "sbatch: error"])
+@pytest.mark.parametrize("stdout", ["", "Submitted batch job 42", "42 43", "sbatch: error", "0", "0;cluster1",
+                                    "042", "4294967296", "9" * 5000, f"42;{'c' * 200}"],
+                         ids=lambda value: value if len(value) < 40 else f"{value[:20]}...")
 def test_sbatch_output_that_is_not_a_job_id_is_an_error(stdout):
     with pytest.raises(parse.ParseError):
         parse.sbatch_job_id(stdout)

@@ -48,13 +48,16 @@ def observe(run: Run) -> Record:
     observed_at = jsonio.now_rfc3339()
     views: list[Record] = []
     problems: dict[str, list[str]] = {"queue": [], "accounting": []}
+    notes: list[str] = []  # why some attempts' own sources are unavailable, the executor's sources observed
     for name, group in by_executor(attempts).items():
         seen = executor.get(name).observe(run, group)
         views.extend(seen.views)
         for source in problems:
             if seen.sources[source] != "observed":
                 problems[source].append(seen.sources["reason"] or f"{name} could not be asked")
-    reasons = list(dict.fromkeys(r for source in problems.values() for r in source))
+        if seen.sources["reason"] and all(seen.sources[source] == "observed" for source in problems):
+            notes.append(seen.sources["reason"])
+    reasons = list(dict.fromkeys([*(r for source in problems.values() for r in source), *notes]))
     sources = {source: "unavailable" if problems[source] else "observed" for source in problems}
     doc = {"kind": "tau.observations", "schema_version": 1, "run_id": run.run_id, "observed_at": observed_at,
            "executor": run.plan["scheduler"]["profile"],

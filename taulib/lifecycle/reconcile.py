@@ -107,7 +107,7 @@ def _apply(run: Run, doc: Record, target: StatusFile | None) -> Record:
     with locks.hold(run.dir, "run", shared=True):
         submitted = state.Submitted(run)  # the attempts that only their submissions record yet
         for view in doc["attempts"]:  # refuse the whole document before writing any of it
-            _recorded_attempt(run, view, submitted)
+            _not_before(view, _recorded_attempt(run, view, submitted), seen[(view["shard_id"], view["attempt_id"])][1])
         measured = usage.check(run, doc.get("usage", {"submissions": []})["submissions"])
         for sid in sorted(seen_by_shard):
             with locks.hold(run.dir, locks.shard_lock_name(sid)):
@@ -161,11 +161,14 @@ def seen_of(doc: Record, now: float) -> dict[tuple[str, str], tuple[Record, evid
                        "machine's clock: tau-reconcile refuses a document from the future, which would hide later "
                        "evidence; check the clocks of the machines that observe and reconcile",
                        observed_at=doc["observed_at"])
-    queue_ok = doc["sources"]["queue"] == "observed"
-    accounting_ok = doc["sources"]["accounting"] == "observed"
-    return {(v["shard_id"], v["attempt_id"]): (v, evidence_rules.Seen(observed_at, v["queue"], v["accounting"],
-                                                                      queue_ok, accounting_ok))
-            for v in doc["attempts"]}
+    out = {}
+    for v in doc["attempts"]:  # a source is observed for an attempt when the document's and its own say so
+        own = v.get("sources") or doc["sources"]
+        queue_ok = doc["sources"]["queue"] == own["queue"] == "observed"
+        accounting_ok = doc["sources"]["accounting"] == own["accounting"] == "observed"
+        out[(v["shard_id"], v["attempt_id"])] = (v, evidence_rules.Seen(observed_at, v["queue"], v["accounting"],
+                                                                        queue_ok, accounting_ok))
+    return out
 
 
 class Next(NamedTuple):
@@ -189,6 +192,16 @@ def next_for(run: Run, view: Record, seen: evidence_rules.Seen, now: float,
                                   present=seen.observed_at)
     rule, new = evidence_rules.next_evidence(prev, seen, attempt["windows"])
     return Next(attempt, prev_record, prev, rule, new)
+
+
+def _not_before(view: Record, attempt: Record, seen: evidence_rules.Seen) -> None:
+    """BadInput when the document is dated before the submission of an attempt it names (`rules.evidence.predates`)."""
+    early = evidence_rules.predates(seen.observed_at, jsonio.parse_time(attempt["created_at"]))
+    if early is not None:
+        raise BadInput(f"observations on standard input are dated {early:.0f}s before {view['shard_id']}/"
+                       f"{view['attempt_id']} was submitted ({attempt['created_at']}): evidence never predates its "
+                       "attempt, so tau-reconcile refuses the document; observe the run again, and check the clocks "
+                       "of the machines that submit and observe", shard_id=view["shard_id"])
 
 
 def _recorded_attempt(run: Run, view: Record, submitted: state.Submitted | None = None) -> Record:

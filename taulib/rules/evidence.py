@@ -19,15 +19,18 @@ absence is never a guessed success or failure.
                                                                               (kept if set); past it: failed
   accounting-nonterminal    a is present                                      a
   accounting-unavailable    accounting source unavailable                     keep prev
+  preemption-continues      prev preempted (its window set), absent from      keep prev until its deadline;
+                            both (the row left accounting too)                past it: failed, preempted
   lag-expired               prev accounting_lag, now > its deadline           unknown
   lag-continues             prev accounting_lag                               keep prev
   unknown-stays             prev unknown                                      keep prev
   absent                    absent from both                                  accounting_lag, deadline now+window
 
 No clock that came with data is trusted: a document dated more than FUTURE_TOLERANCE seconds ahead of the
-reconciling process's own clock is refused (`ahead`), and persisted evidence stamped in that future (by a fast
-clock, or an older tau that trusted one) is brought back to the present before any rule reads it (`clamped`), so a
-fast clock can never make later evidence look "stale" nor stretch a window.
+reconciling process's own clock is refused (`ahead`), as is one dated more than FUTURE_TOLERANCE seconds before the
+submission of an attempt it names (`predates`: evidence never predates its attempt), and persisted evidence
+stamped in that future (by a fast clock, or an older tau that trusted one) is brought back to the present before any
+rule reads it (`clamped`), so a fast clock can never make later evidence look "stale" nor stretch a window.
 
 Terminal evidence carries its classification (what ended the attempt: `CLASSIFICATION`, or "preempted" when the
 preemption window ran out), so no rule ever has to read it back out of a reason's words.
@@ -95,6 +98,12 @@ def _queue_present(prev: Evidence | None, seen: Seen, windows: Mapping[str, floa
     return _from(seen.queue, "queue", seen, prev, False)
 
 
+def _preemption_failed(state: str, exit_code: int | None, seen: Seen, windows: Mapping[str, float]) -> Evidence:
+    return Evidence("failed", "accounting", True, seen.observed_at, seen.observed_at, None, None, exit_code,
+                    f"{state} and absent from the queue for longer than the {windows['preemption_seconds']}s "
+                    "preemption window", "preempted")
+
+
 def _preempted_absent(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> Evidence:
     assert seen.accounting is not None
     if prev is not None and prev.deadline_window == "preemption" and prev.deadline_at is not None:
@@ -104,12 +113,18 @@ def _preempted_absent(prev: Evidence | None, seen: Seen, windows: Mapping[str, f
         deadline = seen.observed_at + windows["preemption_seconds"]
         changed = seen.observed_at
     if seen.observed_at > deadline:
-        return Evidence("failed", "accounting", True, seen.observed_at, seen.observed_at, None, None,
-                        seen.accounting.get("exit_code"),
-                        f"{seen.accounting['state']} and absent from the queue for longer than the "
-                        f"{windows['preemption_seconds']}s preemption window", "preempted")
+        return _preemption_failed(seen.accounting["state"], seen.accounting.get("exit_code"), seen, windows)
     return Evidence("preempted", "accounting", False, seen.observed_at, changed, "preemption", deadline,
                     seen.accounting.get("exit_code"), seen.accounting.get("reason"))
+
+
+def _preemption_continues(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> Evidence | None:
+    """A preempted task that left the queue and then accounting too (a purge, a lost row): its window is the one it
+    already had, never a new accounting-lag window, and it fails as preempted once that ran out."""
+    assert prev is not None and prev.deadline_at is not None
+    if seen.observed_at > prev.deadline_at:
+        return _preemption_failed(prev.state, prev.exit_code, seen, windows)
+    return prev
 
 
 def _accounting_nonterminal(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> Evidence:
@@ -142,6 +157,8 @@ RULES: list[Rule] = [
      _preempted_absent),
     ("accounting-nonterminal", lambda p, s: s.accounting is not None, _accounting_nonterminal),
     ("accounting-unavailable", lambda p, s: not s.accounting_ok, _keep),
+    ("preemption-continues", lambda p, s: p is not None and p.deadline_window == "preemption"
+     and p.deadline_at is not None, _preemption_continues),
     ("lag-expired", lambda p, s: p is not None and p.state == "accounting_lag" and p.deadline_at is not None
      and s.observed_at > p.deadline_at, _lag_expired),
     ("lag-continues", lambda p, s: p is not None and p.state == "accounting_lag", _keep),
@@ -165,6 +182,13 @@ def ahead(observed_at: float, now: float) -> float | None:
     """How many seconds an observation dated `observed_at` is ahead of `now` beyond the tolerance (None: it is not;
     such a document is refused)."""
     return observed_at - now if observed_at > now + FUTURE_TOLERANCE else None
+
+
+def predates(observed_at: float, submitted_at: float) -> float | None:
+    """How many seconds an observation dated `observed_at` is older than the submission of the attempt it would
+    change, beyond the tolerance between two machines' clocks (None: it is not). Evidence never predates its
+    attempt, so such a document is refused: it was made before the attempt existed, or by a clock far behind."""
+    return submitted_at - observed_at if observed_at < submitted_at - FUTURE_TOLERANCE else None
 
 
 def clamped(prev: Evidence | None, now: float, windows: Mapping[str, float], present: float | None = None

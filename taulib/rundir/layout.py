@@ -57,7 +57,11 @@ def attempt_id(ordinal: int) -> str:
 
 
 def is_attempt_id(name: str) -> bool:
-    return len(name) >= 12 and name.startswith("attempt-") and name[8:].isascii() and name[8:].isdigit()
+    """Whether `name` is an attempt's id as tau writes it (`attempt_id`: at least four digits, no extra leading
+    zero, at most nine)."""
+    digits = name[8:]
+    return (12 <= len(name) <= 17 and name.startswith("attempt-") and digits.isascii() and digits.isdigit()
+            and name == attempt_id(int(digits)))
 
 
 def attempt_ordinal(aid: str) -> int:

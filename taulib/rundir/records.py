@@ -39,6 +39,21 @@ def schema_of(kind: object) -> str:
     return kind[4:]
 
 
+def _in_place(rel: str, record: Record, shown: str) -> None:
+    """Conflict when a record of a shard or of an attempt lies in another's folder (`shards/SHARD/...`,
+    `shards/SHARD/attempts/ATTEMPT/...`): a folder renamed by hand would otherwise give the run another history."""
+    parts = rel.split("/")
+    if len(parts) < 3 or parts[0] != "shards":
+        return
+    if "shard_id" in record and record["shard_id"] != parts[1]:
+        raise Conflict(f"{shown} is the record of {record['shard_id']}, not of {parts[1]}, whose folder holds it; "
+                       "the run was edited by hand or by another tool", path=shown)
+    if (len(parts) >= 5 and parts[2] == "attempts" and "attempt_id" in record
+            and record["attempt_id"] != parts[3]):
+        raise Conflict(f"{shown} is the record of {record['attempt_id']}, not of {parts[3]}, whose folder holds "
+                       "it; the run was edited by hand or by another tool", path=shown)
+
+
 class RunDir(Tree):
     """A run directory opened through a verified descriptor.
 
@@ -89,6 +104,7 @@ class RunDir(Tree):
         if jsonio.canonical(record) != data:
             raise BadInput(f"{shown} is not in canonical form; it was edited by hand or by another tool",
                            path=shown)
+        _in_place(rel, record, shown)
         return record
 
     @_operation

@@ -18,7 +18,7 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import failpoints, jsonio
-from taulib.errors import Conflict
+from taulib.errors import BadInput, Conflict
 from taulib.rules import rollup
 from taulib.rules.attempt import Verdict, effective_attempt
 from taulib.rules.evidence import Evidence
@@ -146,17 +146,26 @@ class Submitted:
 
 def attempt_ids(run: Run, sid: str, submitted: Submitted | None = None, on_disk: bool = True) -> list[str]:
     """The shard's attempts in order: its attempt folders and, in a format-2 run, the attempts its bound submissions
-    gave it; they must be numbered 1..n without gaps. A name in the attempts folder that is not an attempt's (tau
-    never makes one) is no attempt and is ignored. `on_disk=False`: the caller knows the shard has no folder."""
-    names = [n for n in run.dir.listdir(layout.attempts_dir(sid)) if layout.is_attempt_id(n)] if on_disk else []
+    gave it; they must be numbered 1..n without gaps (else Conflict). A name in the attempts folder that is not an
+    attempt's (tau never makes one) is refused (BadInput, naming it): a run that contradicts its own records is
+    never reinterpreted. `on_disk=False`: the caller knows the shard has no folder."""
+    names = run.dir.listdir(layout.attempts_dir(sid)) if on_disk else []
+    for name in names:
+        if not layout.is_attempt_id(name):
+            shown = run.dir.show(f"{layout.attempts_dir(sid)}/{name}")
+            raise BadInput(f"{shown} is not an attempt of {sid}: an attempts folder holds only attempt-NNNN "
+                           "folders, numbered 1..n; tau never makes any other name there, so the run was edited "
+                           "by hand or by another tool", path=shown, shard_id=sid)
     if run.format >= 2:
         given = (submitted if submitted is not None else Submitted(run)).ordinals(layout.shard_index(sid))
         names = sorted(set(names) | {layout.attempt_id(o) for o in given}, key=layout.attempt_ordinal)
     names.sort(key=layout.attempt_ordinal)
     for position, name in enumerate(names, start=1):
         if layout.attempt_ordinal(name) != position:
-            raise Conflict(f"attempts of {sid} are not numbered 1..n ({name} at position {position})",
-                           shard_id=sid)
+            shown = run.dir.show(f"{layout.attempts_dir(sid)}/{name}")
+            raise Conflict(f"{shown}: the attempts of {sid} are not numbered 1..n ({name} where "
+                           f"{layout.attempt_id(position)} should be); the run was edited by hand or by another tool",
+                           path=shown, shard_id=sid)
     return names
 
 

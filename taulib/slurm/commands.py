@@ -11,6 +11,7 @@ Timeouts: TAU_SLURM_TIMEOUT seconds for queries (default 30), TAU_SBATCH_TIMEOUT
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from taulib.rundir.run import Run
 
 CHUNK = 500
+# what squeue prints, whole, when no id of its --jobs is in slurmctld's memory any more (Slurm 22.05 and later);
+# anything else on a failure, however similar, is a failure
+GONE = "slurm_load_jobs error: Invalid job id specified"
 SACCT_FORMAT = "JobID,JobIDRaw,JobName%200,State,ExitCode,Submit,Start,End"
 # sbatch's words for a refusal by a submit limit (AssocMaxSubmitJobLimit, QOSMaxSubmitJobPerUserLimit, ...)
 _SUBMIT_LIMIT = ("job submit limit", "maxsubmitjob", "submitjoblimit")
@@ -56,11 +60,11 @@ def squeue(job_ids: list[str]) -> list[parse.Row]:
         proc = _run(["squeue", "--noheader", "--array", "--format=%i|%T|%r", f"--jobs={','.join(chunk)}"],
                     env.get("TAU_SLURM_TIMEOUT"))
         if proc.returncode != 0:
-            if "Invalid job id specified" in proc.stderr:
+            if proc.stderr.strip() == GONE and not proc.stdout.strip():
                 continue  # every id of the chunk has left slurmctld's memory
             raise Unavailable(f"squeue failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
         try:
-            rows.extend(parse.squeue(proc.stdout))
+            rows.extend(parse.squeue(proc.stdout, set(chunk)))
         except parse.ParseError as exc:
             raise Unavailable(f"squeue printed something tau cannot read: {exc}") from None
     return rows
@@ -75,7 +79,7 @@ def sacct(job_ids: list[str], arrays: set[str]) -> list[parse.Row]:
         if proc.returncode != 0:
             raise Unavailable(f"sacct failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
         try:
-            rows.extend(parse.sacct(proc.stdout, arrays))
+            rows.extend(parse.sacct(proc.stdout, arrays, set(chunk)))
         except parse.ParseError as exc:
             raise Unavailable(f"sacct printed something tau cannot read: {exc}") from None
     return rows
@@ -104,21 +108,33 @@ def scancel(targets: list[str]) -> None:
     for start in range(0, len(targets), CHUNK):
         chunk = targets[start:start + CHUNK]
         proc = _run(["scancel", "--quiet", *chunk], env.get("TAU_SLURM_TIMEOUT"))
-        if proc.returncode != 0 and "Invalid job id" not in proc.stderr:
+        if proc.returncode != 0 and not _only_gone(proc.stderr):
             raise Unavailable(f"scancel failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
 
 
-def sbatch_script(run: Run, rel: str, text: str, pinned: bool = False) -> str:
+_SCANCEL_GONE = re.compile(r"scancel: error: Kill job error on job id [0-9]{1,10}(?:_[0-9]{1,7})?: "
+                           r"Invalid job id specified")
+
+
+def _only_gone(stderr: str) -> bool:
+    """Whether every line scancel printed says exactly that a job it was given is not known any more."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return bool(lines) and all(_SCANCEL_GONE.fullmatch(line) for line in lines)
+
+
+def sbatch_script(run: Run, rel: str, text: str, pinned: bool = False,
+                  resolved_by: str = "tau-submit or tau-retry") -> str:
     """Publish a job script as RUN/rel (immutable, through the run directory's writer) and submit it; the job id.
     With `pinned`, sbatch runs without the caller's SBATCH_* variables, which would override the script's own
     directives (the collection's CPU job asks for no GPU, and nobody's environment may give it one). Raises
     Ambiguous or SubmitRefused as `sbatch` does."""
     run.dir.publish_bytes(rel, text.encode())
-    return sbatch(os.path.join(run.path, rel), pinned)
+    return sbatch(os.path.join(run.path, rel), pinned, resolved_by)
 
 
-def sbatch(script_path: str, pinned: bool = False) -> str:
-    """Submit; return the job id. Raises Ambiguous or SubmitRefused."""
+def sbatch(script_path: str, pinned: bool = False, resolved_by: str = "tau-submit or tau-retry") -> str:
+    """Submit; return the job id. Raises Ambiguous (its message names `resolved_by`, the command whose next call
+    resolves the job by its name) or SubmitRefused."""
     timeout = env.get("TAU_SBATCH_TIMEOUT")
     environ = env.current()
     if pinned:
@@ -130,22 +146,22 @@ def sbatch(script_path: str, pinned: bool = False) -> str:
         raise SubmitRefused("sbatch is not installed or not on PATH") from None
     except subprocess.TimeoutExpired:
         raise Ambiguous(f"sbatch's outcome is ambiguous: it did not answer within {timeout:g}s and may still have "
-                        "submitted the job; tau resolves it by its exact name on the next tau-submit or tau-retry") \
+                        f"submitted the job; tau resolves it by its exact name on the next {resolved_by}") \
             from None
     if proc.returncode != 0:
         message = short(proc.stderr) or f"exit {proc.returncode}"
         if any(word in proc.stderr.lower() for word in _TRANSIENT):
             raise Ambiguous(f"sbatch's outcome is ambiguous: it failed in a way that may still have submitted the job "
-                            f"({message}); tau resolves it by its exact name on the next tau-submit or tau-retry")
+                            f"({message}); tau resolves it by its exact name on the next {resolved_by}")
         if any(word in proc.stderr.lower() for word in _SUBMIT_LIMIT):
             raise SubmitLimited(f"sbatch refused the job for a submit limit: {message}")
         raise SubmitRefused(f"sbatch refused the job: {message}")
     try:
         return parse.sbatch_job_id(proc.stdout)
     except parse.ParseError:
-        raise Ambiguous(f"sbatch's outcome is ambiguous: it printed {proc.stdout.strip()!r}, not a job id, and may "
-                        "still have submitted the job; tau resolves it by its exact name on the next tau-submit or "
-                        "tau-retry") from None
+        raise Ambiguous(f"sbatch's outcome is ambiguous: it printed {parse.short_text(proc.stdout.strip())!r}, not a "
+                        "job id, and may still have submitted the job; tau resolves it by its exact name on the next "
+                        f"{resolved_by}") from None
 
 
 LOOKUP_SLACK = 60  # seconds before a journal entry was made that a lookup accepts (login node vs slurmctld clocks)

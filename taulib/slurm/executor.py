@@ -38,7 +38,8 @@ class SlurmCollectionJobs(CollectionJobs):
         collection_id = plan["collection_id"]
         text = script.render_collection(job_name=job_name, run_dir=run.path, collection_id=collection_id,
                                         python=sys.executable, profile=run.plan["scheduler"]["slurm"])
-        job_id = commands.sbatch_script(run, f"collections/{collection_id}/job.sh", text, pinned=True)
+        job_id = commands.sbatch_script(run, f"collections/{collection_id}/job.sh", text, pinned=True,
+                                        resolved_by="tau-collect")
         failpoints.hit("collect.sbatch_returned")  # the job exists, nothing records it: the lost reply
         return job_id
 

@@ -16,9 +16,13 @@ usage   `sacct --noheader --parsable2 --format=JobID,State,Start,Elapsed,TotalCP
         a finished task used (`usage`). A task's figures are final once its allocation row is terminal and its
         batch step is too (or it never started); until then it is left out, never read as zero.
 sbatch  `sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER`.
-States: the long names map to tau's vocabulary; a trailing `+` is dropped, `CANCELLED by <uid>` is CANCELLED;
-an unknown spelling maps to `unknown` and is never guessed. `sacct --json` is never used: its exit codes are wrong
-in 22.05.
+States: the long names map to tau's vocabulary; a trailing `+` is dropped, `CANCELLED by <uid>` (digits) is
+CANCELLED; any other spelling maps to `unknown` and is never guessed. `sacct --json` is never used: its exit codes
+are wrong in 22.05.
+Numbers are bounded before they are converted: a job id is 1 to 4294967295 (Slurm's 32-bit ids), written without
+leading zeros; an array task index 0 to 4000000 (MaxArraySize is at most 4000001); an exit code and a signal 0 to
+255; durations, sizes and counts a few digits. Anything else is a ParseError, never an integer conversion that
+fails or a number that takes memory to build.
 """
 
 from __future__ import annotations
@@ -42,7 +46,15 @@ STATE_MAP = {
     "TIMEOUT": "timed_out",
 }
 
-_JOB = re.compile(r"^(?P<job>[0-9]+)(?:_(?P<task>[0-9]+|\[(?P<spec>[0-9,\-%]+)\]))?\Z")
+JOB_ID_MAX = 4_294_967_295  # Slurm's job ids are 32-bit (a federation's carry the cluster's id in the high bits)
+TASK_MAX = 4_000_000  # the largest array task index: MaxArraySize is at most 4000001
+_JOB_ID = r"[1-9][0-9]{0,9}"
+_TASK = r"0|[1-9][0-9]{0,6}"
+_JOB = re.compile(rf"^(?P<job>{_JOB_ID})(?:_(?P<task>{_TASK})|_\[(?P<spec>[0-9,\-%]+)\])?\Z")
+_SPEC_PART = re.compile(rf"^(?P<lo>{_TASK})(?:-(?P<hi>{_TASK}))?\Z")
+_THROTTLE = re.compile(r"^[0-9]{1,7}\Z")
+_EXIT = re.compile(r"^(0|[1-9][0-9]{0,2}):(0|[1-9][0-9]{0,2})\Z")
+_CANCELLED_BY = re.compile(r"^CANCELLED by [0-9]{1,10}\Z")
 
 
 class ParseError(ValueError):
@@ -66,25 +78,48 @@ def normalise_state(raw: str) -> str:
     text = raw.strip()
     if text.endswith("+"):
         text = text[:-1]
-    if text.startswith("CANCELLED"):
+    if _CANCELLED_BY.match(text):
         return "cancelled"
     return STATE_MAP.get(text, "unknown")
 
 
+def _task(text: str) -> int:
+    value = int(text)  # the pattern bounds its length
+    if value > TASK_MAX:
+        raise ParseError(f"array task index {text!r} is beyond Slurm's largest ({TASK_MAX})")
+    return value
+
+
+def job_id(text: str) -> str:
+    """A Slurm job id as sbatch, squeue and sacct print it (1 to JOB_ID_MAX, no leading zeros); ParseError else."""
+    if not re.fullmatch(_JOB_ID, text) or int(text) > JOB_ID_MAX:
+        raise ParseError(f"unexpected job id {short_text(text)!r}")
+    return text
+
+
+def short_text(text: str, limit: int = 60) -> str:
+    """`text` cut to `limit` characters for a message (a 5,000-digit number is named, not quoted whole)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def expand_array_spec(spec: str) -> list[int]:
-    """`1,3-5%2` -> [1, 3, 4, 5] (the `%N` throttle is dropped)."""
-    spec = spec.split("%", 1)[0]
+    """`1,3-5%2` -> [1, 3, 4, 5] (the `%N` throttle is dropped). Every index is bounded by TASK_MAX and none may
+    repeat, so the list never holds more than TASK_MAX + 1 indices."""
+    spec, sep, throttle = spec.partition("%")
+    if sep and not _THROTTLE.match(throttle):
+        raise ParseError(f"bad array throttle {short_text(throttle)!r}")
     out: list[int] = []
+    last_seen = -1
     for part in spec.split(","):
-        if not part:
-            raise ParseError(f"empty element in array spec {spec!r}")
-        lo, sep, hi = part.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ParseError(f"bad array spec {spec!r}")
-        first, last = int(lo), int(hi) if sep else int(lo)
-        if last < first:
-            raise ParseError(f"bad array range {part!r}")
+        match = _SPEC_PART.match(part)
+        if match is None:
+            raise ParseError(f"bad array spec element {short_text(part)!r}")
+        first = _task(match["lo"])
+        last = _task(match["hi"]) if match["hi"] is not None else first
+        if last < first or first <= last_seen:
+            raise ParseError(f"bad array range {part!r} (ranges ascend and never overlap)")
         out.extend(range(first, last + 1))
+        last_seen = last
     return out
 
 
@@ -108,12 +143,12 @@ def compress_indices(indices: list[int]) -> str:
 
 def job_fields(text: str) -> tuple[str, list[int | None]]:
     match = _JOB.match(text)
-    if match is None:
-        raise ParseError(f"unexpected job id {text!r}")
+    if match is None or int(match["job"]) > JOB_ID_MAX:
+        raise ParseError(f"unexpected job id {short_text(text)!r}")
     if match["spec"] is not None:
         return match["job"], list(expand_array_spec(match["spec"]))
     if match["task"] is not None:
-        return match["job"], [int(match["task"])]
+        return match["job"], [_task(match["task"])]
     return match["job"], [None]
 
 
@@ -124,14 +159,26 @@ def split_rows(text: str, count: int, what: str) -> Iterator[tuple[list[str], st
             continue
         fields = line.split("|")
         if len(fields) != count:
-            raise ParseError(f"{what} has {len(fields)} fields, expected {count}: {line!r}")
+            raise ParseError(f"{what} has {len(fields)} fields, expected {count}: {short_text(line, 200)!r}")
         yield fields, line
 
 
-def squeue(text: str) -> list[Row]:
+def _asked(job: str, asked: set[str] | None, what: str) -> None:
+    if asked is not None and job not in asked:
+        raise ParseError(f"{what} printed a row of job {job}, which tau did not ask about")
+
+
+def task_label(key: tuple[str, int | None]) -> str:
+    return key[0] if key[1] is None else f"{key[0]}_{key[1]}"
+
+
+def squeue(text: str, asked: set[str] | None = None) -> list[Row]:
+    """Every row, an unsplit array's expanded; with `asked` (the job ids of the query), a row of any other job is a
+    ParseError: squeue answered another question than the one asked."""
     rows = []
     for fields, _line in split_rows(text, 3, "squeue row"):
         job, tasks = job_fields(fields[0].strip())
+        _asked(job, asked, "squeue")
         raw = fields[1].strip()
         for task in tasks:
             rows.append(Row(job, task, normalise_state(raw), raw, reason=fields[2].strip() or None))
@@ -139,28 +186,61 @@ def squeue(text: str) -> list[Row]:
 
 
 def _exit(text: str) -> tuple[int | None, int | None]:
-    code, sep, sig = text.partition(":")
-    if not sep or not code.isdigit() or not sig.isdigit():
-        raise ParseError(f"unexpected ExitCode {text!r}")
-    return int(code), int(sig)
+    match = _EXIT.match(text)
+    if match is None or int(match[1]) > 255 or int(match[2]) > 255:
+        raise ParseError(f"unexpected ExitCode {short_text(text)!r}")
+    return int(match[1]), int(match[2])
 
 
-def sacct(text: str, arrays: set[str] | None = None) -> list[Row]:
+def sacct(text: str, arrays: set[str] | None = None, asked: set[str] | None = None) -> list[Row]:
     """All allocation rows, placeholders dropped. `arrays` are job ids known to be arrays (their id without a task
-    is a placeholder)."""
+    is a placeholder); with `asked`, a row of a job not asked about is a ParseError."""
     arrays = arrays or set()
     rows = []
     for fields, line in split_rows(text, 8, "sacct row"):
         jobid, _raw_id, name, state, exit_text, submit, start, _end = (f.strip() for f in fields)
         if "." in jobid:
-            raise ParseError(f"unexpected step row {line!r} (sacct must run with --allocations)")
+            raise ParseError(f"unexpected step row {short_text(line, 200)!r} (sacct must run with --allocations)")
         job, tasks = job_fields(jobid)
+        _asked(job, asked, "sacct")
         if name == "allocation" or (tasks == [None] and job in arrays):
             continue  # accounting-lag placeholder: this task is not in accounting yet
         code, sig = _exit(exit_text)
         for task in tasks:
             rows.append(Row(job, task, normalise_state(state), state, code, sig, None, submit, start, name))
     return rows
+
+
+def queue_by_task(rows: list[Row]) -> tuple[dict[tuple[str, int | None], Row], dict[tuple[str, int | None], str]]:
+    """({(job, task): its one queue row}, {(job, task): why its rows cannot be read}). squeue prints one row per
+    task: a task with two rows, or with a state tau does not know, is that task's problem alone (its source is
+    unavailable for it, with the reason); the other tasks keep their rows."""
+    grouped: dict[tuple[str, int | None], list[Row]] = {}
+    for row in rows:
+        grouped.setdefault((row.job_id, row.task), []).append(row)
+    found, problems = {}, {}
+    for key, items in grouped.items():
+        if len(items) > 1:
+            problems[key] = f"squeue printed {len(items)} rows for {task_label(key)}, where it prints one per task"
+        elif items[0].state == "unknown":
+            problems[key] = (f"squeue reports state {short_text(items[0].raw)!r} for {task_label(key)}, which tau "
+                             "does not know")
+        else:
+            found[key] = items[0]
+    return found, problems
+
+
+def accounting_by_task(rows: list[Row]) -> tuple[dict[tuple[str, int | None], tuple[Row, int]],
+                                                 dict[tuple[str, int | None], str]]:
+    """(`latest_by_task` of the tasks whose rows tau can read, {(job, task): why not}): a task with a row in a state
+    tau does not know is that task's problem alone."""
+    problems: dict[tuple[str, int | None], str] = {}
+    for row in rows:
+        if row.state == "unknown":
+            problems[(row.job_id, row.task)] = (f"sacct reports state {short_text(row.raw)!r} for "
+                                                f"{task_label((row.job_id, row.task))}, which tau does not know")
+    readable = [row for row in rows if (row.job_id, row.task) not in problems]
+    return latest_by_task(readable), problems
 
 
 def latest_by_task(rows: list[Row]) -> dict[tuple[str, int | None], tuple[Row, int]]:
@@ -177,10 +257,12 @@ def latest_by_task(rows: list[Row]) -> dict[tuple[str, int | None], tuple[Row, i
 
 
 def sbatch_job_id(stdout: str) -> str:
+    """The job id `sbatch --parsable` printed (`JOBID` or `JOBID;CLUSTER`); ParseError for anything else, a job id
+    of 0 or beyond JOB_ID_MAX included."""
     text = stdout.strip()
-    match = re.match(r"^([0-9]+)(?:;[A-Za-z0-9_.-]+)?\Z", text)
-    if match is None:
-        raise ParseError(f"unexpected sbatch --parsable output {text!r}")
+    match = re.match(rf"^({_JOB_ID})(?:;[A-Za-z0-9_.-]{{1,128}})?\Z", text)
+    if match is None or int(match.group(1)) > JOB_ID_MAX:
+        raise ParseError(f"unexpected sbatch --parsable output {short_text(text)!r}")
     return match.group(1)
 
 
@@ -207,8 +289,9 @@ def submitted_before(submit: str, since_local: str) -> bool:
 
 
 USAGE_FORMAT = "JobID,State,Start,Elapsed,TotalCPU,MaxRSS,AllocCPUS,ReqMem,AllocTRES,Timelimit,NNodes"
-_CLOCK = re.compile(r"^(?:([0-9]+)-)?(?:([0-9]+):)?([0-9]+):([0-9]+)(?:\.([0-9]+))?\Z")
-_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMGTP]?)([nc]?)\Z")
+_CLOCK = re.compile(r"^(?:([0-9]{1,6})-)?(?:([0-9]{1,6}):)?([0-9]{1,6}):([0-9]{1,6})(?:\.([0-9]{1,9}))?\Z")
+_SIZE = re.compile(r"^([0-9]{1,18}(?:\.[0-9]{1,9})?)([KMGTP]?)([nc]?)\Z")
+_COUNT = re.compile(r"^[0-9]{1,9}\Z")
 _BYTES = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4, "P": 1024 ** 5}
 _FINAL = {"completed", "failed", "cancelled", "timed_out", "node_failed", "out_of_memory"}
 
@@ -217,7 +300,7 @@ def clock_seconds(text: str) -> float:
     """sacct's Elapsed, TotalCPU or Timelimit (`[D-][HH:]MM:SS[.mmm]`) in seconds."""
     match = _CLOCK.match(text)
     if match is None:
-        raise ParseError(f"unexpected duration {text!r}")
+        raise ParseError(f"unexpected duration {short_text(text)!r}")
     days, hours, minutes, seconds, fraction = match.groups()
     return (int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
             + (int(fraction) / 10 ** len(fraction) if fraction else 0.0))
@@ -228,7 +311,7 @@ def size_bytes(text: str) -> tuple[int, str]:
     suffix (n, c or "")."""
     match = _SIZE.match(text)
     if match is None:
-        raise ParseError(f"unexpected size {text!r}")
+        raise ParseError(f"unexpected size {short_text(text)!r}")
     return round(float(match[1]) * _BYTES[match[2]]), match[3]
 
 
@@ -241,8 +324,8 @@ def gpus(tres: str) -> int:
         if not sep or not key:
             raise ParseError(f"unexpected TRES {item!r}")
         if key == "gres/gpu" or key.startswith("gres/gpu:"):
-            if not value.isdigit():
-                raise ParseError(f"unexpected GPU count {item!r}")
+            if not _COUNT.match(value):
+                raise ParseError(f"unexpected GPU count {short_text(item)!r}")
             if key == "gres/gpu":
                 total = int(value)
             else:
@@ -269,8 +352,8 @@ def usage(text: str) -> dict[tuple[str, int | None], dict[str, object]]:
     out: dict[tuple[str, int | None], dict[str, object]] = {}
     for key, fields in allocations.items():  # every field is read strictly, whether the task is final or not
         _, state, start, elapsed, total_cpu, _rss, cpus, req_mem, tres, limit, nodes = fields
-        if not cpus.isdigit() or not nodes.isdigit():
-            raise ParseError(f"unexpected AllocCPUS or NNodes {cpus!r}, {nodes!r}")
+        if not _COUNT.match(cpus) or not _COUNT.match(nodes):
+            raise ParseError(f"unexpected AllocCPUS or NNodes {short_text(cpus)!r}, {short_text(nodes)!r}")
         requested: int | None = None
         if req_mem not in ("", "0"):
             amount, per = size_bytes(req_mem)

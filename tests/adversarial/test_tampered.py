@@ -221,3 +221,73 @@ def test_every_command_on_a_tampered_run_refuses_cleanly_writes_nothing_outside_
     finally:
         signal.signal(signal.SIGALRM, previous)
     tally.check(len(COMMANDS))
+
+
+# -- a live shard's attempts folder that contradicts the run's own records ------------------------------------------
+
+LIVE = "shards/shard-00001/attempts"
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory) -> Path:
+    """A settled run whose shard-00001 failed its first attempt and waits for a retry (no winner: live)."""
+    from helpers import init_run, settle, tau
+
+    ws = module_workspace(tmp_path_factory, "tampered-live")
+    run_dir = init_run(ws, records=20, shards=2, fail_first=("shard-00001",))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    doc = settle(run_dir)
+    assert doc["retryable"] == ["shard-00001"], doc
+    return run_dir
+
+
+def _junk_folder(run_dir: Path) -> tuple[str, int]:
+    (run_dir / LIVE / "attempt-abc").mkdir(mode=0o700)
+    return (f"{LIVE}/attempt-abc is not an attempt of shard-00001: an attempts folder holds only attempt-NNNN "
+            "folders, numbered 1..n; tau never makes any other name there, so the run was edited by hand or by another "
+            "tool"), 65
+
+
+def _renumbered(run_dir: Path) -> tuple[str, int]:
+    (run_dir / LIVE / "attempt-0001").rename(run_dir / LIVE / "attempt-0002")
+    return (f"{LIVE}/attempt-0002/attempt.json is the record of attempt-0001, not of attempt-0002, whose folder "
+            "holds it; the run was edited by hand or by another tool"), 73
+
+
+def _padded(run_dir: Path) -> tuple[str, int]:
+    (run_dir / LIVE / "attempt-0001").rename(run_dir / LIVE / "attempt-00001")
+    return (f"{LIVE}/attempt-00001 is not an attempt of shard-00001: an attempts folder holds only attempt-NNNN "
+            "folders, numbered 1..n; tau never makes any other name there, so the run was edited by hand or by another "
+            "tool"), 65
+
+
+def _gap(run_dir: Path) -> tuple[str, int]:
+    """A format-1 style gap: a second folder beyond the first one missing (attempt-0003 beside attempt-0001)."""
+    (run_dir / LIVE / "attempt-0003").mkdir(mode=0o700)
+    return (f"{LIVE}/attempt-0002: the attempts of shard-00001 are not numbered 1..n (attempt-0003 where attempt-0002 "
+            "should be); the run was edited by hand or by another tool"), 73
+
+
+@pytest.mark.parametrize("tamper", [_junk_folder, _renumbered, _padded, _gap], ids=lambda t: t.__name__[1:])
+@pytest.mark.parametrize("command, args, stdin", [
+    ("tau-observe", [], None), ("tau-reconcile", [], "observations"), ("tau-retry", [], None),
+    ("tau-status", [], None)])
+def test_a_live_shards_attempts_folder_that_contradicts_the_run_is_refused_naming_the_path(
+        live, tmp_path, tamper, command, args, stdin):
+    run_dir = tmp_path / "run"
+    shutil.copytree(live, run_dir, symlinks=True)
+    message, code = tamper(run_dir)
+    if tamper is _gap:
+        message = message.replace(f"{LIVE}/attempt-0002:", f"{LIVE}/attempt-0003:")
+    observations = jsonio.canonical({
+        "kind": "tau.observations", "schema_version": 1, "run_id": "run", "observed_at": jsonio.now_rfc3339(),
+        "executor": "local", "sources": {"queue": "observed", "accounting": "observed", "reason": None},
+        "attempts": []})
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and "locks" not in p.parts}
+    outcome = invoke(command, [str(run_dir), *args], observations if stdin else b"")
+    assert misbehaviour(outcome) is None, misbehaviour(outcome)
+    assert outcome.code == code, outcome.err
+    error = json.loads(outcome.err)
+    assert error["message"] == f"{command}: {run_dir}/{message}", error["message"]
+    after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and "locks" not in p.parts}
+    assert after == before
