@@ -109,7 +109,7 @@ def test_a_job_whose_active_pods_all_wait_for_a_node_is_pending_not_running():
     doc = snap("train-7", job=Read(OBSERVED, job), pods=Read(OBSERVED, pods))
     assert (doc["lifecycle"], doc["stateDetail"]) == ("pending", "2 pods waiting to start")
     scheduling = next(p for p in doc["phases"] if p["name"] == "Pod scheduling")
-    assert scheduling["status"] == "warning" and "Insufficient nvidia.com/gpu" in scheduling["detail"]
+    assert (scheduling["status"], scheduling["detail"]) == ("warning", "0/2 assigned to nodes reason=Unschedulable")
     # without a pod read, the Job's own counter is all there is
     assert snap("train-7", job=Read(OBSERVED, job), pods=Read(UNAVAILABLE, None, "denied"))["lifecycle"] == "running"
 
@@ -175,15 +175,15 @@ def test_a_rejected_admission_check_degrades_and_names_the_check():
     assert [c["name"] for c in doc["workloads"][0]["admissionChecks"]] == ["multikueue", "provisioning"]
 
 
-def test_a_multikueue_placement_is_a_phase_of_its_own():
+def test_a_multikueue_placement_seen_from_the_manager_is_a_phase_of_its_own():
     job = fx.job("train-7", queue="gpu", status={"active": 1})
     wl = fx.workload(job, queue="gpu", cluster_queue="gpu-cq", conditions=fx.ADMITTED,
                      extra={"clusterName": "worker-eu", "nominatedClusterNames": ["worker-us", "worker-eu"]})
     doc = snap("train-7", job=Read(OBSERVED, job), workloads=Read(OBSERVED, [wl]))
     assert doc["workloads"][0]["nominatedClusters"] == ["worker-eu", "worker-us"]
     placement = next(p for p in doc["phases"] if p["name"] == "MultiKueue placement")
-    assert placement == {"name": "MultiKueue placement", "status": "done",
-                         "detail": "running on worker cluster worker-eu", "hint": None}
+    assert placement == {"name": "MultiKueue placement", "status": "active",
+                         "detail": "selected worker cluster worker-eu", "hint": None}
 
 
 # -- reads that fail -------------------------------------------------------------------------------------------------
@@ -202,8 +202,8 @@ def test_a_denied_workload_read_never_says_not_admitted():
     job = fx.job("train-7", queue="gpu", suspend=True)
     doc = snap("train-7", job=Read(OBSERVED, job), workloads=Read(UNAVAILABLE, None, "access denied", denied=True))
     kueue = next(p for p in doc["phases"] if p["name"] == "Kueue admission")
-    assert kueue == {"name": "Kueue admission", "status": "warning", "detail": "cannot tell: access denied",
-                     "hint": None}
+    assert kueue == {"name": "Kueue admission", "status": "warning", "detail": "workload status unavailable: access "
+                     "denied", "hint": "request get/list access to workloads.kueue.x-k8s.io"}
     assert doc["workloads"] == [] and doc["observations"]["workloads"]["state"] == "unavailable"
 
 
@@ -238,4 +238,4 @@ def test_a_finished_job_whose_kueue_workload_is_gone_skips_kueue_admission_inste
     assert (kueue["status"], kueue["detail"]) == ("skipped", "queue 'gpu': no Kueue Workload is left")
     running = fx.job("train-7", queue="gpu", suspend=True)
     kueue = next(p for p in snap("train-7", job=Read(OBSERVED, running))["phases"] if p["name"] == "Kueue admission")
-    assert (kueue["status"], kueue["detail"]) == ("active", "queue 'gpu': Kueue has not created a Workload yet")
+    assert (kueue["status"], kueue["detail"]) == ("active", "waiting for Kueue Workload")

@@ -35,7 +35,8 @@ verdict, and the document. The rules, each a table or a short function in the mo
   also has it as an issue, since how its containers ended cannot be told from here.
 - A denied or failed read is `unavailable` with its reason and never stands for "not found" or "not admitted" (here
   and in `phases`).
-- Where along its way the workload is: `phases.phases`.
+- Where along its way the workload is: `phases.phases`, Tau's phases of the primary workload (a submitter Job whose
+  RayJob cannot be read: the Job's, as Tau lists them), read from its own Kueue Workloads and pods only.
 """
 
 from __future__ import annotations
@@ -100,15 +101,28 @@ def snapshot(name: str, namespace: str, *, job: Read[Record], rayjob: Read[Recor
                        workloads.value if workloads.state == OBSERVED else []),
         "observations": {"job": _observation(job), "rayJob": _observation(rayjob),
                          "workloads": _observation(workloads), "pods": _observation(pods)},
-        "phases": phases(kind, primary, lifecycle, scene.job if primary == "Job" else None,
-                         scene.ray if primary == "RayJob" else None,
-                         [w for w in wl_list if w["owner"] == primary], workloads,
-                         [p for p in pod_list if p["owner"] == primary], pods),
+        "phases": _phases(scene, primary, lifecycle, job, rayjob, wl_list, workloads, pod_list, pods),
         "job": sections.get("job"),
         "rayJob": sections.get("rayJob"),
         "workloads": wl_list,
         "pods": pod_list,
     }
+
+
+def _phases(scene: _Scene, primary: str | None, lifecycle: str, job: Read[Record], rayjob: Read[Record],
+            wl_list: list[Record], workloads: Read[list[Record]], pod_list: list[Record], pods: Read[list[Record]]
+            ) -> list[Record]:
+    """The primary workload's phases, from its own Kueue Workloads and its own Pod objects. A submitter Job whose
+    RayJob cannot be read gives its own phases, as Tau lists a Job found."""
+    obj = scene.job if primary == "Job" else scene.ray
+    kind = primary
+    if primary == "RayJob" and scene.ray is None:
+        kind, obj = "Job", scene.job
+    read = (pods.value or []) if pods.state == OBSERVED and primary else []
+    own_pods = [p for p in read if _pod_owner(scene, p)[0] == primary]
+    lookup = "; ".join(r.reason or "" for r in (job, rayjob) if r.state == UNAVAILABLE) or None
+    return phases(kind, obj, lifecycle, [w for w in wl_list if w["owner"] == primary], workloads, own_pods, pods,
+                  lookup=lookup, manager_view=v1alpha1.manager_view(scene.job, scene.ray, wl_list, len(pod_list)))
 
 
 def _pod_evidence(primary: str | None, lifecycle: str, pods: Read[list[Record]], own: list[Record]) -> Record:

@@ -12,8 +12,11 @@ field exactly and carries its own cross-engine word in `lifecycle` (tau-status(7
   the manager's Job or RayJob where it says, then the placement state (`multikueue_state`). Neither found: both
   not found (or the RayJob type not installed) -> "NotFound", else "Unknown".
 - `ray_failed`: jobStatus, jobDeploymentStatus or reason contains fail, error, stop or cancel (any case);
-  `ray_succeeded`: not failed, and jobStatus or jobDeploymentStatus contains succeed or complete.
+  `ray_succeeded`: not failed, and jobStatus or jobDeploymentStatus contains succeed or complete; `ray_started`:
+  jobDeploymentStatus (else jobStatus) contains succeed, complete or running.
 - `kind(job_found, ray_found)`: what was found: "Job+RayJob", "RayJob", "Job" or "Unknown".
+- `manager_view`: a MultiKueue workload (`is_multikueue`) with no pods here; its phases (`phases`) list the placement
+  and skip the pods'.
 Tau's `reason` (a container's issue first, in `pods.issue_text`'s words, else the failure as "reason message",
 `jobs`) is the first of the snapshot's issues (`status`).
 
@@ -59,6 +62,14 @@ def ray_succeeded(ray: Record | None) -> bool:
     return any(word in value.strip().lower() for value in (job_status, deployment) for word in ("succeed", "complete"))
 
 
+def ray_started(ray: Record | None) -> bool:
+    """Tau's `rayJobStatusComplete`: jobDeploymentStatus (jobStatus when it is unset) contains succeed, complete or
+    running: the RayJob's startup is done."""
+    job_status, deployment, _ = _ray_fields(ray)
+    value = (deployment if deployment.strip() else job_status).lower()
+    return any(word in value for word in ("succeed", "complete", "running"))
+
+
 def job_state(job: Record) -> str:
     """Tau's state of a batch Job alone."""
     if condition(job, "Failed"):
@@ -100,6 +111,12 @@ def is_multikueue(job: Record | None, ray: Record | None, wls: list[Record]) -> 
                                                                    w["admissionChecks"]) for w in wls)
 
 
+def manager_view(job: Record | None, ray: Record | None, wls: list[Record], pod_count: int) -> bool:
+    """Tau's `ManagerOnlyMultiKueueView`: a MultiKueue workload seen from the manager, with no pods here (they run on
+    a worker cluster)."""
+    return is_multikueue(job, ray, wls) and pod_count == 0
+
+
 def multikueue_state(job: Record | None, ray: Record | None, wls: list[Record]) -> str | None:
     """The manager-visible MultiKueue placement state (None when the workload is not MultiKueue's)."""
     if not is_multikueue(job, ray, wls):
@@ -128,7 +145,7 @@ def state(job: Record | None, ray: Record | None, wls: list[Record], pod_count: 
     is not installed); a read that failed is neither found nor missing."""
     if job is None and ray is None:
         return "NotFound" if job_missing and ray_missing else "Unknown"
-    if is_multikueue(job, ray, wls) and pod_count == 0:  # the manager's view: the pods run on a worker cluster
+    if manager_view(job, ray, wls, pod_count):
         if job is not None and condition(job, "Failed") or ray_failed(ray):
             return "Failed"
         if job is not None and condition(job, "Complete") or ray_succeeded(ray):
