@@ -3,8 +3,11 @@ squeue print (captured from Slurm 22.05), and the room they leave."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from taulib.errors import Unavailable
 from taulib.executor import Capacity
 from taulib.slurm import limits, parse
 from taulib.slurm.limits import Limit, Queued
@@ -103,3 +106,19 @@ def test_the_capacity_is_the_array_limit_and_the_tightest_room_with_the_unread_l
     assert limits.capacity({}, [], []) == Capacity(None, None, None, None, [])
     over = limits.capacity(config, [Limit("MaxSubmitJobs", 250, 300, "x")], [])
     assert over.room == 0  # more queued than the limit (set after they were queued): no room, never negative
+
+
+def test_a_limit_of_unbounded_or_non_ascii_digits_is_no_limit_tau_can_read_never_an_integer_error():
+    assert limits.number("9" * 5000) is None and limits.number("²") is None and limits.number("1" * 19) is None
+    assert limits.number("9" * 18) == 10 ** 18 - 1
+
+
+def test_an_unreadable_squeue_row_in_the_users_queue_is_a_source_that_cannot_be_asked(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    squeue = bin_dir / "squeue"
+    squeue.write_text(f"#!/bin/sh\necho '7_{'9' * 5000}|acct|normal|debug'\n")
+    squeue.chmod(0o700)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    with pytest.raises(Unavailable, match="squeue printed something tau cannot read: unexpected job id"):
+        limits._queue("--user=0")

@@ -167,3 +167,16 @@ def test_an_ambiguous_sbatch_reply_names_the_command_that_resolves_it(recorded, 
     with pytest.raises(Ambiguous) as collect:
         commands.sbatch(str(script), pinned=True, resolved_by="tau-collect")
     assert collect.value.message.endswith("tau resolves it by its exact name on the next tau-collect")
+
+
+@pytest.mark.parametrize("job, task", [("7", "²"), ("7", "9" * 5000), ("0", "1"), ("7", "01"), ("7", "[1-3]")],
+                         ids=["superscript", "5000-digits", "job-0", "leading-zero", "a-range"])
+def test_an_allocation_whose_array_variables_are_no_slurm_ids_is_refused_not_an_integer_error(job, task):
+    from taulib.errors import Refused
+    from taulib.slurm.executor import Slurm
+
+    environ = {"SLURM_JOB_ID": "8", "SLURM_ARRAY_JOB_ID": job, "SLURM_ARRAY_TASK_ID": task}
+    with pytest.raises(Refused, match="are not a Slurm job id and array task index"):
+        Slurm().identity(environ)
+    assert Slurm().identity(dict(environ, SLURM_ARRAY_JOB_ID="7", SLURM_ARRAY_TASK_ID="3")) == {
+        "executor": "slurm", "job_id": "7", "task_index": 3}

@@ -23,7 +23,7 @@ from taulib.executor import (Capacity, CollectionJobs, Executor, Limits, Measure
 from taulib.rules import journal as journal_rules
 from taulib.rundir.journal import task_indices
 from taulib.rundir.run import Run
-from taulib.slurm import commands, script
+from taulib.slurm import commands, parse, script
 
 # the allocation's variables a client gets beside Slurm's own: the devices Slurm bound to it
 DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
@@ -169,9 +169,13 @@ class Slurm(Executor):
             return None
         job = env.get("SLURM_ARRAY_JOB_ID", environ)
         task = env.get("SLURM_ARRAY_TASK_ID", environ)
-        if not job or not isinstance(task, str) or not task.isdigit():
+        if not job or not isinstance(task, str):
             raise Refused("this Slurm job is not an array task (SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID unset)")
-        return {"executor": self.name, "job_id": job, "task_index": int(task)}
+        try:
+            return {"executor": self.name, "job_id": parse.job_id(job), "task_index": parse.task_index(task)}
+        except parse.ParseError:
+            raise Refused(f"SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID ({parse.short_text(job)!r}, "
+                          f"{parse.short_text(task)!r}) are not a Slurm job id and array task index") from None
 
     def restarts(self, environ: dict[str, str]) -> int:
         return env.get("SLURM_RESTART_COUNT", environ)

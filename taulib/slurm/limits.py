@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 from typing import NamedTuple
 
 from taulib.errors import Unavailable
@@ -61,7 +62,10 @@ def config_values(text: str) -> dict[str, str]:
 def number(text: str) -> int | None:
     """A limit's value as sacctmgr or scontrol prints it: digits, or nothing / `(null)` / `-1` for none."""
     text = text.strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if _DIGITS.fullmatch(text) else None
+
+
+_DIGITS = re.compile(r"[0-9]{1,18}")  # a limit of more digits than any counter holds is no limit tau can read
 
 
 def rows(text: str, fields: tuple[str, ...]) -> list[dict[str, str]]:
@@ -187,7 +191,11 @@ def _ask(argv: list[str], what: str) -> str:
 
 
 def _queue(selector: str) -> list[Queued]:
-    return queued_rows(_ask(["squeue", "--noheader", "--array", "--format=%i|%a|%q|%P", selector], "squeue"))
+    text = _ask(["squeue", "--noheader", "--array", "--format=%i|%a|%q|%P", selector], "squeue")
+    try:
+        return queued_rows(text)
+    except parse.ParseError as exc:
+        raise Unavailable(f"squeue printed something tau cannot read: {exc}") from None
 
 
 def read(profile: dict[str, object], run_jobs: set[str]) -> Capacity:

@@ -97,6 +97,13 @@ def job_id(text: str) -> str:
     return text
 
 
+def task_index(text: str) -> int:
+    """An array task index as Slurm prints it (0 to TASK_MAX, no leading zeros); ParseError else."""
+    if not re.fullmatch(_TASK, text):
+        raise ParseError(f"unexpected array task index {short_text(text)!r}")
+    return _task(text)
+
+
 def short_text(text: str, limit: int = 60) -> str:
     """`text` cut to `limit` characters for a message (a 5,000-digit number is named, not quoted whole)."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
