@@ -273,3 +273,12 @@ def test_every_option_or_argument_that_takes_a_shard_id_accepts_a_shard_number()
                 taking.setdefault(entry.program, []).append(param.name or "")
                 assert param.type is common.SHARD, f"{entry.program} {param.name}: type=common.SHARD"
     assert {"tau-logs", "tau-winner", "tau-bundle-fetch", "tau-cancel", "tau-retry", "tau-submit"} <= set(taking)
+
+
+@pytest.mark.parametrize("command, args", [("tau-winner", ["--shard"]), ("tau-retry", ["--shard"]),
+                                           ("tau-cancel", ["--shard"]), ("tau-submit", ["--shard"])])
+def test_a_shard_of_5000_digits_is_not_found_never_an_internal_error(tmp_path, command, args):
+    run_dir = init_run(tmp_path)
+    proc = tau(command, str(run_dir), *args, f"shard-{'9' * 5000}")
+    assert proc.returncode == 66, proc.stderr
+    assert error_of(proc)["message"].startswith(f"{command}: run 'run' has no shard 'shard-999")

@@ -24,3 +24,22 @@ def test_what_is_no_shard_name_is_returned_as_given_for_the_run_to_refuse(name):
 
 def test_the_canonical_id_names_the_same_shard_as_its_index():
     assert all(layout.shard_index(layout.canonical_shard_id(str(i))) == i for i in (0, 1, 99999, 100000))
+
+
+def test_a_shard_number_of_5000_digits_is_returned_as_given_never_converted():
+    huge = "9" * 5000
+    assert layout.canonical_shard_id(huge) == huge
+    assert layout.canonical_shard_id(f"shard-{huge}") == f"shard-{huge}"
+
+
+@pytest.mark.parametrize("name", ["attempt-0001", "attempt-0042", "attempt-10000", "attempt-999999999"])
+def test_an_attempt_id_is_one_tau_writes(name):
+    assert layout.is_attempt_id(name)
+    assert layout.attempt_id(layout.attempt_ordinal(name)) == name
+
+
+@pytest.mark.parametrize("name", ["attempt-abc", "attempt-00001", "attempt-001", "attempt-", "attempt-0001 ",
+                                  "attempt-\u0661\u0662\u0663\u0664", "attempt-" + "9" * 5000, "attempt-1000000000",
+                                  "Attempt-0001", "attempt-0000"])
+def test_what_tau_never_writes_is_no_attempt_id(name):
+    assert not layout.is_attempt_id(name)

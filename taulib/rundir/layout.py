@@ -47,9 +47,9 @@ def canonical_shard_id(name: str) -> str:
     (`shard-7`, `shard-00007`) is `shard-00007`. Anything else (`-1`, `seven`, `shard-x`, ` 7`) is returned as it
     was given, for `Run.check_shard` to refuse with its not-found error, as it refuses a number beyond the run."""
     digits = name.removeprefix("shard-")
-    if digits and digits.isascii() and digits.isdigit():
+    if digits and len(digits) <= 12 and digits.isascii() and digits.isdigit():
         return shard_id(int(digits))
-    return name
+    return name  # too many digits for any shard: refused as not found, never converted
 
 
 def attempt_id(ordinal: int) -> str:
@@ -57,11 +57,11 @@ def attempt_id(ordinal: int) -> str:
 
 
 def is_attempt_id(name: str) -> bool:
-    """Whether `name` is an attempt's id as tau writes it (`attempt_id`: at least four digits, no extra leading
-    zero, at most nine)."""
+    """Whether `name` is an attempt's id as tau writes it (`attempt_id` of an ordinal from 1: at least four digits,
+    no extra leading zero, at most nine)."""
     digits = name[8:]
     return (12 <= len(name) <= 17 and name.startswith("attempt-") and digits.isascii() and digits.isdigit()
-            and name == attempt_id(int(digits)))
+            and int(digits) >= 1 and name == attempt_id(int(digits)))
 
 
 def attempt_ordinal(aid: str) -> int:

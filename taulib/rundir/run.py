@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from taulib.jsonio import Record
 
 RUN_FORMAT = 2  # what tau-init writes now; a run.json without `run_format` is format 1
-_SHARD_ID = r"^shard-[0-9]{5,}\Z"  # compiled on first use (re caches it): most commands never check one
+_SHARD_ID = r"^shard-[0-9]{5,12}\Z"  # compiled on first use (re caches it): most commands never check one
 
 
 class Run:
