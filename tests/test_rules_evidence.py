@@ -270,8 +270,9 @@ def test_absence_never_becomes_a_guessed_success_or_failure(history):
             continue
         if rule == "accounting-terminal":
             assert s.accounting["state"] in rules.TERMINAL and new.state == s.accounting["state"]
-        else:  # the only other way to terminal: a preemption window that ran out
-            assert rule == "preempted-absent" and new.state == "failed"
+        else:  # the only other way to terminal: a preemption window that ran out (its row in accounting or not)
+            assert rule in ("preempted-absent", "preemption-continues") and new.state == "failed"
+            assert new.classification == "preempted"
             assert prev is not None and prev.deadline_window == "preemption"
             assert s.observed_at > prev.deadline_at
 

@@ -40,18 +40,16 @@ def schema_of(kind: object) -> str:
 
 
 def _in_place(rel: str, record: Record, shown: str) -> None:
-    """Conflict when a record of a shard or of an attempt lies in another's folder (`shards/SHARD/...`,
-    `shards/SHARD/attempts/ATTEMPT/...`): a folder renamed by hand would otherwise give the run another history."""
+    """Conflict when a record of an attempt lies in another attempt's folder (`shards/SHARD/attempts/ATTEMPT/...`
+    holding a record whose shard_id or attempt_id is not SHARD or ATTEMPT): a folder renamed by hand would otherwise
+    give the run another history. (A shard's own records, such as its winner, are checked where they are used.)"""
     parts = rel.split("/")
-    if len(parts) < 3 or parts[0] != "shards":
+    if len(parts) < 5 or parts[0] != "shards" or parts[2] != "attempts":
         return
-    if "shard_id" in record and record["shard_id"] != parts[1]:
-        raise Conflict(f"{shown} is the record of {record['shard_id']}, not of {parts[1]}, whose folder holds it; "
-                       "the run was edited by hand or by another tool", path=shown)
-    if (len(parts) >= 5 and parts[2] == "attempts" and "attempt_id" in record
-            and record["attempt_id"] != parts[3]):
-        raise Conflict(f"{shown} is the record of {record['attempt_id']}, not of {parts[3]}, whose folder holds "
-                       "it; the run was edited by hand or by another tool", path=shown)
+    for field, expected in (("shard_id", parts[1]), ("attempt_id", parts[3])):
+        if field in record and record[field] != expected:
+            raise Conflict(f"{shown} is the record of {record[field]}, not of {expected}, whose folder holds it; "
+                           "the run was edited by hand or by another tool", path=shown)
 
 
 class RunDir(Tree):
