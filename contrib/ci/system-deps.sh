@@ -13,6 +13,8 @@ command -v man >/dev/null 2>&1 || need="$need man-db"
 # the filesystem-without-hard-links tests: a FUSE passthrough (fusepy on libfuse2; fuse3 brings /dev/fuse's tools)
 command -v fusermount3 >/dev/null 2>&1 || need="$need fuse3"
 ldconfig -p 2>/dev/null | grep -q 'libfuse\.so\.2' || need="$need libfuse2"
+# the crash-state enumeration records each commit protocol's system calls (tests/crashstates.py)
+command -v strace >/dev/null 2>&1 || need="$need strace"
 [ -n "$need" ] || exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "system-deps: missing:$need; install them (apt-get install$need) or run as root" >&2

@@ -184,13 +184,16 @@ def generations(tree: Tree) -> list[str]:
                   if n.endswith(".complete") and _GENERATION.match(n[: -len(".complete")]))
 
 
-def describe(tree: Tree, listing: list[tuple[str, int]] | None = None) -> list[dict]:
-    """Manifest entries of every payload file (of `listing`, by default a fresh `walk`): path, size, sha256."""
+def describe(tree: Tree, listing: list[tuple[str, int]] | None = None, durable: bool = False) -> list[dict]:
+    """Manifest entries of every payload file (of `listing`, by default a fresh `walk`): path, size, sha256;
+    `durable`: each file fsynced once hashed (its folders are the caller's: `Tree.sync_folders`)."""
     files = []
     for rel, _ in walk(tree) if listing is None else listing:
         fd = open_payload(tree, rel)
         try:
             size, sha = hash_fd(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         files.append({"path": rel, "size": size, "sha256": sha})

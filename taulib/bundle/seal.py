@@ -16,8 +16,9 @@ Steps:
      a declared part that is absent (an index or metrics file missing, a glob matching nothing) means no
      acknowledgement at all: nothing is written or uploaded, the current pointer stays, and tau-bundle-seal exits
      0, the payload's status, with `acknowledged` false, what is `absent` and the `reason` (never a failed payload);
-  3. describe the tree (every payload file's sha256) and build the checkpoint index from it (nothing is read
-     twice; `manifest.checkpoint_index`);
+  3. describe the tree (every payload file's sha256, each file and folder fsynced: the acknowledgement never
+     outlives the payload after a power cut) and build the checkpoint index from it (nothing is read twice;
+     `manifest.checkpoint_index`);
   4. write the generation's parts, `.tau/bundles/G.d/checkpoints.json` and `.tau/bundles/G.d/metrics/NAME`
      (kept when identical; replaced only while no manifest of G names them: a killed sealer's), then the manifest
      `.tau/bundles/G.json` (no overwrite: an existing manifest of G with other content is refused, 73; identical
@@ -294,7 +295,8 @@ def seal(root: str, generation: str, run: dict | None = None, index: str | None 
                                 + "; ".join(_ABSENT[a["option"]].format(a["path"]) for a in absent)
                                 + "; nothing was written or uploaded")
             return result
-        files = mf.describe(tree, listing)
+        files = mf.describe(tree, listing, durable=True)  # the payload made durable before it is acknowledged:
+        tree.sync_folders([f["path"] for f in files])  # its bytes and its names, or a power cut may outlive them
         checkpoints_entry, metrics_entries, parts = _parts(generation, globs, files, found)
         with tree.subtree(mf.TAU_DIR, create=True) as tau, locks.hold(tau, "seal"):
             record, data, created = _acknowledge(tree, tau, generation, files, index_entry, run, command,

@@ -200,6 +200,19 @@ class Tree:
         os.fsync(parent)
 
     @_operation
+    def sync_folder(self, rel: str = "") -> None:
+        """fsync folder `rel`: the entries made in it (by a program tau ran, say) survive a power cut."""
+        os.fsync(self.folder(rel))
+
+    @_operation
+    def sync_folders(self, paths: list[str]) -> None:
+        """fsync every folder on the way to each of `paths` (relative), the root included, deepest first: the
+        files' names and their folders' names survive a power cut."""
+        folders = {"/".join(p.split("/")[:i]) for p in paths for i in range(p.count("/") + 1)}
+        for rel in sorted(folders, key=lambda f: f.count("/") + bool(f), reverse=True):
+            os.fsync(self.folder(rel))
+
+    @_operation
     def remove_empty(self, rel: str) -> None:
         """Remove the empty folder `rel` (OSError when it is not empty)."""
         parent, name = self._leaf(rel)

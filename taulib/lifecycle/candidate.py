@@ -1,8 +1,10 @@
 """Candidate datasets: describing what an attempt produced, and verifying it again before it wins.
 
 Reads: the files of an attempt's dataset folder (through the run's RunDir: never through a symlink). Writes:
-nothing but their mode (0600, whatever the client's umask). Promises: a candidate holds only regular `*.parquet`
-files of one schema; `verify` re-hashes every byte and compares it with the manifest before a winner is published.
+nothing but their mode (0600, whatever the client's umask); `describe` fsyncs each file and the folder, so that a
+manifest made from them never outlives their bytes after a power cut. Promises: a candidate holds only regular
+`*.parquet` files of one schema; `verify` re-hashes every byte and compares it with the manifest before a winner is
+published.
 
 A client only has to write Parquet files into `$TAU_OUTPUT_DIR` and exit 0; tau builds the candidate manifest
 itself: every file's relative path, size, sha256 and Parquet row count, and the digest of the shared Arrow schema
@@ -93,10 +95,13 @@ def describe(run_dir: RunDir, dataset_rel: str) -> tuple[list[Record], str | Non
             os.fchmod(fd, 0o600)  # a candidate is as private as the run's records, whatever the client's umask
             size, sha = _hash_fd(fd)
             rows, digest, fields = _parquet_facts(fd, shown)
+            os.fsync(fd)  # the client may not have: the manifest must never outlive the bytes it describes
         finally:
             os.close(fd)
         files.append({"path": name, "size": size, "sha256": sha, "rows": rows})
         digests.add(digest)
+    if entries:
+        run_dir.sync_folder(dataset_rel)  # and the files' names, made by the client, before the manifest names them
     if len(digests) > 1:
         raise BadInput(f"dataset {dataset_rel!r} mixes Parquet files of different schemas", path=dataset_rel)
     return files, (digests.pop() if digests else None), fields
