@@ -5,9 +5,10 @@ marker beside them on the fallback path.
 Promises: `publish_folder(parent, stage, name)` renames the stage to the final name with
 `renameat2(RENAME_NOREPLACE)`, or raises Conflict (73) when the name exists; nothing that exists is ever replaced.
 Where the filesystem lacks renameat2 (EINVAL, ENOSYS, ENOTSUP: ZFS, some NFS servers), or TAU_NO_RENAMEAT2=1, it
-falls back to: create a reservation marker (O_EXCL) beside the target, `mkdir` the target exclusively (the
-no-replace claim), `rename` the stage onto the empty reserved folder (POSIX allows replacing an empty directory),
-remove the marker. `recover_reservation` undoes a crash in between: an empty target of ours plus its marker.
+falls back to: create a reservation marker (O_EXCL) beside the target and fsync the parent, `mkdir` the target
+exclusively (the no-replace claim), `rename` the stage onto the empty reserved folder (POSIX allows replacing an
+empty directory), remove the marker. `recover_reservation` undoes a crash in between: an empty target of ours plus
+its marker.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def marker_name(name: str) -> str:
 def _fallback(parent: Tree, stage: str, name: str) -> None:
     marker = marker_name(name)
     atomic.write_new(parent.fd, marker, f"{stage}\n{name}\n".encode())
+    os.fsync(parent.fd)  # the marker's name before the claim: a power cut never keeps the claim without it
     failpoints.hit("publish.reserved")
     try:
         os.mkdir(name, 0o700, dir_fd=parent.fd)
