@@ -150,7 +150,7 @@ class Model:
 
 _LINE = re.compile(r"^(\d+)\s+(.*)$")
 _CALL = re.compile(r"^(\w+)\((.*)\) += (.*)$", re.S)
-_FD = re.compile(r"^(-?\d+)(?:<(.*)>)?$", re.S)
+_FD = re.compile(r"^(-?\d+)(?:<(.*)>)?(\(deleted\))?$", re.S)
 _HEX = re.compile(r"\\x([0-9a-f]{2})")
 
 
@@ -205,7 +205,7 @@ def _fd(text: str) -> tuple[int, str | None]:
     if not m:
         raise ValueError(f"crashstates: not a descriptor: {text[:80]!r}")
     annotated = m.group(2)
-    if annotated is None:
+    if annotated is None or m.group(3):  # a file no name reaches any more: nothing of it can be seen again
         return int(m.group(1)), None
     return int(m.group(1)), os.fsdecode(bytes(int(h, 16) for h in _HEX.findall(annotated)))
 
@@ -306,7 +306,7 @@ class _Parser:
 
     def ino_of(self, pid: int, fdarg: str) -> tuple[int, int | None, str | None]:
         fd, path = _fd(fdarg)
-        if path is None or path.endswith(" (deleted)"):
+        if path is None:
             return fd, None, None
         rel = self.m.rel(path)
         return fd, (None if rel is None else self.m.lookup(rel)), rel

@@ -17,7 +17,8 @@ Order, failing closed before any byte lands at the destination:
      end: a second fetch to the same destination meanwhile is busy, 75), each blob pinned to its listed etag,
      the sha256 of every byte computed (a small blob's as it arrives, a large one's range by range from the staged
      file just written: `bundle.transfer`), every size and digest compared with the manifest (1), every file
-     fsynced; progress on stderr when it is a terminal (or as --progress / --no-progress say: `taulib.progress`);
+     and every folder of the stage fsynced; progress on stderr when it is a terminal (or as --progress /
+     --no-progress say: `taulib.progress`);
   6. publish: the stage (with the acknowledgement and the generation's parts under `.tau/bundles/`) is renamed
      to the destination with renameat2(RENAME_NOREPLACE), or onto the empty destination folder; on any failure
      the stage is removed and the destination is as it was before (absent, or the empty folder it was; after a
@@ -135,7 +136,9 @@ def _fetch(parent: Tree, name: str, existed: bool, claim: Claim, location, gener
             _download_all(client, location, record, listing, staged, progress)
             staged.write_new(mf.manifest_name(generation), manifest_bytes)
             staged.write_new(mf.marker_name(generation), marker_bytes)
-            os.fsync(staged.fd)
+            # every folder of the stage, not only its top: a name in a subfolder could be lost after the rename
+            staged.sync_folders([mf.safe_path(e["path"], generation) for e in mf.entries(record)]
+                                + [mf.manifest_name(generation), mf.marker_name(generation)])
         failpoints.hit("fetch.staged")
         if existed:
             parent.remove_empty(name)  # it was empty: the rename below takes its place, never overwrites
