@@ -107,12 +107,21 @@ def pytest_terminal_summary(terminalreporter) -> None:
     reached = {name for _, name in EXERCISED}
     line = (f"adversarial suite: {REPORT['cases']} generated cases tried, {REPORT['misbehaved']} misbehaved; "
             f"failpoints: {len(failpoints.NAMES)} total, {len(reached)} exercised in {len(EXERCISED)} "
-            f"(command, failpoint) crashes; {REPORT['race_rounds']} race rounds; scale {SCALE}")
+            f"(command, failpoint) crashes; {REPORT['race_rounds']} race rounds; "
+            f"{REPORT['crash_states']} crash states tried, {REPORT['crash_states_broken']} broke an invariant; "
+            f"{REPORT['power_cuts']} power cuts, {REPORT['power_cuts_broken']} not converged; scale {SCALE}")
     terminalreporter.write_line(line)
+    protocols = sorted(key.partition(":")[2] for key in REPORT if key.startswith("crash_states:"))
+    if protocols:  # per protocol (tests/adversarial/crashcheck.py counts them)
+        terminalreporter.write_line("crash states per protocol: " + "; ".join(
+            f"{p}: {REPORT['crash_states:' + p]} tried, {REPORT['crash_states_broken:' + p]} broke" for p in protocols))
     target = os.environ.get("TAU_ADVERSITY_REPORT")
     if target:
         with open(target, "w") as fh:
             json.dump({"cases": REPORT["cases"], "misbehaved": REPORT["misbehaved"],
                        "failpoints_total": len(failpoints.NAMES), "failpoints_exercised": sorted(reached),
                        "crashes": sorted(f"{c} {n}" for c, n in EXERCISED), "race_rounds": REPORT["race_rounds"],
+                       "crash_states": {p: REPORT["crash_states:" + p] for p in protocols},
+                       "crash_states_broken": REPORT["crash_states_broken"], "power_cuts": REPORT["power_cuts"],
+                       "power_cuts_broken": REPORT["power_cuts_broken"],
                        "scale": SCALE}, fh, indent=1)

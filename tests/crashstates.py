@@ -677,14 +677,33 @@ def crash_states(rec: Recording, seed: int = 0, extra: int = 2, max_subsets: int
             yield CrashState(k, label, rec.ops[k - 1] if k else None, state, key)
 
 
-def materialise(state: dict, path: str | Path) -> None:
-    """Write `state` at `path` (removed first)."""
+def power_cut(rec: Recording, rng: random.Random, settled=None) -> tuple[str, dict]:
+    """One state a power cut after the whole log may leave: half the time only what was fsynced (LazyFS's
+    choice), else a random subset of the unsynced entry changes and a random fate (kept, lost, zeroed) for each
+    file's unsynced data. (label, state)."""
+    rec._durable = _durable_at(rec, settled)  # type: ignore[attr-defined]
+    dur, k = rec._durable, len(rec.ops)  # type: ignore[attr-defined]
+    pending_entries = [j for j in range(k) if rec.ops[j].kind in ENTRY_OPS and not dur[j] < k]
+    pending_data = sorted({rec.ops[j].ino for j in range(k) if rec.ops[j].kind in DATA_OPS and not dur[j] < k})
+    if rng.random() < 0.5:
+        return "durable", build(rec, k, set(), {ino: "none" for ino in pending_data})
+    kept = {j for j in pending_entries if rng.random() < 0.5}
+    fates = {ino: rng.choice(("all", "none", "zero")) for ino in pending_data}
+    return f"random ({len(kept)} of {len(pending_entries)} entry changes kept)", build(rec, k, kept, fates)
+
+
+def materialise(state: dict, path: str | Path, keep_root: bool = False) -> None:
+    """Write `state` at `path` (removed first; with `keep_root`, only what is in it)."""
     path = Path(path)
-    if path.exists():
+    if keep_root:
+        for child in path.iterdir():
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    elif path.exists():
         shutil.rmtree(path)
 
     def make(node: dict, where: Path) -> None:
-        where.mkdir(mode=0o700)
+        if where != path or not keep_root:
+            where.mkdir(mode=0o700)
         for name, value in node.items():
             if name == "\0mode":
                 continue

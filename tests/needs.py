@@ -37,6 +37,7 @@ ENTRIES = {
     ("azurite", "start"): "azurite",
     ("azurite", "Dedicated"): "azurite",
     ("fusefs", "mounted"): "root",
+    ("lazyfs", "mounted"): "root",
     ("test_faults", "tmpfs"): "root",
 }
 BUILTIN_ENTRIES = ((os.chown, "root"), (os.lchown, "root"))

@@ -11,6 +11,7 @@ states first, the rest a seeded sample), and tau-drive-style convergence on CONV
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 from pathlib import Path
@@ -42,6 +43,64 @@ def outcome_problem(name: str, outcome, ok: tuple[int, ...]) -> str | None:
     if outcome.code not in EXIT_CODES or outcome.code == 70:
         return f"{name} exited {outcome.code}: {outcome.err[:300]!r}"
     return f"{name} exited {outcome.code}: {misbehaviour(outcome) or outcome.err[:300]!r}"
+
+
+def problems_of_run(run_dir: Path) -> list[str]:
+    """What is wrong with the run directory as it stands (empty: nothing): a visible record that fails its
+    schema, a winner that is not whole (its chain, or a file that does not hash as its manifest says)."""
+    from taulib.errors import TauError
+    from taulib.lifecycle import candidate
+    from taulib.lifecycle import winner as winners
+    from taulib.rundir import layout
+    from taulib.rundir.records import RunDir
+    from taulib.rundir.run import Run
+
+    if not (run_dir / "run.json").exists():
+        return []
+    found = []
+    with RunDir(str(run_dir)) as rd:
+        for dirpath, _, files in os.walk(run_dir):
+            for name in files:
+                rel = os.path.relpath(os.path.join(dirpath, name), run_dir)
+                if name.endswith(".json") and not TEMP.match(name) and "/dataset/" not in rel:
+                    try:
+                        rd.read(rel)
+                    except TauError as exc:
+                        found.append(f"a visible record that fails its schema: {rel}: {exc.message}")
+    if found:
+        return found
+    with Run(str(run_dir)) as run:
+        for index in range(run.shard_count):
+            sid = layout.shard_id(index)
+            record = run.dir.read(layout.winner(sid), "tau.winner")
+            if record is None:
+                continue
+            try:
+                chain = winners.check_chain(run, sid, record["attempt_id"], winner=record)
+                candidate.verify(run.dir, chain.manifest)
+            except TauError as exc:
+                found.append(f"winner of {sid} is not whole: {exc.message}")
+    return found
+
+
+def problems_of_destination(dest: Path) -> list[str]:
+    """A collection (or fetch) destination is absent or whole: every file its result names, with its sha256."""
+    from taulib import jsonio
+
+    if not dest.exists():
+        return []
+    if dest.is_dir() and not any(dest.iterdir()) and (dest.parent / f".{dest.name}.tau-reserved").exists():
+        return []  # reserved by a publication without renameat2: undone by the next tau-collect
+    result_path = dest / "_tau_collection.json"
+    if not result_path.exists():
+        return [f"{dest.name} exists without its _tau_collection.json"]
+    result = json.loads(result_path.read_bytes())
+    present = {str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()} - {"_tau_collection.json"}
+    listed = {f["path"] for f in result["files"]}
+    if present != listed:
+        return [f"{dest.name} holds {sorted(present)}, its result lists {sorted(listed)}"]
+    return [f"{dest.name}/{f['path']} does not match its sha256" for f in result["files"]
+            if jsonio.sha256_hex((dest / f["path"]).read_bytes()) != f["sha256"]]
 
 
 def problems_of_bundle(root: Path, generation: str) -> list[str]:

@@ -44,7 +44,7 @@ def protocol_of(step: str):
     served, the attempts (and their clients) apart from the submission that started them, else the step's."""
     def protocol(op: cs.Op | None, finals: dict[int, str]) -> str:
         if op is None:
-            return step
+            return step.partition("-")[0]
         path = finals.get(op.ino, op.path) if op.kind in ("write", "trunc", "sync", "link") else op.path
         if path == "run/index" or path.startswith("run/index/"):
             return "index"
@@ -54,66 +54,6 @@ def protocol_of(step: str):
             return "attempt"
         return step.partition("-")[0]
     return protocol
-
-
-# -- invariants -----------------------------------------------------------------------------------------------------
-
-def problems_of_run(ws: Path) -> list[str]:
-    """What is wrong with the run directory ws/run as it stands (empty: nothing)."""
-    from taulib.errors import TauError
-    from taulib.lifecycle import candidate
-    from taulib.lifecycle import winner as winners
-    from taulib.rundir import layout
-    from taulib.rundir.records import RunDir
-    from taulib.rundir.run import Run
-
-    run_dir = ws / "run"
-    if not (run_dir / "run.json").exists():
-        return []
-    found = []
-    with RunDir(str(run_dir)) as rd:
-        for dirpath, _, files in os.walk(run_dir):
-            for name in files:
-                rel = os.path.relpath(os.path.join(dirpath, name), run_dir)
-                if name.endswith(".json") and not cc.TEMP.match(name) and "/dataset/" not in rel:
-                    try:
-                        rd.read(rel)
-                    except TauError as exc:
-                        found.append(f"a visible record that fails its schema: {rel}: {exc.message}")
-    if found:
-        return found
-    with Run(str(run_dir)) as run:
-        for index in range(run.shard_count):
-            sid = layout.shard_id(index)
-            record = run.dir.read(layout.winner(sid), "tau.winner")
-            if record is None:
-                continue
-            try:
-                chain = winners.check_chain(run, sid, record["attempt_id"], winner=record)
-                candidate.verify(run.dir, chain.manifest)
-            except TauError as exc:
-                found.append(f"winner of {sid} is not whole: {exc.message}")
-    return found
-
-
-def problems_of_destination(dest: Path) -> list[str]:
-    """A collection (or fetch) destination is absent or whole: every file its result names, with its sha256."""
-    from taulib import jsonio
-
-    if not dest.exists():
-        return []
-    if dest.is_dir() and not any(dest.iterdir()) and (dest.parent / f".{dest.name}.tau-reserved").exists():
-        return []  # reserved by a publication without renameat2: undone by the next tau-collect
-    result_path = dest / "_tau_collection.json"
-    if not result_path.exists():
-        return [f"{dest.name} exists without its _tau_collection.json"]
-    result = json.loads(result_path.read_bytes())
-    present = {str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()} - {"_tau_collection.json"}
-    listed = {f["path"] for f in result["files"]}
-    if present != listed:
-        return [f"{dest.name} holds {sorted(present)}, its result lists {sorted(listed)}"]
-    return [f"{dest.name}/{f['path']} does not match its sha256" for f in result["files"]
-            if jsonio.sha256_hex((dest / f["path"]).read_bytes()) != f["sha256"]]
 
 
 # -- the steps ------------------------------------------------------------------------------------------------------
@@ -165,7 +105,7 @@ class Step:
         return [p for p in [cc.outcome_problem("tau-status", invoke("tau-status", [str(run)]), expected)] if p]
 
     def invariants(self) -> list[str]:
-        return problems_of_run(self.ws) + problems_of_destination(self.ws / "data")
+        return cc.problems_of_run(self.ws / "run") + cc.problems_of_destination(self.ws / "data")
 
     def check(self, state: cs.CrashState) -> list[str]:
         cs.materialise(state.state, self.ws)
