@@ -77,6 +77,19 @@ def test_a_folder_that_holds_foreign_files_exits_73(workspace):
     assert snapshot(folder) == before
 
 
+def test_tau_init_again_on_a_run_that_was_driven_cancelled_and_reopened_is_the_same_run(workspace):
+    run_dir = init_run(workspace)
+    (run_dir / "drive").mkdir(mode=0o700)
+    for name in ("reopen.json", "cancel-2.json", "reopen-2.json"):
+        (run_dir / name).write_text("{}")
+    proc = tau("tau-init", str(run_dir), input=json.dumps(plan()))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["created"] is False
+    (run_dir / "cancel-x.json").write_text("{}")
+    foreign = tau("tau-init", str(run_dir), input=json.dumps(plan()))
+    assert foreign.returncode == 73 and "holds files that are not a tau run" in error_of(foreign)["message"]
+
+
 def test_an_existing_empty_folder_becomes_the_run(workspace):
     folder = workspace / "run"
     folder.mkdir(mode=0o700)

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 MAX_SHARDS = 1_000_000  # as the plan request's `shards` maximum: one Slurm array index per shard
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards", "submissions", "collections", "index", "bundles",
-                "cancel.json", "schema.json"}
+                "cancel.json", "reopen.json", "schema.json", "drive"}
+_RUN_GENERATIONS = re.compile(r"(?:cancel|reopen)-[0-9]{1,9}\.json")  # layout.cancel_record, reopen_record
 
 
 def resolve_plan(request: Record, run_id: str) -> Record:
@@ -254,7 +255,7 @@ def _refuse_foreign_directory(run_dir: str) -> None:
         return
     except NotADirectoryError:
         raise Conflict(f"{run_dir!r} exists and is not a folder") from None
-    if names - _RUN_ENTRIES:
+    if any(n not in _RUN_ENTRIES and not _RUN_GENERATIONS.fullmatch(n) for n in names):
         raise Conflict(f"{run_dir!r} exists and holds files that are not a tau run; choose an empty or new "
                        "folder", run_dir=os.path.abspath(run_dir))
 
