@@ -23,12 +23,15 @@ from pathlib import Path
 ATTRS = ("st_atime", "st_ctime", "st_gid", "st_mode", "st_mtime", "st_nlink", "st_size", "st_uid", "st_ino")
 
 
-def serve(backing: str, mountpoint: str) -> None:
-    from fuse import FUSE, FuseOSError, Operations
+def passthrough():
+    """The read side of a passthrough FUSE file system of a backing folder (`root`), shared by this file system and
+    tests/lazyfs.py: paths resolved under the root, every OSError answered with its errno, attributes, access,
+    entries, links and statfs read from the backing folder. fusepy is imported here, in the server process only."""
+    from fuse import FuseOSError, Operations
 
-    class NoLinks(Operations):
+    class Passthrough(Operations):
         def __init__(self, root: str) -> None:
-            self.root = root
+            self.root = os.path.abspath(root)
 
         def _p(self, path: str) -> str:
             return os.path.join(self.root, path.lstrip("/"))
@@ -53,6 +56,18 @@ def serve(backing: str, mountpoint: str) -> None:
         def readlink(self, path):
             return os.readlink(self._p(path))
 
+        def statfs(self, path):
+            st = os.statvfs(self._p(path))
+            return {k: getattr(st, k) for k in ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree",
+                                                "f_files", "f_flag", "f_frsize", "f_namemax")}
+
+    return Passthrough
+
+
+def serve(backing: str, mountpoint: str) -> None:
+    from fuse import FUSE, FuseOSError
+
+    class NoLinks(passthrough()):
         def mkdir(self, path, mode):
             os.mkdir(self._p(path), mode)
 
@@ -85,11 +100,6 @@ def serve(backing: str, mountpoint: str) -> None:
 
         def truncate(self, path, length, fh=None):
             os.truncate(self._p(path), length)
-
-        def statfs(self, path):
-            st = os.statvfs(self._p(path))
-            return {k: getattr(st, k) for k in ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree",
-                                                "f_files", "f_flag", "f_frsize", "f_namemax")}
 
         def create(self, path, mode, fi=None):
             return os.open(self._p(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -124,29 +134,38 @@ def _unmount(mountpoint: Path) -> None:
 
 
 @contextlib.contextmanager
+def serving(argv: list[str], mountpoint: Path, log: Path):
+    """Start the file system server `argv` (its output to `log`), wait until `mountpoint` is mounted, and on the way
+    out stop the server this started, by its PID (SIGINT: libfuse's own handler leaves its loop and unmounts), then
+    unmount what is left."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 20
+            while not os.path.ismount(mountpoint):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the FUSE file system did not mount: {log.read_text()!r}")
+                time.sleep(0.05)
+            yield
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+            _unmount(mountpoint)
+
+
+@contextlib.contextmanager
 def mounted(tmp: Path):
     """Serve a fresh backing folder under `tmp` at `tmp/mnt`; yields the mount point (a Path)."""
     backing, mountpoint = tmp / "backing", tmp / "mnt"
     backing.mkdir(mode=0o700)
     mountpoint.mkdir(mode=0o700)
-    proc = subprocess.Popen([sys.executable, __file__, str(backing), str(mountpoint)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 20
-        while not os.path.ismount(mountpoint):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the FUSE filesystem did not mount: {proc.communicate(timeout=5)[0]!r}")
-            time.sleep(0.05)
+    with serving([sys.executable, __file__, str(backing), str(mountpoint)], mountpoint, tmp / "fusefs.log"):
         yield mountpoint
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # libfuse's own handler: leave the loop and unmount
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        _unmount(mountpoint)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,6 @@ import contextlib
 import errno
 import os
 import random
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,16 +37,15 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import crashstates as cs  # noqa: E402
-
-ATTRS = ("st_atime", "st_ctime", "st_gid", "st_mode", "st_mtime", "st_nlink", "st_size", "st_uid", "st_ino")
+from fusefs import passthrough, serving  # noqa: E402
 
 
 def serve(backing: str, mountpoint: str, control: str) -> None:
-    from fuse import FUSE, FuseOSError, Operations
+    from fuse import FUSE, FuseOSError
 
-    class Lazy(Operations):
+    class Lazy(passthrough()):
         def __init__(self) -> None:
-            self.root = os.path.abspath(backing)
+            super().__init__(backing)
             self.control = Path(control)
             self.fhs: dict[int, int] = {}  # backing descriptor -> inode of the model
             self.changes = 0  # changing operations served since the mount
@@ -62,15 +59,6 @@ def serve(backing: str, mountpoint: str, control: str) -> None:
             self.model = cs.Model(self.root)
             self.ops: list[cs.Op] = []
             self.fhs.clear()
-
-        def _p(self, path: str) -> str:
-            return os.path.join(self.root, path.lstrip("/"))
-
-        def __call__(self, op, *args):
-            try:
-                return super().__call__(op, *args)
-            except OSError as exc:
-                raise FuseOSError(exc.errno or errno.EIO) from None
 
         # -- the commands ---------------------------------------------------------------------------------------
         def _gate(self, what: str) -> None:
@@ -129,25 +117,6 @@ def serve(backing: str, mountpoint: str, control: str) -> None:
                 self._emit("unlink", path, ino=ino, dir=where[0], name=where[1])
 
         # -- reading ----------------------------------------------------------------------------------------------
-        def getattr(self, path, fh=None):
-            st = os.lstat(self._p(path))
-            return {k: getattr(st, k) for k in ATTRS}
-
-        def access(self, path, amode):
-            if not os.access(self._p(path), amode, follow_symlinks=False):
-                raise FuseOSError(errno.EACCES)
-
-        def readdir(self, path, fh):
-            return [".", "..", *os.listdir(self._p(path))]
-
-        def readlink(self, path):
-            return os.readlink(self._p(path))
-
-        def statfs(self, path):
-            st = os.statvfs(self._p(path))
-            return {k: getattr(st, k) for k in ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree",
-                                                "f_files", "f_flag", "f_frsize", "f_namemax")}
-
         def open(self, path, flags):
             # O_APPEND dropped: the kernel gives every write its offset (the file's end), which pwrite must keep
             fh = os.open(self._p(path), flags & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_APPEND))
@@ -258,37 +227,15 @@ def serve(backing: str, mountpoint: str, control: str) -> None:
          entry_timeout=0, negative_timeout=0)
 
 
-def _unmount(mountpoint: Path) -> None:
-    if os.path.ismount(mountpoint):
-        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, timeout=30)
-
-
 @contextlib.contextmanager
 def mounted(tmp: Path):
     """Serve a fresh backing folder under `tmp` at `tmp/mnt`; yields (mount point, control folder)."""
     backing, mountpoint, control = tmp / "backing", tmp / "mnt", tmp / "control"
     for folder in (backing, mountpoint, control):
         folder.mkdir(mode=0o700)
-    log = open(tmp / "lazyfs.log", "wb")
-    proc = subprocess.Popen([sys.executable, __file__, str(backing), str(mountpoint), str(control)], stdout=log,
-                            stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 20
-        while not os.path.ismount(mountpoint):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the FUSE file system did not mount: {(tmp / 'lazyfs.log').read_text()!r}")
-            time.sleep(0.05)
+    with serving([sys.executable, __file__, str(backing), str(mountpoint), str(control)], mountpoint,
+                 tmp / "lazyfs.log"):
         yield mountpoint, control
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # libfuse's own handler: leave the loop and unmount
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        _unmount(mountpoint)
-        log.close()
 
 
 if __name__ == "__main__":

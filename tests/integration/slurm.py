@@ -312,13 +312,18 @@ def daemon_stopped(name: str):
         start_daemon(name)
 
 
-def fake_sbatch(folder: Path, body: str) -> dict:
-    """Write `body` as an executable `sbatch` in folder; returns the env that puts it first on PATH (for tau())."""
+def fake_command(folder: Path, name: str, body: str) -> dict:
+    """Write `body` as an executable `name` (a wrapper of a Slurm command, say) in folder; returns the env that puts
+    it first on PATH (for tau())."""
     folder.mkdir(mode=0o700, exist_ok=True)
-    script = folder / "sbatch"
+    script = folder / name
     script.write_text("#!/bin/sh\n" + body)
     script.chmod(0o700)
     return {"PATH": f"{folder}:{BIN}:{os.environ.get('PATH', '')}"}
+
+
+def fake_sbatch(folder: Path, body: str) -> dict:
+    return fake_command(folder, "sbatch", body)
 
 
 LOST_REPLY = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from helpers import ROOT, Sampler, error_of, tau
-from slurm import (LOST_REPLY, attempt_record, cancel_workspace_jobs, daemon_stopped, fake_sbatch, init_slurm_run,
+from slurm import (LOST_REPLY, attempt_record, daemon_stopped, fake_sbatch, init_slurm_run,
                    job_id, jobs_named, observation_of, record, run_cmd, sacct_rows, settled, shard, submit,
                    task_states, wait_for, wait_job_gone, wait_until)
 from test_slurm_recipes import _cron_command
@@ -27,14 +27,6 @@ pytestmark = pytest.mark.slurm
 
 INSTALLED_WORKER = Path("/etc/slurm/tau-reconcile-run")
 NOT_CONCLUDED = ("failed", "unknown", "accounting_lag", "exhausted")
-
-
-@pytest.fixture
-def extra_jobs(workspace):
-    """Job ids a test submits outside tau's records; they and every job the test's runs recorded are cancelled."""
-    ids: list[str] = []
-    yield ids
-    cancel_workspace_jobs(workspace, ids)
 
 
 def _status_file(run_dir: Path) -> Path:

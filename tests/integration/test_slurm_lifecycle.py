@@ -13,18 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from helpers import Sampler, tau
-from slurm import (attempt_record, cancel_workspace_jobs, init_slurm_run, job_id, observation_of, observe_reconcile,
+from slurm import (attempt_record, init_slurm_run, job_id, observation_of, observe_reconcile,
                    run_cmd, sacct_rows, settled, shard, submit, task_states, wait_for, wait_task_state, wait_until)
 
 pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture
-def extra_jobs(workspace):
-    """Job ids a test submits itself; they and every job the test's runs recorded are cancelled at the end."""
-    ids: list[str] = []
-    yield ids
-    cancel_workspace_jobs(workspace, ids)
 
 
 class ReadinessWatcher(Sampler):

@@ -9,35 +9,17 @@ changed, as a misbehaving site wrapper or a broken proxy would change it.
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from helpers import error_of, tau
-from slurm import (BIN, attempt_record, cancel_workspace_jobs, fake_sbatch, init_slurm_run, job_id, observe_reconcile,
-                   record, run_cmd, shard, two_tasks_running)
+from slurm import (attempt_record, fake_command, init_slurm_run, job_id, observe_reconcile, record, run_cmd, shard,
+                   two_tasks_running)
 
 from taulib.errors import Unavailable
 from taulib.slurm import commands
 
 pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture
-def extra_jobs(workspace):
-    ids: list[str] = []
-    yield ids
-    cancel_workspace_jobs(workspace, ids)
-
-
-def _wrapper(folder: Path, name: str, body: str) -> dict:
-    """An executable `name` in folder, first on PATH (for tau())."""
-    folder.mkdir(mode=0o700, exist_ok=True)
-    script = folder / name
-    script.write_text("#!/bin/sh\n" + body)
-    script.chmod(0o700)
-    return {"PATH": f"{folder}:{BIN}:{os.environ.get('PATH', '')}"}
 
 
 def test_squeue_of_jobs_slurm_no_longer_knows_prints_exactly_the_message_tau_takes_for_gone(cluster):
@@ -57,7 +39,8 @@ def test_sbatch_replying_no_job_id_is_ambiguous_and_the_next_submit_adopts_the_j
         cluster, workspace, extra_jobs, printed):
     run_dir = init_slurm_run(workspace, records=8, shards=2)
     real_id = workspace / "real-id"
-    odd = fake_sbatch(workspace / "odd-reply", f'/usr/bin/sbatch "$@" > "{real_id}" || exit $?\necho "{printed}"\n')
+    odd = fake_command(workspace / "odd-reply", "sbatch",
+                       f'/usr/bin/sbatch "$@" > "{real_id}" || exit $?\necho "{printed}"\n')
     proc = tau("tau-submit", str(run_dir), env=odd)
     assert proc.returncode == 75, proc.stderr
     err = error_of(proc)
@@ -82,9 +65,9 @@ def test_sbatch_replying_no_job_id_is_ambiguous_and_the_next_submit_adopts_the_j
 def test_two_queue_rows_for_one_task_hold_back_that_attempt_alone_and_a_row_of_another_job_the_whole_queue(
         cluster, workspace, extra_jobs):
     run_dir, job = two_tasks_running(workspace, sleep=40)
-    doubled = _wrapper(workspace / "doubled", "squeue",
-                       f'out=$(/usr/bin/squeue "$@") || exit $?\nprintf "%s\\n" "$out"\n'
-                       f'printf "%s\\n" "$out" | grep "^{job}_1|"\n')
+    doubled = fake_command(workspace / "doubled", "squeue",
+                           f'out=$(/usr/bin/squeue "$@") || exit $?\nprintf "%s\\n" "$out"\n'
+                           f'printf "%s\\n" "$out" | grep "^{job}_1|"\n')
     proc = tau("tau-observe", str(run_dir), env=doubled)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
@@ -98,8 +81,8 @@ def test_two_queue_rows_for_one_task_hold_back_that_attempt_alone_and_a_row_of_a
     assert applied.returncode == 0, applied.stderr
     assert shard(json.loads(applied.stdout), "shard-00000")["state"] == "running"
 
-    stranger = _wrapper(workspace / "stranger", "squeue",
-                        '/usr/bin/squeue "$@" || exit $?\necho "4000000000_0|RUNNING|None"\n')
+    stranger = fake_command(workspace / "stranger", "squeue",
+                            '/usr/bin/squeue "$@" || exit $?\necho "4000000000_0|RUNNING|None"\n')
     proc = tau("tau-observe", str(run_dir), env=stranger)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

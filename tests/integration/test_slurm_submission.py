@@ -15,21 +15,13 @@ from pathlib import Path
 import pytest
 
 from helpers import error_of, snapshot, tau
-from slurm import (LOST_REPLY, attempt_record, cancel_workspace_jobs, fake_sbatch, init_slurm_run, job_id, jobs_named,
+from slurm import (LOST_REPLY, attempt_record, fake_sbatch, init_slurm_run, job_id, jobs_named,
                    observe_reconcile, record, run_cmd, sacct_rows, settled, task_states, wait_for, wait_job_gone,
                    wait_until)
 
 pytestmark = pytest.mark.slurm
 
 WINDOWS = {"accounting_lag_seconds": 30, "preemption_seconds": 60, "submission_visibility_seconds": 5}
-
-
-@pytest.fixture
-def extra_jobs(workspace):
-    """Job ids a test submits outside tau's records; they and every job the test's runs recorded are cancelled."""
-    ids: list[str] = []
-    yield ids
-    cancel_workspace_jobs(workspace, ids)
 
 
 def _journal(run_dir: Path, sub: str = "submission-0001") -> dict:
