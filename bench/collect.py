@@ -1,28 +1,42 @@
-"""Collection benchmark: tau-collect against DuckDB `COPY ... TO` and a plain pyarrow loop, per output format.
+"""Collection benchmark: tau-collect against DuckDB `COPY ... TO`, Polars streaming and a plain pyarrow loop, per
+output format, at one or more sizes.
 
-1. Builds a run with tau's own commands (tau-init, tau-submit under the local executor, observe | reconcile until
-   every shard has its winner): shards of 150,000 rows of id, a 200-character text that barely compresses, score
-   and shard (bench/collect_client.py), ~32 MB of Parquet each, to BENCH_COLLECT_MB in all (default 2048; a
-   small size such as 64 for a quick check). The run is built once in BENCH_DIR (default: the system's temporary
-   folder) and reused while its size matches.
+1. For each size in BENCH_COLLECT_MB, a comma-separated list of megabytes of winners (default 2048; a small size
+   such as 64 for a quick check; `256,1024,2048,8192` measures each in turn in the same invocation), builds a run
+   with tau's own commands (tau-init, tau-submit under the local executor, observe | reconcile until every shard has
+   its winner): shards of rows of id, a 200-character text that barely compresses, score and shard
+   (bench/collect_client.py), one Parquet file each. By default a shard holds 150,000 rows (~32 MB) and the size
+   says how many shards; BENCH_WINNERS (e.g. 32 or 64) fixes the number of winners instead, and the rows per shard
+   follow from the size (a client holds its shard in memory as it writes it). Each run is built once in BENCH_DIR
+   (default: the system's temporary folder), in a folder named by its shards x rows, and reused while that matches.
 2. For each format in BENCH_FORMATS (default parquet,csv,jsonl), interleaved over BENCH_ROUNDS rounds (default 3),
-   each case in its own child process on a warm page cache:
+   each case in its own child process on a warm page cache, writing one output:
    - tau: `tau-collect RUN --destination D --format F` (every winner checked whole, the partition plan, the
      digests of what it writes, the atomic publication);
    - duckdb: `COPY (SELECT * FROM read_parquet([winner files])) TO D (FORMAT F)`, uncapped, and with
-     `memory_limit='256MB'`;
-   - pyarrow: a plain loop of `iter_batches` into ParquetWriter / CSVWriter / orjson lines, with no checks.
+     `memory_limit='256MB'` (case `duckdb 256MB`);
+   - polars: `pl.scan_parquet([winner files])` then `sink_parquet` / `sink_csv` / `sink_ndjson` on the streaming
+     engine, rows kept in the order of the winner files (`maintain_order=True`), Parquet snappy-compressed as tau,
+     DuckDB and pyarrow write it;
+   - pyarrow: a plain loop of `iter_batches` into ParquetWriter / CSVWriter / orjson lines, on one thread, with no
+     hashing, no fsync and no checks.
    Before each case the winner files are read through once more, so that no case starts with winners that the
    case before it evicted from the page cache (at 8 GB, a run's winners and one output do not both fit here).
-   BENCH_CASES (default: all) names the baselines to run beside tau, e.g. `duckdb` alone for a quicker 8 GB run.
-   Wall time, MB/s of winner bytes read, and the child's peak RSS (from its rusage, os.wait4).
-3. Prints, per format, each case's median MB/s and peak RSS and the ratio of tau's MB/s to each baseline's, then
-   one JSON line. DuckDB is a benchmark-only dependency (`pip install 'tau[bench]'`); without it those cases are
-   skipped and say so.
+   BENCH_CASES (default: all, `pyarrow,duckdb,duckdb 256MB,polars`) names the baselines to run beside tau, e.g.
+   `duckdb` alone for a quicker 8 GB run; a name it does not know is refused. Each child's wall time, CPU seconds
+   (ru_utime + ru_stime) and peak RSS come from its rusage (os.wait4).
+3. Prints, per size, a table: per format and case, the median MB/s (winner bytes read / median wall time), the
+   median CPU seconds per GB of winner bytes, the largest peak RSS, and the ratio of tau's MB/s to the case's (above
+   1.0x: tau is faster). Then, after the last size, one JSON line: {"benchmark": "collect", "rounds", "runs": [per
+   size {"mb", "winners", "rows_per_winner", "bytes", "files", "results": {format: {case: {"mb_per_s",
+   "cpu_s_per_gb", "peak_rss_mib", "tau_ratio"} or {"failed": message} or {"skipped": "not installed"}}}}]}.
+   DuckDB and Polars are benchmark-only dependencies (`pip install 'tau[bench]'`); without one, its cases are
+   skipped and say so. A baseline that cannot finish (DuckDB out of its memory limit, say) is reported as failed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -36,10 +50,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PY = sys.executable
-MB = int(os.environ.get("BENCH_COLLECT_MB", "2048"))
+SIZES = [int(mb) for mb in os.environ.get("BENCH_COLLECT_MB", "2048").split(",") if mb.strip()]
+WINNERS = int(os.environ["BENCH_WINNERS"]) if os.environ.get("BENCH_WINNERS", "").strip() else None
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 FORMATS = [f for f in os.environ.get("BENCH_FORMATS", "parquet,csv,jsonl").split(",") if f]
-CASES = [c.strip() for c in os.environ.get("BENCH_CASES", "pyarrow,duckdb,duckdb 256MB").split(",") if c.strip()]
+# each baseline and the module it needs (pyarrow is tau's own dependency; the others come with tau[bench])
+BASELINES = {"pyarrow": "pyarrow", "duckdb": "duckdb", "duckdb 256MB": "duckdb", "polars": "polars"}
+CASES = [c.strip() for c in os.environ.get("BENCH_CASES", ",".join(BASELINES)).split(",") if c.strip()]
 ROWS_PER_SHARD = 150_000
 BYTES_PER_ROW = 217  # what bench/collect_client.py's rows take in Parquet
 
@@ -51,6 +68,21 @@ if limit != "none":
     con.execute(f"SET memory_limit='{limit}'")
 options = {"parquet": "FORMAT PARQUET", "csv": "FORMAT CSV, HEADER", "jsonl": "FORMAT JSON"}[fmt]
 con.execute(f"COPY (SELECT * FROM read_parquet({files!r})) TO '{out}' ({options})")
+"""
+
+POLARS = """
+import sys
+import polars as pl
+files, out, fmt = sys.argv[1].split("\\n"), sys.argv[2], sys.argv[3]
+frame = pl.scan_parquet(files, glob=False)
+# maintain_order=True is Polars' default, said here because the comparison depends on it: tau-collect writes the rows
+# in the order of the winner files, and a sink free to reorder them would be doing less. snappy as the others write.
+if fmt == "parquet":
+    frame.sink_parquet(out, compression="snappy", maintain_order=True, engine="streaming")
+elif fmt == "csv":
+    frame.sink_csv(out, maintain_order=True, engine="streaming")
+else:
+    frame.sink_ndjson(out, maintain_order=True, engine="streaming")
 """
 
 PYARROW = """
@@ -82,10 +114,16 @@ def tau(*args: str, input: str | None = None) -> dict:
     return json.loads(proc.stdout) if proc.stdout.strip() else {}
 
 
-def build(workspace: Path) -> tuple[Path, list[str]]:
-    """The run of MB megabytes of winners (built once, reused while its size matches) and its winner files."""
-    shards = max(2, round(MB * 2**20 / (ROWS_PER_SHARD * BYTES_PER_ROW)))
-    rows = min(ROWS_PER_SHARD, max(1000, MB * 2**20 // (BYTES_PER_ROW * shards)))
+def shape(mb: int) -> tuple[int, int]:
+    """(shards, rows per shard) of a run of mb megabytes of winners: BENCH_WINNERS shards if set, else ~32 MB each."""
+    if WINNERS is not None:
+        return WINNERS, max(1000, mb * 2**20 // (BYTES_PER_ROW * WINNERS))
+    shards = max(2, round(mb * 2**20 / (ROWS_PER_SHARD * BYTES_PER_ROW)))
+    return shards, min(ROWS_PER_SHARD, max(1000, mb * 2**20 // (BYTES_PER_ROW * shards)))
+
+
+def build(workspace: Path, shards: int, rows: int) -> tuple[Path, list[str]]:
+    """The run of shards x rows (built once, reused while its folder holds a run) and its winner files."""
     run_dir = workspace / f"run-{shards}x{rows}"
     if not (run_dir / "run.json").exists():
         workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -116,8 +154,8 @@ class Failed(Exception):
     """A baseline that could not finish (DuckDB out of its memory limit, say): reported, not measured."""
 
 
-def measure(argv: list[str]) -> tuple[float, int]:
-    """(seconds, peak RSS in bytes) of a child process."""
+def measure(argv: list[str]) -> tuple[float, int, float]:
+    """(seconds, peak RSS in bytes, CPU seconds: user + system) of a child process."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -128,21 +166,25 @@ def measure(argv: list[str]) -> tuple[float, int]:
     if proc.returncode != 0:
         last = [line for line in err.strip().splitlines() if line.strip()]
         raise Failed(last[-1][:200] if last else f"exit {proc.returncode}")
-    return elapsed, usage.ru_maxrss * 1024
+    return elapsed, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
+
+
+def missing() -> list[str]:
+    """The modules of the asked baselines that are not installed (found without importing them)."""
+    return sorted({BASELINES[c] for c in CASES if importlib.util.find_spec(BASELINES[c]) is None})
 
 
 def cases(run_dir: Path, files: list[str], fmt: str, out: Path) -> dict[str, list[str]]:
     joined = "\n".join(files)
-    shape = [] if fmt == "parquet" else ["--format", fmt]  # the run's own format is the plan's
-    found = {"tau": [str(BIN / "tau-collect"), str(run_dir), "--destination", str(out / "tau"), *shape],
-             "pyarrow": [PY, "-c", PYARROW, joined, str(out / f"pyarrow.{fmt}"), fmt]}
-    try:
-        import duckdb  # noqa: F401
-    except ImportError:
-        return found
-    found["duckdb"] = [PY, "-c", DUCKDB, joined, str(out / f"duckdb.{fmt}"), fmt, "none"]
-    found["duckdb 256MB"] = [PY, "-c", DUCKDB, joined, str(out / f"duckdb-capped.{fmt}"), fmt, "256MB"]
-    return {name: argv for name, argv in found.items() if name == "tau" or name in CASES}
+    form = [] if fmt == "parquet" else ["--format", fmt]  # the run's own format is the plan's
+    found = {"tau": [str(BIN / "tau-collect"), str(run_dir), "--destination", str(out / "tau"), *form],
+             "pyarrow": [PY, "-c", PYARROW, joined, str(out / f"pyarrow.{fmt}"), fmt],
+             "duckdb": [PY, "-c", DUCKDB, joined, str(out / f"duckdb.{fmt}"), fmt, "none"],
+             "duckdb 256MB": [PY, "-c", DUCKDB, joined, str(out / f"duckdb-capped.{fmt}"), fmt, "256MB"],
+             "polars": [PY, "-c", POLARS, joined, str(out / f"polars.{fmt}"), fmt]}
+    absent = missing()
+    return {name: argv for name, argv in found.items()
+            if name == "tau" or (name in CASES and BASELINES[name] not in absent)}
 
 
 def warm(files: list[str]) -> None:
@@ -153,11 +195,12 @@ def warm(files: list[str]) -> None:
                 pass
 
 
-def main() -> int:
-    base = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir()) / "tau-bench-collect"
-    run_dir, files = build(base)
+def bench(base: Path, mb: int) -> dict:
+    """Measures every case on the run of mb megabytes, prints its table and returns its part of the JSON line."""
+    shards, rows = shape(mb)
+    run_dir, files = build(base, shards, rows)
     size = sum(os.path.getsize(f) for f in files)
-    samples: dict[tuple[str, str], list[tuple[float, int]]] = {}
+    samples: dict[tuple[str, str], list[tuple[float, int, float]]] = {}
     failed: dict[tuple[str, str], str] = {}
     for _ in range(ROUNDS):
         for fmt in FORMATS:
@@ -174,10 +217,11 @@ def main() -> int:
                     failed[(fmt, name)] = str(exc)
             shutil.rmtree(out, ignore_errors=True)
     results: dict = {}
-    print(f"collection benchmark: {len(files)} winner files, {size / 1e9:.2f} GB, {ROUNDS} interleaved rounds")
-    print(f"{'format':8} {'case':14} {'MB/s':>8} {'peak RSS MiB':>13} {'tau / case':>11}")
+    print(f"collection benchmark: {mb} MB asked, {shards} winners x {rows:,} rows, {len(files)} winner files, "
+          f"{size / 1e9:.2f} GB, {ROUNDS} interleaved rounds")
+    print(f"{'format':8} {'case':14} {'MB/s':>8} {'CPU-s/GB':>9} {'peak RSS MiB':>13} {'tau / case':>11}")
     for fmt in FORMATS:
-        rates = {name: size / 1e6 / statistics.median(t for t, _ in runs)
+        rates = {name: size / 1e6 / statistics.median(t for t, _, _ in runs)
                  for (f, name), runs in samples.items() if f == fmt and (f, name) not in failed}
         for (f, name), runs in samples.items():
             if f != fmt:
@@ -186,19 +230,30 @@ def main() -> int:
                 print(f"{fmt:8} {name:14} failed: {failed[(f, name)]}")
                 results.setdefault(fmt, {})[name] = {"failed": failed[(f, name)]}
                 continue
-            rss = max(r for _, r in runs) / 2**20
+            cpu = statistics.median(c for _, _, c in runs) / (size / 1e9)
+            rss = max(r for _, r, _ in runs) / 2**20
             ratio = rates["tau"] / rates[name]
-            results.setdefault(fmt, {})[name] = {"mb_per_s": round(rates[name], 1), "peak_rss_mib": round(rss),
-                                                 "tau_ratio": round(ratio, 2)}
-            print(f"{fmt:8} {name:14} {rates[name]:8.1f} {rss:13.0f} {ratio:10.2f}x")
-        if "duckdb" in CASES and "duckdb" not in rates \
-                and not any(f == fmt and name.startswith("duckdb") for f, name in failed):
-            try:
-                import duckdb  # noqa: F401
-            except ImportError:
-                print(f"{fmt:8} duckdb         not installed: pip install 'tau[bench]'")
-    print(json.dumps({"benchmark": "collect", "bytes": size, "files": len(files), "rounds": ROUNDS,
-                      "results": results}))
+            results.setdefault(fmt, {})[name] = {"mb_per_s": round(rates[name], 1), "cpu_s_per_gb": round(cpu, 2),
+                                                 "peak_rss_mib": round(rss), "tau_ratio": round(ratio, 2)}
+            print(f"{fmt:8} {name:14} {rates[name]:8.1f} {cpu:9.2f} {rss:13.0f} {ratio:10.2f}x")
+        for module in missing():
+            print(f"{fmt:8} {module:14} not installed: pip install 'tau[bench]'")
+            results.setdefault(fmt, {})[module] = {"skipped": "not installed"}
+    sys.stdout.flush()
+    return {"mb": mb, "winners": shards, "rows_per_winner": rows, "bytes": size, "files": len(files),
+            "results": results}
+
+
+def main() -> int:
+    if unknown := [c for c in CASES if c not in BASELINES]:
+        raise SystemExit(f"bench/collect.py: BENCH_CASES names {', '.join(map(repr, unknown))}, which is not a "
+                         f"baseline; use some of {', '.join(BASELINES)}")
+    if not SIZES or min(SIZES) < 1 or (WINNERS is not None and WINNERS < 1):
+        raise SystemExit("bench/collect.py: BENCH_COLLECT_MB needs sizes of at least 1 (MB) and BENCH_WINNERS, if "
+                         "set, at least 1 winner")
+    base = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir()) / "tau-bench-collect"
+    runs = [bench(base, mb) for mb in SIZES]
+    print(json.dumps({"benchmark": "collect", "rounds": ROUNDS, "runs": runs}))
     return 0
 
 
