@@ -10,6 +10,7 @@ EXAMPLE = """
 tau-bundle-fetch https://acct.blob.core.windows.net/bundles/run-1/out --generation g7 --destination out-g7
 tau-bundle-fetch https://acct.blob.core.windows.net/bundles/run-1/out --current --destination latest -o table
 tau-bundle-fetch --run runs/demo --shard shard-00003 --destination shard3-out
+tau-bundle-fetch --run runs/demo --collection collection-0001 --destination demo-dataset   # tau-collect --upload
 tau-bundle-fetch --kubernetes train-7 -n team-a --destination train-7-out
 """
 # the "workload" object of the output with --kubernetes: every key always present (pvc, pv, resource_group null
@@ -34,6 +35,9 @@ WORKLOAD_KEYS = ("kind", "name", "namespace", "discovered", "pvc", "pv", "resour
               help="Instead of SOURCE: the tau run whose records say where its bundle went (and its generation).")
 @click.option("--shard", metavar="SHARD_ID", type=common.SHARD,
               help="With --run: the bundle of this shard (an id or a number, shard-00003 or 3).")
+@click.option("--collection", "collection_id", metavar="COLLECTION_ID",
+              help="With --run: the dataset that collection uploaded (tau-collect --upload; an id or a number, "
+              "collection-0001 or 1); its prefix and generation come from the run's records.")
 @click.option("--kubernetes", "workload", metavar="NAME",
               help="Instead of SOURCE: the Job or RayJob whose tau.azure.com annotations say where its bundle is "
               "(and its generation); without the artifact-store annotation, found read-only from its result PVC "
@@ -43,12 +47,18 @@ WORKLOAD_KEYS = ("kind", "name", "namespace", "discovered", "pvc", "pv", "resour
 @common.progress_option
 @common.output_option
 def cli(source: str | None, destination: str, generation: str | None, current: bool, run_dir: str | None,
-        shard: str | None, workload: str | None, namespace: str | None, progress: bool | None, output: str) -> None:
+        shard: str | None, collection_id: str | None, workload: str | None, namespace: str | None,
+        progress: bool | None, output: str) -> None:
     from taulib.bundle import fetch
     from taulib.errors import UsageError
 
     if workload is not None and run_dir is not None:
         raise UsageError("--kubernetes and --run exclude each other")
+    if collection_id is not None:
+        collection_id = _collection(collection_id)
+        if run_dir is None or workload is not None or source is not None or shard is not None or current:
+            raise UsageError("--collection goes with --run alone: the run's records name the prefix and the "
+                             "generation (give none of SOURCE, --shard, --kubernetes and --current)")
     if namespace is not None and workload is None:
         raise UsageError("--namespace goes with --kubernetes")
     if workload is not None:
@@ -66,7 +76,7 @@ def cli(source: str | None, destination: str, generation: str | None, current: b
             raise UsageError("--run names the source and the generation: give neither SOURCE nor --current")
         from taulib.bundle import where
 
-        ref = where.resolve(run_dir, shard, generation)
+        ref = where.resolve(run_dir, shard, generation, collection_id)
         source, generation = ref["url"], ref["generation"]
     elif source is None:
         raise UsageError("missing SOURCE (a Blob URL), or --run RUN_DIR, or --kubernetes NAME")
@@ -82,6 +92,12 @@ def cli(source: str | None, destination: str, generation: str | None, current: b
                          + (_workload_lines(resolved) if workload is not None else ""))
     else:
         common.emit(result)
+
+
+def _collection(value: str) -> str:
+    """A collection as a person names it: `collection-0001`, or its number (`1`); anything else as typed (no
+    record has it: 66)."""
+    return f"collection-{int(value):04d}" if value.isdigit() else value
 
 
 def _workload_lines(resolved: dict) -> str:
