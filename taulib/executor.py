@@ -92,8 +92,9 @@ class CollectionJobs(ABC):
     collect inline. The collection's journal, fencing and waiting are `collect.job`'s; this is the scheduler's part."""
 
     @abstractmethod
-    def submit(self, run: Run, plan: dict[str, Any], job_name: str) -> str:
-        """Render the collection's job script, publish it in the collection's folder and submit it; its job id.
+    def submit(self, run: Run, plan: dict[str, Any], job_name: str, task_indices: list[int], rerun: int = 0) -> str:
+        """Render the collection's job script (an array of the collection's tasks `task_indices`; `rerun` > 0 for a
+        job that runs unfinished tasks again), publish it in the collection's folder and submit it; its job id.
         Raises SubmitRefused (the scheduler refused it) or Ambiguous (it may have been submitted)."""
 
     @abstractmethod
@@ -110,7 +111,12 @@ class CollectionJobs(ABC):
 
     @abstractmethod
     def identity(self, environ: dict[str, str]) -> str | None:
-        """The job id this process runs as, from its environment (None: not inside a job of this executor)."""
+        """The job id this process runs as (an array's own id for an array task), from its environment (None: not
+        inside a job of this executor)."""
+
+    @abstractmethod
+    def task(self, environ: dict[str, str]) -> int | None:
+        """The array task this process runs as, from its environment (None: not an array task)."""
 
 
 class Executor(ABC):

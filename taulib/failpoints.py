@@ -8,7 +8,9 @@
   crash@N     crash the N-th time this process reaches that step (a later window of one tau-submit, say)
 
 A name may be qualified by the command it fires in: `tau-collect:collect.staged=crash` crashes tau-collect there
-but not the tau-attempt processes a local supervisor starts with the same environment. `TAU_FAILPOINT_TRACE` names
+but not the tau-attempt processes a local supervisor starts with the same environment; a collection's task K (a
+Slurm array task or a local worker process) answers to `tau-collect-task-K:` as well, before `tau-collect:`.
+`TAU_FAILPOINT_TRACE` names
 a file to which every failpoint reached is appended as one line `COMMAND NAME` (the adversarial suite learns from
 it which failpoints each command reaches, then crashes each one).
 
@@ -67,6 +69,7 @@ NAMES = (
     # taulib.collect: the journal, the CPU job, the stage, the publication
     "collect.planned",
     "collect.sbatch_returned",
+    "collect.task_written",  # a task's partition files written and fsynced, before its record
     "collect.staged",
     "collect.renamed",
     # taulib.bundle.seal: manifest, marker, current pointer
@@ -83,6 +86,7 @@ _ARMED = env.get("TAU_FAILPOINTS")
 _TRACE = env.get("TAU_FAILPOINT_TRACE")
 command = "tau"  # the command this process runs (set by `taulib.cli.common.run_command`; "tau-local" for a local
 # executor's supervisor)
+task: str | None = None  # a further qualifier this process answers to first (`tau-collect-task-K`), or None
 
 
 _REACHED: dict[str, int] = {}  # how often this process reached each armed `crash@N` failpoint
@@ -94,7 +98,8 @@ def hit(name: str) -> None:
         _trace(name)
     if not _ARMED:
         return
-    action = _ARMED.get(f"{command}:{name}") or _ARMED.get(name)
+    action = (task is not None and _ARMED.get(f"{task}:{name}")) or _ARMED.get(f"{command}:{name}") \
+        or _ARMED.get(name)
     if action is None:
         return
     if action == "crash":

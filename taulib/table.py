@@ -33,7 +33,9 @@ def status(doc: Record) -> str:
     for sub in doc.get("submissions") or []:
         head += f"submission {sub['submission_id']}: not resolved yet (sbatch's reply was lost), by {sub['deadline']}\n"
     for col in doc.get("collections") or []:
-        head += f"collection {col['collection_id']}: {col['state']} to {col['destination']}\n"
+        tasks = f" ({col['tasks_done']} of {col['tasks']} tasks done)" if col.get("tasks", 1) > 1 \
+            and col["state"] not in ("succeeded", "failed") else ""
+        head += f"collection {col['collection_id']}: {col['state']} to {col['destination']}{tasks}\n"
     if doc.get("eta_seconds"):
         head += f"estimated time left: {_duration(doc['eta_seconds'])}\n"
     sources = doc.get("sources")

@@ -325,13 +325,14 @@ def test_a_shape_tau_cannot_write_exits_2_with_one_error_before_anything_is_writ
     assert sorted(os.listdir(run_dir.parent)) == ["run"]
 
 
-def test_the_worker_takes_no_shape_of_its_own(done, tmp_path):
+@pytest.mark.parametrize("option", [["--format", "csv"], ["--tasks", "2"]])
+def test_the_worker_takes_no_shape_of_its_own(done, tmp_path, option):
     run_dir = copy_run(done, tmp_path / "ws")
-    proc = tau("tau-collect", str(run_dir), "--worker", "collection-0001", "--format", "csv")
+    proc = tau("tau-collect", str(run_dir), "--worker", "collection-0001", *option)
     assert proc.returncode == 2
     assert error_of(proc)["message"] == ("tau-collect: --worker takes none of --destination, --format, "
-                                         "--rows-per-partition, --allow-missing and --wait (its collection's plan "
-                                         "holds them)")
+                                         "--rows-per-partition, --allow-missing, --tasks and --wait (its collection's "
+                                         "plan holds them)")
 
 
 def test_an_unfinished_collection_is_resumed_in_its_own_shape_and_refused_in_another(done, tmp_path):

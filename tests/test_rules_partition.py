@@ -109,3 +109,31 @@ def test_every_file_is_read_by_one_lane_but_the_ones_several_lanes_have_rows_of(
         having = {n for n, lane in enumerate(split) for part in lane.partitions for piece in part.pieces
                   if piece.file == f}
         assert len(who) == 1 or set(who) == having, (f, who, having)
+
+
+@settings(max_examples=400, deadline=None)
+@given(FILES, SIZES, st.integers(min_value=1, max_value=5), st.integers(min_value=1, max_value=4))
+def test_a_tasks_lanes_read_exactly_the_files_of_the_task_and_write_exactly_its_partitions(file_rows, size, tasks,
+                                                                                           most):
+    """A collection split into tasks, each task split again over its threads (tau-collect --tasks): the sub-lanes of
+    a task cover its partitions in order and read only within its files, from its first to its last."""
+    parts = plan(file_rows, size)
+    for task in lanes(parts, len(file_rows), tasks):
+        sub = lanes(list(task.partitions), len(file_rows), most, task.first, task.last)
+        assert [p for lane in sub for p in lane.partitions] == list(task.partitions)
+        assert sub[0].first == task.first and sub[-1].last == task.last
+        for lane in sub:
+            assert task.first <= lane.first and lane.last <= task.last
+            for part in lane.partitions:
+                assert all(lane.first <= piece.file <= lane.last for piece in part.pieces)
+        # consecutive sub-lanes share one file at most
+        assert all(b.first - 1 <= a.last <= b.first for a, b in zip(sub, sub[1:], strict=False))
+
+
+def test_a_lane_split_again_keeps_its_bounds():
+    parts = plan([10, 0, 10, 0], 5)  # 4 partitions; files 1 and 3 are empty
+    first, second = lanes(parts, 4, 2)
+    assert (first.first, first.last, second.first, second.last) == (0, 1, 2, 3)
+    assert lanes(list(second.partitions), 4, 2, second.first, second.last) == [
+        Lane((parts[2],), 2, 2), Lane((parts[3],), 2, 3)]
+    assert lanes([], 4, 3, 2, 3) == [Lane((), 2, 3)]

@@ -93,6 +93,10 @@ def corpus(tmp_path_factory) -> dict:
     run_dir = complete_run(ws, "run", fail_first=("shard-00001",))
     proc = tau("tau-collect", str(run_dir), "--destination", str(ws / "out"))
     assert proc.returncode == 0, proc.stderr
+    # a collection in tasks: its task records (tau-collect --tasks, local worker processes)
+    proc = tau("tau-collect", str(run_dir), "--destination", str(ws / "out-tasks"), "--rows-per-partition", "7",
+               "--tasks", "2")
+    assert proc.returncode == 0, proc.stderr
     by_name["collection-result"].append(json.loads((ws / "out" / "_tau_collection.json").read_bytes()))
     proc = tau("tau-bundle-seal", str(ws / "out"), "--generation", "g1", "--run", run_dir.name)
     assert proc.returncode == 0, proc.stderr

@@ -12,6 +12,8 @@ tau-collect runs/demo --destination runs/demo-dataset
 tau-collect runs/demo --destination runs/demo-csv --format csv --rows-per-partition 100000   # another shape
 tau-collect runs/demo --destination runs/demo-dataset --wait -o table   # a Slurm run: wait for the CPU job
 tau-collect runs/demo --destination runs/demo-partial --allow-missing   # the winners there are; the rest recorded
+tau-collect runs/demo --destination runs/demo-dataset --tasks 8 --wait   # 8 array tasks (local: 8 processes)
+tau-collect runs/demo --destination runs/demo-dataset --upload https://acct.blob.core.windows.net/data/demo
 """
 
 
@@ -33,28 +35,40 @@ tau-collect runs/demo --destination runs/demo-partial --allow-missing   # the wi
               help="Collect the winners there are: shards without a winner are left out and recorded as missing "
                    "(with their state and reason) in the output, the collection's plan and the dataset's "
                    "_tau_collection.json. A winner that is there must still hold.")
+@click.option("--tasks", "task_count", type=click.IntRange(min=1, max=1000), metavar="N",
+              help="Split the partitions over N tasks (at most one per partition): under Slurm an array of N CPU "
+                   "tasks, under the local executor N worker processes; the bytes are the same for any N (default: "
+                   "the plan's output.tasks, or 1).")
+@click.option("--upload", metavar="URL",
+              help="Seal the dataset as one bundle generation before it is published, then upload it to this Blob "
+                   "prefix (checked as tau-bundle-seal --upload checks it, before anything is written) and record "
+                   "it in RUN/bundles/G.json; a failed upload is finished by running the same command again.")
 @click.option("--wait", is_flag=True, help="Under Slurm, wait until the collection job has finished.")
 @click.option("--worker", "worker", metavar="COLLECTION_ID",
               help="Run as the collection's CPU job (inside the Slurm job tau-collect submitted; never by hand).")
 @common.progress_option
 @common.output_option
 def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partition: int | None, allow_missing: bool,
-        wait: bool, worker: str | None, progress: bool | None, output: str) -> None:
+        task_count: int | None, upload: str | None, wait: bool, worker: str | None, progress: bool | None,
+        output: str) -> None:
     from taulib.collect import collection
     from taulib.errors import UsageError
     from taulib.rundir.run import Run
 
     if worker:
-        if destination or wait or fmt or rows_per_partition or allow_missing:
-            raise UsageError("--worker takes none of --destination, --format, --rows-per-partition, --allow-missing "
-                             "and --wait (its collection's plan holds them)")
+        if destination or wait or fmt or rows_per_partition or allow_missing or task_count:
+            raise UsageError("--worker takes none of --destination, --format, --rows-per-partition, --allow-missing, "
+                             "--tasks and --wait (its collection's plan holds them)")
+        if upload:
+            raise UsageError("--worker takes no --upload (its collection's plan holds it)")
         common.emit(collection.work(run_dir, worker))
         return
     if not destination:
         raise UsageError("missing option '--destination'")
     with Run(run_dir) as run:
         result = collection.collect(run, destination, wait=wait, fmt=fmt, rows_per_partition=rows_per_partition,
-                                    progress=progress, allow_missing=allow_missing)
+                                    progress=progress, allow_missing=allow_missing, task_count=task_count,
+                                    upload=upload)
     if output == "table":
         from taulib import table
 
@@ -66,7 +80,9 @@ def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partiti
         common.emit_text(f"collection {result['collection_id']}: {result['records']} records in "
                          f"{result['partitions']} {result['format']} file(s) at {result['destination']}\n"
                          + (f"partial: {len(result['missing'])} shard(s) without a winner left out\n{missing}"
-                            if missing else "") + "\n"
+                            if missing else "")
+                         + (f"uploaded: generation {result['bundle']['generation']} to {result['bundle']['url']}\n"
+                            if result["bundle"] else "") + "\n"
                          + table.render(["FILE", "ROWS", "BYTES", "SHA256"],
                                         [[f["path"], f["rows"], f["size"], f["sha256"]] for f in result["files"]]))
     else:

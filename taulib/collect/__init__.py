@@ -7,10 +7,13 @@ imported here, so that tau-collect's options (`formats`) cost nothing to list.
   winners      step 1: every winner chain validated from its records
   destination  step 2: authorising the destination; its parent folder, the stage, the published result
   stage        step 4: the winners streamed partition by partition into the stage (plan: rules.partition)
+  tasks        a collection split into tasks: their ranges, their records, the files of them all
+  array        the tasks at work: a Slurm array task or a local worker process each, the last one publishing
   inputs       reading the winner files, each checked (size, sha256, Parquet rows) before a row of it is used
   outputs      writing one partition file: hashed as written, fsynced
   formats      the one table of output formats: name, suffix, writer, reader, the contract that fixes the bytes
   jsonl        Arrow rows as JSON lines, column by column
   job          the CPU job of an executor that collects in a job of its own: submit, settle, wait, fence
   report       the tau.collection summary
+  bundle       --upload: the stage sealed as one bundle generation, the published dataset uploaded and recorded
 """

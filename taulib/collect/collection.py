@@ -33,10 +33,10 @@ import time
 from typing import NamedTuple
 
 from taulib import env, executor, failpoints, jsonio, signals
-from taulib.collect import formats, job, stage, winners
+from taulib.collect import array, bundle, formats, job, stage, tasks, winners
 from taulib.collect.destination import authorise, open_parent, read_result, remove_stage, stage_name
 from taulib.collect.report import summary
-from taulib.errors import Busy, Conflict, Refused, TauError, UsageError
+from taulib.errors import Busy, Conflict, Internal, Refused, UsageError
 from taulib.executor import CollectionJobs
 from taulib.fs import publish
 from taulib.rundir import locks
@@ -47,15 +47,22 @@ MAX_ROWS = (1 << 63) - 1  # what a JSON record's integer holds
 
 
 class Shape(NamedTuple):
-    """What a collection's output looks like; `options` the ones given (None where the run's plan decides)."""
+    """What a collection's output looks like; `options` the ones given (None where the run's plan decides); `tasks`
+    the most tasks it is split over (which changes no byte of it); `upload` the Blob prefix it is uploaded to
+    (tau-collect --upload, normalised; None: not uploaded)."""
     format: str
     rows_per_partition: int
     options: dict
+    tasks: int = 1
+    upload: str | None = None
 
 
-def shape(run, fmt: str | None = None, rows_per_partition: int | None = None) -> Shape:
-    """The shape of a collection asked for with --format `fmt` and --rows-per-partition (None: the plan's);
-    UsageError (2) for a value tau cannot write, before anything is read or written."""
+def shape(run, fmt: str | None = None, rows_per_partition: int | None = None, task_count: int | None = None,
+          upload: str | None = None) -> Shape:
+    """The shape of a collection asked for with --format `fmt`, --rows-per-partition and --tasks (None: the
+    plan's); UsageError (2) for a value tau cannot write, before anything is read or written."""
+    if task_count is not None and (isinstance(task_count, bool) or not 1 <= task_count <= tasks.MOST):
+        raise UsageError(f"--tasks {task_count!r} is not a whole number from 1 to {tasks.MOST}")
     if fmt is not None and fmt not in formats.NAMES:
         raise UsageError(f"--format {fmt!r} is not one of {', '.join(formats.NAMES)}")
     if rows_per_partition is not None and (isinstance(rows_per_partition, bool)
@@ -64,7 +71,8 @@ def shape(run, fmt: str | None = None, rows_per_partition: int | None = None) ->
                          rows_per_partition=str(rows_per_partition))
     output = run.plan["output"]
     return Shape(fmt or output["format"], rows_per_partition or output["rows_per_partition"],
-                 {"format": fmt, "rows_per_partition": rows_per_partition})
+                 {"format": fmt, "rows_per_partition": rows_per_partition}, task_count or output.get("tasks", 1),
+                 bundle.asked(upload))
 
 
 def shape_of(plan: dict) -> tuple[str, int]:
@@ -72,20 +80,22 @@ def shape_of(plan: dict) -> tuple[str, int]:
 
 
 def collect(run, destination: str, wait: bool = False, fmt: str | None = None,
-            rows_per_partition: int | None = None, progress: bool | None = None, allow_missing: bool = False) -> dict:
+            rows_per_partition: int | None = None, progress: bool | None = None, allow_missing: bool = False,
+            task_count: int | None = None, upload: str | None = None) -> dict:
     """Plan a collection and run it: inline under the local executor, as a CPU job under Slurm (returned as
     `submitted`; with `wait`, followed to its end and then reported as a later call would). `fmt` and
     `rows_per_partition` choose its shape (None: the plan's); `progress` forces the progress line on or off (None:
     on when stderr is a terminal); `allow_missing` collects the winners there are, recording the shards without
-    one, instead of refusing them."""
-    asked = shape(run, fmt, rows_per_partition)
+    one, instead of refusing them; `task_count` the most tasks a new collection is split over (None: the plan's
+    output.tasks, or one); `upload` a Blob prefix to upload the dataset to, sealed (`collect.bundle`)."""
+    asked = shape(run, fmt, rows_per_partition, task_count, upload)
     result = _once(run, destination, asked, progress, allow_missing)
     jobs = executor.of(run).collection_jobs()
     if wait and jobs is not None and result["state"] in ("submitted", "running"):
         book = Journal(run, COLLECTIONS)
         job.wait(jobs, book, result["collection_id"], lambda: _settle_gone(run, jobs, result["collection_id"]))
         result = _once(run, destination, asked, progress, allow_missing, follow=result["collection_id"])
-    return result
+    return bundle.deliver(run, result)  # a published collection's upload, outside the locks
 
 
 def _once(run, destination: str, asked: Shape, progress: bool | None, allow_missing: bool = False,
@@ -115,7 +125,7 @@ def _coordinate(run, book: Journal, found: winners.Found, where, parent, asked: 
         else:
             _same_shards(plan, found, "is being collected by", lenient=allow_missing)
             settled = job.settle(run, jobs, book, plan, status, parent, where.name,
-                                 lambda p, s, r: _finish(book, p, s, r))
+                                 lambda p, s, r: _finish(book, p, s, r), _publisher(book, where))
             if settled is not None:
                 return settled
     publish.recover_reservation(parent, where.name)
@@ -137,7 +147,9 @@ def _coordinate(run, book: Journal, found: winners.Found, where, parent, asked: 
         status = book.open(plan, result_sha256=None)
         failpoints.hit("collect.planned")
         if jobs is not None:
-            return job.submit(run, jobs, book, plan, status)
+            remove_stage(parent, stage_name(plan))
+            parent.subtree(stage_name(plan), create=True).close()  # the tasks' one stage, before any task starts
+            return job.submit(run, jobs, book, plan, status, parent)
     else:
         plan, status = resumed
         winners.check_unchanged(plan, found.winners)
@@ -177,6 +189,7 @@ def _published(book: Journal, parent, where) -> tuple[dict, dict, dict] | None:
 def _same_shape(plan: dict, asked: Shape, verb: str) -> None:
     """Conflict (73) unless the collection `plan` has the shape asked for: a destination is one dataset."""
     if shape_of(plan) == (asked.format, asked.rows_per_partition):
+        bundle.same_upload(plan, asked.upload, verb)  # and where it is uploaded
         return
     raise Conflict(f"destination {plan['destination']!r} {verb} {plan['collection_id']} as {plan['format']} in "
                    f"partitions of {plan['rows_per_partition']} rows, not {asked.format} in partitions of "
@@ -226,49 +239,70 @@ def _options(plan: dict) -> str:
 
 
 def _plan(run, collection_id: str, destination: str, found: winners.Found, asked: Shape) -> dict:
-    return {"kind": "tau.collection-plan", "schema_version": 1, "run_id": run.run_id,
+    plan = {"kind": "tau.collection-plan", "schema_version": 1, "run_id": run.run_id,
             "collection_id": collection_id, "plan_sha256": run.plan_sha256, "created_at": jsonio.now_rfc3339(),
             "destination": destination, "format": asked.format, "rows_per_partition": asked.rows_per_partition,
             "options": asked.options, "records": winners.records_of(run, [w.shard_id for w in found.winners]),
             "schema_digest": found.winners[0].manifest["schema_digest"],
             "shards": [{"shard_id": w.shard_id, "winner_sha256": w.winner_sha256} for w in found.winners],
             "missing": found.missing}
+    plan["tasks"] = len(stage.tasks(plan, found.winners, asked.tasks))  # at most one per partition
+    plan.update(bundle.planned(run, collection_id, asked.upload))  # nothing without --upload
+    return plan
 
 
 def _work(run, book: Journal, plan: dict, status: dict, found: list, parent, name: str,
           progress: bool | None = None) -> dict:
-    """Steps 4-6 (inline, or inside the CPU job). The caller holds collect.lock."""
+    """Steps 4-6 inline, under the local executor: the collection written here (one task), or each of its tasks
+    in a worker process (`collect.array.local`); a resumed collection of several tasks keeps the tasks that are
+    done and reruns the others. The caller holds collect.lock."""
     from taulib.progress import Meter
 
     status = book.advance(status, state="running")
     staged = stage_name(plan)
-    remove_stage(parent, staged)
+    several = tasks.count(plan) > 1
+    todo = tasks.undone(run, plan) if several else []
+    if len(todo) == tasks.count(plan) or not several:
+        remove_stage(parent, staged)  # a fresh start
     try:
         with parent.subtree(staged, create=True) as folder, \
                 Meter("collecting", unit="rows", total_count=plan["records"], show=progress) as meter:
-            result = stage.write(run, plan, found, folder, meter)
-        failpoints.hit("collect.staged")
-        publish.publish_folder(parent, staged, name)
-        failpoints.hit("collect.renamed")
+            if several:
+                array.local(run, plan, todo, lambda task, files: tasks.record(run, plan, task, None, files), meter)
+            else:
+                result = stage.write(run, plan, found, folder, meter)
+        if several:
+            done = array.publish_when_done(run, plan, status, parent, name, lambda p, s, st, r: _publish(
+                book, p, s, parent, st, name, r))
+            if done is None:
+                raise Internal(f"collection {plan['collection_id']} has tasks without a record after they all ran")
+            return done
+        return _publish(book, plan, status, parent, staged, name, result)
     except BaseException as exc:
+        if several and (not isinstance(exc, Exception) or isinstance(exc, array.Killed)):
+            raise  # stopped: the stage keeps the files of the tasks that are done, for the next call to resume
         with signals.deferred():  # a second signal must not leave half a stage
             remove_stage(parent, staged)
-            publish.recover_reservation(parent, name)  # stopped between the claim and the rename
         if isinstance(exc, Exception):  # an error (not a signal): the entry is over, so the next call starts anew
             try:
-                book.retire(status, _reason(exc))
+                book.retire(status, array.reason(exc))
             except Exception:  # noqa: BLE001 - a full disk may refuse this too: then the next call resumes it
                 pass
         raise
+
+
+def _publish(book: Journal, plan: dict, status: dict, parent, staged: str, name: str, result: dict) -> dict:
+    """Step 5: the stage, `_tau_collection.json` written last, published at the destination; then step 6."""
+    bundle.seal(book.run, plan, result, parent, staged)  # with --upload, it is published sealed
+    try:
+        failpoints.hit("collect.staged")
+        publish.publish_folder(parent, staged, name)
+        failpoints.hit("collect.renamed")
+    except BaseException:
+        with signals.deferred():
+            publish.recover_reservation(parent, name)  # stopped between the claim and the rename
+        raise
     return _finish(book, plan, status, result)
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, TauError):
-        return exc.message
-    if isinstance(exc, OSError):
-        return f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _finish(book: Journal, plan: dict, status: dict, result: dict) -> dict:
@@ -284,12 +318,13 @@ def _settle_gone(run, jobs: CollectionJobs, collection_id: str) -> None:
         if status is not None and status["state"] in ("submitted", "running"):
             where = authorise(run, plan["destination"])
             with open_parent(where) as parent:
-                job.settle(run, jobs, book, plan, status, parent, where.name, lambda p, s, r: _finish(book, p, s, r))
+                job.settle(run, jobs, book, plan, status, parent, where.name, lambda p, s, r: _finish(book, p, s, r),
+                           _publisher(book, where))
 
 
 def work(run_dir: str, collection_id: str, environ: dict | None = None) -> dict:
-    """The CPU job's side (`tau-collect RUN --worker ID`): fence on the job's id (SLURM_JOB_ID), then stream,
-    stage, publish."""
+    """An array task of the collection's Slurm job (`tau-collect RUN --worker ID`): fence on the array job's id,
+    then write the task's partitions and publish the dataset when every task is done (`collect.array.work`)."""
     from taulib.rundir.run import Run
 
     environ = env.current() if environ is None else environ
@@ -298,7 +333,7 @@ def work(run_dir: str, collection_id: str, environ: dict | None = None) -> dict:
         if jobs is None:
             raise Refused(f"run {run.run_id!r} is collected inline by tau-collect itself, never by a worker job; run "
                           "tau-collect RUN --destination PATH")
-        job_id = jobs.identity(environ)
+        job_id, task = jobs.identity(environ), jobs.task(environ)
         if not job_id:
             raise Refused("tau-collect --worker runs only inside its Slurm job (SLURM_JOB_ID is unset); on a login "
                           "node, run tau-collect RUN --destination PATH")
@@ -307,14 +342,16 @@ def work(run_dir: str, collection_id: str, environ: dict | None = None) -> dict:
         job.await_binding(book, plan, job_id, time.monotonic() + env.get("TAU_BINDING_WAIT", environ))
         found = winners.of_plan(run, plan)
         where = authorise(run, plan["destination"])
-        with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"):
-            status = run.dir.require(book.status_rel(collection_id), COLLECTIONS.status_kind)
-            if status["job_id"] != job_id or status["state"] not in ("submitted", "running"):
-                raise Refused(f"collection {collection_id} is no longer bound to job {job_id}; writing nothing")
-            with open_parent(where) as parent:
-                if parent.exists(where.name):
-                    result = read_result(parent, where.name)
-                    if result is not None and result["plan_sha256"] == jsonio.digest(plan):
-                        return _finish(book, plan, status, result)
-                    raise Conflict(f"destination {where.path!r} already exists; tau never overwrites a dataset")
-                return _work(run, book, plan, status, found, parent, where.name)
+        with locks.hold(run.dir, "run", shared=True):
+            result = array.work(run, book, plan, job_id, 0 if task is None else task, found, where,
+                                _publisher(book, where), lambda p, s, r: _finish(book, p, s, r))
+        return bundle.deliver(run, result)  # the last task, once the dataset is published: its upload
+
+
+def _publisher(book: Journal, where):
+    """The publication of a collection whose tasks are all done, at `where`: (plan, status, staged, result) ->
+    its summary. The caller holds collect.lock."""
+    def publish_it(plan: dict, status: dict, staged: str, result: dict) -> dict:
+        with open_parent(where) as parent:
+            return _publish(book, plan, status, parent, staged, where.name, result)
+    return publish_it

@@ -10,8 +10,10 @@ Promises:
 - a PREPARED entry (sbatch's reply was lost) is resolved by the job's exact name (`rules.journal.resolve`): adopted,
   waited for until the visibility deadline, or retired;
 - a job absent from the queue is a verdict only once accounting has it, or a minute after its last change (so
-  accounting lag is never read as failure); a job that ended without publishing the dataset fails the entry with
-  Slurm's word for it, and the next tau-collect starts a new one.
+  accounting lag is never read as failure). A job that ended without publishing the dataset: when every task is
+  done (`collect.tasks`) the dataset is published here; else the unfinished tasks are submitted again, as a new
+  array of those tasks only (a killed, cancelled or preempted task is rerun for its own partitions), up to
+  MAX_RERUNS times; then the entry fails with Slurm's word for it, and the next tau-collect starts a new one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import time
 
 from taulib import jsonio
+from taulib.collect import array, tasks
 from taulib.collect.destination import read_result, remove_stage, stage_name
 from taulib.collect.report import progress, summary
 from taulib.errors import Busy, CheckFailed, Conflict, Refused, SubmitRefused, Unavailable
@@ -29,30 +32,40 @@ from taulib.rundir import journal
 ACCOUNTING_GRACE = 60  # seconds after its last change that a job absent from queue and accounting is given
 POLL = 1.0  # seconds between reads of the status while waiting
 QUEUE_EVERY = 10.0  # seconds between squeue calls while waiting
-GONE_AFTER = 90.0  # seconds a job may be gone from the queue, while waiting, before it is settled
+GONE_AFTER = 5.0  # seconds a job may be gone from the queue, while waiting, before it is settled
+MAX_RERUNS = 3  # times a collection's unfinished tasks are submitted again before it fails
 
 
-def job_name(run, collection_id: str) -> str:
-    return journal.job_name(run, "c" + collection_id.split("-")[1])
+def job_name(run, collection_id: str, rerun: int = 0) -> str:
+    """The job's exact name: `...-cNNNN` for the first job of a collection, `...-cNNNNrK` for its K-th rerun."""
+    return journal.job_name(run, "c" + collection_id.split("-")[1] + (f"r{rerun}" if rerun else ""))
 
 
-def submit(run, jobs: CollectionJobs, book, plan: dict, status: dict) -> dict:
-    """Render and submit the CPU job of a PREPARED entry; returns the progress summary (state submitted)."""
+def submit(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, todo: list[int] | None = None) -> dict:
+    """Render and submit the CPU job of a PREPARED entry (the tasks `todo`, default all); returns the progress
+    summary (state submitted). A refused submission retires the entry and removes its stage (in `parent`)."""
+    rerun = status.get("rerun", 0)
+    todo = list(range(tasks.count(plan))) if todo is None else todo
     try:
-        job_id = jobs.submit(run, plan, job_name(run, plan["collection_id"]))
+        job_id = jobs.submit(run, plan, job_name(run, plan["collection_id"], rerun), todo, rerun)
     except SubmitRefused as exc:
+        remove_stage(parent, stage_name(plan))
         book.retire(status, exc.message)
         raise
     return progress(plan, book.advance(status, state="submitted", job_id=job_id))
 
 
-def settle(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, name: str, finish) -> dict | None:
+def settle(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, name: str, finish,
+           publish) -> dict | None:
     """Where is an unfinished collection job? Its summary, or None when it failed (start a new one).
-    `finish(plan, status, result)` records a dataset the job published."""
+    `finish(plan, status, result)` records a dataset the job published; `publish(plan, status, staged, result)`
+    publishes the stage of a collection whose tasks are all done."""
     if status["state"] == "prepared":  # the submission's reply was lost: find the job by its exact name, or retire
-        found = jobs.find(job_name(run, plan["collection_id"]), jsonio.parse_time(plan["created_at"]))
-        verdict = journal_rules.resolve(found, {None}, jsonio.now_rfc3339() > status["deadline"],
-                                        job_name(run, plan["collection_id"]))
+        named = job_name(run, plan["collection_id"], status.get("rerun", 0))
+        found = jobs.find(named, jsonio.parse_time(status["updated_at"] if status.get("rerun") else
+                                                   plan["created_at"]))
+        asked = tasks.undone(run, plan) if status.get("rerun") else range(tasks.count(plan))  # its array's tasks
+        verdict = journal_rules.resolve(found, set(asked), jsonio.now_rfc3339() > status["deadline"], named)
         if verdict.action == "conflict":
             raise Conflict(f"{verdict.reason}; then run tau-collect again", job_ids=sorted(found))
         if verdict.action == "wait":
@@ -60,6 +73,7 @@ def settle(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, na
                        collection_id=plan["collection_id"])
         if verdict.action == "adopt":
             return progress(plan, book.advance(status, state="submitted", job_id=verdict.job_id))
+        remove_stage(parent, stage_name(plan))
         book.retire(status, verdict.reason)
         return None
     job = status["job_id"]
@@ -75,9 +89,20 @@ def settle(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, na
     grace = jsonio.format_time(jsonio.parse_time(status["updated_at"]) + ACCOUNTING_GRACE)
     if accounting is None and jsonio.now_rfc3339() <= grace:
         return progress(plan, status)  # not in accounting yet: accounting lag, not a verdict
+    done = array.publish_when_done(run, plan, status, parent, name, publish)  # its last task died publishing
+    if done is not None:
+        return done
+    todo = tasks.undone(run, plan)
+    if status.get("rerun", 0) < MAX_RERUNS:  # killed, cancelled, preempted: those tasks again, and only those
+        window = run.plan["windows"]["submission_visibility_seconds"]
+        status = book.advance(status, state="prepared", job_id=None, rerun=status.get("rerun", 0) + 1,
+                              deadline=jsonio.format_time(time.time() + window))
+        return submit(run, jobs, book, plan, status, parent, todo)
     remove_stage(parent, stage_name(plan))
     word = accounting if accounting is not None else "absent from the queue and from accounting"
-    book.retire(status, f"its Slurm job {job} ended ({word}) without publishing the dataset")
+    book.retire(status, f"its Slurm job {job} ended ({word}) without publishing the dataset; task(s) "
+                        f"{', '.join(map(str, todo[:20]))} of {tasks.count(plan)} never finished, in "
+                        f"{MAX_RERUNS + 1} jobs")
     return None
 
 
@@ -98,7 +123,7 @@ def wait(jobs: CollectionJobs, book, collection_id: str, settle_gone) -> None:
             continue
         next_check = time.monotonic() + QUEUE_EVERY
         try:
-            queued = jobs.queued(status["job_id"])
+            queued = status["job_id"] is not None and jobs.queued(status["job_id"])
         except Unavailable:
             continue
         if queued:

@@ -1,5 +1,6 @@
 """What tau-collect prints: the `tau.collection` summary of a collection, finished or still in its CPU job.
-Pure: built from the journal entry (plan and status) and the published dataset's `_tau_collection.json`.
+Pure: built from the journal entry (plan and status) and the published dataset's `_tau_collection.json` (and,
+for `bundle`, the run's record of the upload, which `collect.bundle.deliver` fills in).
 `complete` and `missing` (the shards without a winner it left out, with their state and reason) come from the
 plan, so a collection planned by an older tau, which knew no missing shards, reads as complete."""
 
@@ -12,7 +13,8 @@ def progress(plan: dict, status: dict) -> dict:
             "collection_id": plan["collection_id"], "state": status["state"], "created": True,
             "destination": plan["destination"], "format": plan["format"],
             "rows_per_partition": plan["rows_per_partition"], "records": plan["records"],
-            "partitions": None, "files": [], "job_id": status["job_id"], **coverage(plan)}
+            "partitions": None, "files": [], "job_id": status["job_id"], "tasks": plan.get("tasks", 1),
+            "bundle": bundle(plan), **coverage(plan)}
 
 
 def summary(plan: dict, status: dict, result: dict, created: bool) -> dict:
@@ -21,7 +23,17 @@ def summary(plan: dict, status: dict, result: dict, created: bool) -> dict:
             "destination": plan["destination"], "format": plan["format"],
             "rows_per_partition": plan["rows_per_partition"], "records": result["records"],
             "partitions": len(result["files"]), "files": result["files"], "job_id": status.get("job_id"),
-            **coverage(plan)}
+            "tasks": plan.get("tasks", 1), "bundle": bundle(plan), **coverage(plan)}
+
+
+def bundle(plan: dict, ref: dict | None = None) -> dict | None:
+    """The `bundle` key: null for a collection planned without --upload; else its prefix and generation, the
+    digest of its manifest and whether it is uploaded, from `ref` (its RUN/bundles/G.json; None: not yet)."""
+    upload = plan.get("upload")
+    if upload is None:
+        return None
+    return {"url": upload["url"], "generation": upload["generation"],
+            "manifest_sha256": None if ref is None else ref["manifest_sha256"], "uploaded": ref is not None}
 
 
 def coverage(plan: dict) -> dict:

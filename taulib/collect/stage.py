@@ -24,7 +24,7 @@ import os
 import threading
 import time
 
-from taulib import jsonio, signals
+from taulib import failpoints, jsonio, signals
 from taulib.collect.destination import RESULT
 from taulib.collect.inputs import POLL, Inputs, Stopped
 from taulib.collect import formats
@@ -33,21 +33,74 @@ from taulib.errors import Conflict
 from taulib.fs.tree import Tree
 from taulib.rules import partition
 
-LANES = max(1, min(os.cpu_count() or 1, 4))  # partitions written at the same time
+LANES = max(1, min(len(os.sched_getaffinity(0)), 4))  # partitions written at the same time: the CPUs this may use
+
+
+def files_of(winners: list) -> list[tuple[str, dict]]:
+    """Every winner file in collection order: (its path in the run, its manifest entry)."""
+    return [(f"{w.manifest['dataset']}/{entry['path']}", entry) for w in winners for entry in w.manifest["files"]]
+
+
+def partitions(plan: dict, winners: list) -> tuple[list[tuple[str, dict]], list[partition.Partition]]:
+    """The collection's files and its partition plan (`rules.partition.plan`)."""
+    files = files_of(winners)
+    return files, partition.plan([entry["rows"] for _, entry in files], plan["rows_per_partition"])
+
+
+def tasks(plan: dict, winners: list, asked: int) -> list[partition.Lane]:
+    """The collection split into at most `asked` tasks of consecutive partitions (`rules.partition.lanes`): as many
+    as there are partitions at most, one at least."""
+    files, parts = partitions(plan, winners)
+    return partition.lanes(parts, len(files), asked)
 
 
 def write(run, plan: dict, winners: list, stage: Tree, meter=None) -> dict:
-    """Write the collection `plan` of `winners` into the empty `stage`; returns its `_tau_collection.json`.
+    """Write the whole collection `plan` of `winners` into the empty `stage`; returns its `_tau_collection.json`.
     `meter` (a `taulib.progress.Meter`, or None) is told the rows and the bytes written as they are."""
-    files = [(f"{w.manifest['dataset']}/{entry['path']}", entry) for w in winners for entry in w.manifest["files"]]
-    parts = partition.plan([entry["rows"] for _, entry in files], plan["rows_per_partition"])
+    files, parts = partitions(plan, winners)
+    written = _write_lanes(run, files, partition.lanes(parts, len(files), LANES), stage, plan["format"], meter)
+    return finish(plan, stage, [written[part.index] for part in parts])
+
+
+def write_task(run, plan: dict, winners: list, stage: Tree, task: int, lanes: int = LANES, meter=None) -> list[dict]:
+    """Write task `task`'s partitions (of the plan's `tasks`) into `stage`, over `lanes` threads, first removing
+    whatever an earlier try of this task left of them; returns their descriptions, in order, once the files and
+    the stage folder are fsynced. Other tasks may write their own partitions into the same stage meanwhile."""
+    files, parts = partitions(plan, winners)
+    lane = partition.lanes(parts, len(files), plan.get("tasks", 1))[task]
+    suffix = formats.get(plan["format"]).suffix
+    for part in lane.partitions:
+        stage.remove_file(partition.file_name(part.index, suffix))
+    split = partition.lanes(list(lane.partitions), len(files), lanes, lane.first, lane.last)
+    written = _write_lanes(run, files, split, stage, plan["format"], meter)
+    os.fsync(stage.fd)
+    failpoints.hit("collect.task_written")
+    return [written[part.index] for part in lane.partitions]
+
+
+def finish(plan: dict, stage: Tree, out: list[dict]) -> dict:
+    """Write `_tau_collection.json` of the partition files `out` (in order) last into the stage, fsynced; returns
+    it. Conflict when the files do not hold the plan's rows."""
+    total = sum(f["rows"] for f in out)
+    if total != plan["records"]:
+        raise Conflict(f"collected {total} rows; the plan asks for {plan['records']}")
+    result = {"kind": "tau.collection-result", "schema_version": 1, "run_id": plan["run_id"],
+              "collection_id": plan["collection_id"], "plan_sha256": jsonio.digest(plan),
+              "completed_at": jsonio.now_rfc3339(), "format": plan["format"], "records": total, "files": out,
+              "complete": not plan.get("missing"), "missing": plan.get("missing", [])}
+    stage.write_new(RESULT, jsonio.canonical(result))
+    os.fsync(stage.fd)
+    return result
+
+
+def _write_lanes(run, files: list, split: list[partition.Lane], stage: Tree, fmt: str, meter) -> dict[int, dict]:
+    """Write the partitions of the lanes `split`, each lane in a thread (the first in this one); their
+    descriptions by partition index."""
     written: dict[int, dict] = {}
     failed: list[tuple[int, BaseException]] = []
     stop = threading.Event()
-    split = partition.lanes(parts, len(files), LANES)
     threaded = len(split) == 1  # one lane: its reader gets a thread of its own, so that both cores work
-    lanes = [_Lane(run, files, lane, stage, plan["format"], meter, stop, written, failed, threaded)
-             for lane in split]
+    lanes = [_Lane(run, files, lane, stage, fmt, meter, stop, written, failed, threaded) for lane in split]
     threads = [threading.Thread(target=lane.run, name=f"tau-collect-lane-{n}", daemon=True)
                for n, lane in enumerate(lanes[1:], start=1)]
     try:
@@ -63,17 +116,7 @@ def write(run, plan: dict, winners: list, stage: Tree, meter=None) -> dict:
                 thread.join()
     if failed:  # the first partition's error, whichever lane saw it first
         raise min(failed, key=lambda item: item[0])[1]
-    out = [written[part.index] for part in parts]
-    total = sum(f["rows"] for f in out)
-    if total != plan["records"]:
-        raise Conflict(f"collected {total} rows; the plan asks for {plan['records']}")
-    result = {"kind": "tau.collection-result", "schema_version": 1, "run_id": plan["run_id"],
-              "collection_id": plan["collection_id"], "plan_sha256": jsonio.digest(plan),
-              "completed_at": jsonio.now_rfc3339(), "format": plan["format"], "records": total, "files": out,
-              "complete": not plan.get("missing"), "missing": plan.get("missing", [])}
-    stage.write_new(RESULT, jsonio.canonical(result))
-    os.fsync(stage.fd)
-    return result
+    return written
 
 
 class _Lane:

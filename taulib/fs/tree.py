@@ -213,6 +213,17 @@ class Tree:
             os.fsync(self.folder(rel))
 
     @_operation
+    def remove_file(self, rel: str) -> bool:
+        """Unlink the entry `rel` (a symlink itself, never what it points to; a folder is refused with OSError);
+        True when it was there. Its folder is not fsynced: the caller does that once after a batch of removals."""
+        dfd, name = self._leaf(rel)
+        try:
+            os.unlink(name, dir_fd=dfd)
+        except FileNotFoundError:
+            return False
+        return True
+
+    @_operation
     def remove_empty(self, rel: str) -> None:
         """Remove the empty folder `rel` (OSError when it is not empty)."""
         parent, name = self._leaf(rel)

@@ -72,7 +72,8 @@ def resolve_plan(request: Record, run_id: str) -> Record:
                       **{name: executor.get(name).section(sched.get(name, {})) for name in executor.EXECUTORS}},
         "output": {"format": output.get("format", "parquet"),
                    "rows_per_partition": output.get("rows_per_partition", defaults.ROWS_PER_PARTITION),
-                   "schema": [dict(field) for field in output["schema"]] if "schema" in output else None},
+                   "schema": [dict(field) for field in output["schema"]] if "schema" in output else None,
+                   **({"tasks": output["tasks"]} if "tasks" in output else {})},  # tau-collect's default --tasks
         "windows": {key: windows.get(key, default) for key, default in defaults.WINDOWS.items()},
         "collection": {"allowed_roots": [os.path.normpath(p) for p in
                                          request.get("collection", {}).get("allowed_roots", [])]},

@@ -58,14 +58,18 @@ class Lane(NamedTuple):
     last: int  # the last one
 
 
-def lanes(partitions: list[Partition], file_count: int, most: int) -> list[Lane]:
+def lanes(partitions: list[Partition], file_count: int, most: int, first: int = 0,
+          last: int | None = None) -> list[Lane]:
     """The partitions split into at most `most` lanes of consecutive partitions (sizes differing by at most one),
     which can be written at the same time: each lane reads the files from its first piece's to its last's, plus
     the files without rows after them, up to the next lane's first. So every input file is read by one lane, but
     a file whose rows several lanes share (one at each of the `most` - 1 boundaries at most), which each of them
-    reads; with no partitions, one lane of no partitions reads every file."""
+    reads; with no partitions, one lane of no partitions reads every file. `first` and `last` bound the files
+    read (default: all `file_count` of them): a lane of `lanes` split again (a collection task's partitions, split
+    over its threads) passes its own, so the sub-lanes read exactly the files their lane reads."""
     if most < 1:
         raise ValueError("most must be at least 1")
+    last = file_count - 1 if last is None else last
     count = max(1, min(most, len(partitions)))
     size, extra = divmod(len(partitions), count)
     groups, start = [], 0
@@ -73,9 +77,9 @@ def lanes(partitions: list[Partition], file_count: int, most: int) -> list[Lane]
         stop = start + size + (1 if position < extra else 0)
         groups.append(tuple(partitions[start:stop]))
         start = stop
-    firsts = [0] + [group[0].pieces[0].file for group in groups[1:]]
+    firsts = [first] + [group[0].pieces[0].file for group in groups[1:]]
     out = []
     for position, group in enumerate(groups):
-        last = file_count - 1 if position == count - 1 else max(group[-1].pieces[-1].file, firsts[position + 1] - 1)
-        out.append(Lane(group, firsts[position], last))
+        end = last if position == count - 1 else max(group[-1].pieces[-1].file, firsts[position + 1] - 1)
+        out.append(Lane(group, firsts[position], end))
     return out

@@ -15,7 +15,8 @@ RUN/
     plan.json status.json job.sh slurm-JOB_TASK.out       (job.sh and its output under Slurm only)
     local/supervisor.json local/supervisor.log     (local executor only)
     local/task-NNNNN.json local/task-NNNNN.log
-  collections/collection-NNNN/plan.json status.json job.sh slurm-JOB.out
+  collections/collection-NNNN/plan.json status.json task-NNNNN.json (a task done: its files in the stage)
+    job.sh job-rK.sh slurm-JOB_TASK.out             (Slurm only: the array of its tasks, and the K-th rerun's)
 """
 
 from __future__ import annotations

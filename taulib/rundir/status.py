@@ -200,8 +200,16 @@ def collections(run: Run) -> list[Record]:
     for plan, status in Journal(run, COLLECTIONS).entries():
         out.append({"collection_id": plan["collection_id"], "destination": plan["destination"],
                     "format": plan["format"], "state": status["state"] if status else "prepared",
-                    "job_id": status["job_id"] if status else None, "reason": status["reason"] if status else None})
+                    "job_id": status["job_id"] if status else None, "reason": status["reason"] if status else None,
+                    "tasks": plan.get("tasks", 1), "tasks_done": _tasks_done(run, plan)})
     return out
+
+
+def _tasks_done(run: Run, plan: Record) -> int:
+    """The tasks of a collection that recorded their partitions (`collect.tasks`); 0 for a collection in one task
+    under the local executor, which records none."""
+    folder = f"{COLLECTIONS.folder}/{plan['collection_id']}"
+    return sum(1 for name in run.dir.listdir(folder) if name.startswith("task-") and name.endswith(".json"))
 
 
 def _newest(run: Run, kind: Kind) -> Entry | None:

@@ -31,15 +31,16 @@ DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE
 
 
 class SlurmCollectionJobs(CollectionJobs):
-    """A collection's CPU job: one task, no GPU (`slurm.script.render_collection`), submitted without the caller's
-    SBATCH_* variables."""
+    """A collection's CPU job: an array of one task per collection task (or per task rerun), no GPU
+    (`slurm.script.render_collection`), submitted without the caller's SBATCH_* variables."""
 
-    def submit(self, run: Run, plan: dict[str, Any], job_name: str) -> str:
+    def submit(self, run: Run, plan: dict[str, Any], job_name: str, task_indices: list[int], rerun: int = 0) -> str:
         collection_id = plan["collection_id"]
         text = script.render_collection(job_name=job_name, run_dir=run.path, collection_id=collection_id,
-                                        python=sys.executable, profile=run.plan["scheduler"]["slurm"])
-        job_id = commands.sbatch_script(run, f"collections/{collection_id}/job.sh", text, pinned=True,
-                                        resolved_by="tau-collect")
+                                        python=sys.executable, profile=run.plan["scheduler"]["slurm"],
+                                        task_indices=task_indices)
+        rel = f"collections/{collection_id}/job.sh" if not rerun else f"collections/{collection_id}/job-r{rerun}.sh"
+        job_id = commands.sbatch_script(run, rel, text, pinned=True, resolved_by="tau-collect")
         failpoints.hit("collect.sbatch_returned")  # the job exists, nothing records it: the lost reply
         return job_id
 
@@ -50,11 +51,27 @@ class SlurmCollectionJobs(CollectionJobs):
         return any(row.job_id == job_id for row in commands.squeue([job_id]))
 
     def accounted(self, job_id: str) -> str | None:
-        rows = [r for r in commands.sacct([job_id], arrays=set()) if r.job_id == job_id]
+        rows = [r for r in commands.sacct([job_id], arrays={job_id}) if r.job_id == job_id]
         return rows[-1].raw if rows else None
 
     def identity(self, environ: dict[str, str]) -> str | None:
-        return env.get("SLURM_JOB_ID", environ) or None
+        if not env.get("SLURM_JOB_ID", environ):
+            return None
+        job = env.get("SLURM_ARRAY_JOB_ID", environ) or env.get("SLURM_JOB_ID", environ) or ""
+        try:
+            return parse.job_id(job)
+        except parse.ParseError:
+            raise Refused(f"SLURM_ARRAY_JOB_ID/SLURM_JOB_ID ({parse.short_text(job)!r}) is not a Slurm job id") \
+                from None
+
+    def task(self, environ: dict[str, str]) -> int | None:
+        task = env.get("SLURM_ARRAY_TASK_ID", environ)
+        if not task:
+            return None
+        try:
+            return parse.task_index(task)
+        except parse.ParseError:
+            raise Refused(f"SLURM_ARRAY_TASK_ID ({parse.short_text(task)!r}) is not an array task index") from None
 
 
 class Slurm(Executor):
@@ -77,7 +94,7 @@ class Slurm(Executor):
         script.render(job_name="tau-check", run_dir=run_dir, submission_id="submission-0001", task_indices=[0],
                       python=python, profile=profile)
         script.render_collection(job_name="tau-check", run_dir=run_dir, collection_id="collection-0001",
-                                 python=python, profile=profile)
+                                 python=python, profile=profile, task_indices=[0])
 
     def request(self, section: dict[str, Any]) -> dict[str, str | None]:
         return {"mem": section.get("mem") or None, "time": section.get("time") or None}

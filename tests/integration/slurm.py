@@ -231,6 +231,10 @@ def run_job_ids(run_dir: Path) -> list[str]:
         job = json.loads(path.read_text()).get("job_id")
         if job:
             out.append(job)
+    for path in sorted((run_dir / "collections").glob("collection-*/task-*.json")):  # a rerun task's earlier job
+        job = json.loads(path.read_text()).get("job_id")
+        if job and job not in out:
+            out.append(job)
     return out
 
 

@@ -349,7 +349,7 @@ def test_a_collection_that_fails_inside_its_job_is_retired_leaves_nothing_and_th
     assert "failpoint 'collect.staged' injected an error" in journal["reason"], journal
     job = journal["job_id"]
     wait_job_gone(job)
-    out = (run_dir / "collections" / "collection-0001" / f"slurm-{job}.out").read_text()
+    out = (run_dir / "collections" / "collection-0001" / f"slurm-{job}_0.out").read_text()  # its one array task
     errors = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert len(errors) == 1 and errors[0]["code"] == 74 and "collect.staged" in errors[0]["message"], out
     wait_until(lambda: [(r["state"], r["exit_code"]) for r in sacct_rows(job)] == [("FAILED", "74:0")], 30,
