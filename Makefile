@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SCHEDULER ?= local
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: venv demo check quick lint test bats typecheck man completions bench bench-slurm system-deps slurm-up slurm-down azurite-up azurite-down clean
+.PHONY: venv demo check quick lint test bats typecheck man completions bench bench-slurm bench-collect-tasks system-deps slurm-up slurm-down azurite-up azurite-down clean
 
 ## venv: the virtual environment .venv with tau installed editable (every other target depends on it)
 venv: $(STAMP)
@@ -87,6 +87,11 @@ bench: venv
 ## cycles and their squeue and sacct calls against one sacct per job; 30-60 minutes on 2 cores
 bench-slurm: venv
 	$(PY) bench/slurm_scale.py
+
+## bench-collect-tasks: tau-collect --tasks 2 against --tasks 1 on the test cluster (bench/collect_tasks.py), apart
+## from make bench because it needs the cluster (make slurm-up); about 6 minutes at the default 2 GB on 2 cores
+bench-collect-tasks: venv
+	$(PY) bench/collect_tasks.py
 
 clean:
 	rm -rf demo build .pytest_cache .mypy_cache

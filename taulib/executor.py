@@ -118,6 +118,11 @@ class CollectionJobs(ABC):
     def task(self, environ: dict[str, str]) -> int | None:
         """The array task this process runs as, from its environment (None: not an array task)."""
 
+    @abstractmethod
+    def cpus(self, environ: dict[str, str]) -> int | None:
+        """The CPUs the scheduler gave this task, from its environment (None: not said); a collection task uses no
+        more threads than these, whether or not the cluster binds it to them."""
+
 
 class Executor(ABC):
     """One executor, implemented whole. Submissions go through the journal (`lifecycle.submission`), which calls

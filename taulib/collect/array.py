@@ -31,10 +31,14 @@ class Killed(Busy):
     stay done, and the next tau-collect reruns the others (75, try again)."""
 
 
-def lanes(count: int) -> int:
-    """Threads for one of `count` tasks on this machine: the CPUs this process may use, shared among the tasks that
-    run here at once (a Slurm task has its own CPUs: count 1)."""
-    return max(1, min(len(os.sched_getaffinity(0)) // max(1, count), stage.LANES))
+def lanes(count: int, allotted: int | None = None) -> int:
+    """Threads for one of `count` tasks on this machine: the CPUs this process may use (and at most the `allotted`
+    ones, the CPUs Slurm gave the task, where a cluster does not bind tasks to them), shared among the tasks that run
+    here at once (a Slurm task has its own CPUs: count 1)."""
+    cpus = len(os.sched_getaffinity(0))
+    if allotted is not None and allotted > 0:
+        cpus = min(cpus, allotted)
+    return max(1, min(cpus // max(1, count), stage.LANES))
 
 
 def publish_when_done(run, plan: dict, status: dict, parent, name: str, publish) -> dict | None:
@@ -52,9 +56,11 @@ def publish_when_done(run, plan: dict, status: dict, parent, name: str, publish)
     return publish(plan, status, staged, result)
 
 
-def work(run, book, plan: dict, job_id: str, task: int, found: list, where, publish, finish) -> dict:
-    """Slurm array task `task` of job `job_id` (the worker's fence was awaited): write its partitions, record them,
-    publish when it is the last. `finish(plan, status, result)` adopts a dataset already published."""
+def work(run, book, plan: dict, job_id: str, task: int, found: list, where, publish, finish,
+         cpus: int | None = None) -> dict:
+    """Slurm array task `task` of job `job_id` (the worker's fence was awaited), with the `cpus` Slurm allotted it:
+    write its partitions, record them, publish when it is the last. `finish(plan, status, result)` adopts a dataset
+    already published."""
     if not 0 <= task < tasks.count(plan):
         raise Refused(f"task {task} is not a task of collection {plan['collection_id']} (it has "
                       f"{tasks.count(plan)}); this worker writes nothing")
@@ -78,7 +84,7 @@ def work(run, book, plan: dict, job_id: str, task: int, found: list, where, publ
     if not written:
         try:
             with open_parent(where) as parent, parent.subtree(staged) as folder:
-                files = stage.write_task(run, plan, found, folder, task, lanes(1))
+                files = stage.write_task(run, plan, found, folder, task, lanes(1, cpus))
         except Exception as exc:
             _retire(run, book, plan, job_id, where, exc)
             raise

@@ -344,7 +344,7 @@ def work(run_dir: str, collection_id: str, environ: dict | None = None) -> dict:
         where = authorise(run, plan["destination"])
         with locks.hold(run.dir, "run", shared=True):
             result = array.work(run, book, plan, job_id, 0 if task is None else task, found, where,
-                                _publisher(book, where), lambda p, s, r: _finish(book, p, s, r))
+                                _publisher(book, where), lambda p, s, r: _finish(book, p, s, r), jobs.cpus(environ))
         return bundle.deliver(run, result)  # the last task, once the dataset is published: its upload
 
 

@@ -30,7 +30,7 @@ from taulib.rules import journal as journal_rules
 from taulib.rundir import journal
 
 ACCOUNTING_GRACE = 60  # seconds after its last change that a job absent from queue and accounting is given
-POLL = 1.0  # seconds between reads of the status while waiting
+POLL = 0.25  # seconds between reads of the status while waiting
 QUEUE_EVERY = 10.0  # seconds between squeue calls while waiting
 GONE_AFTER = 5.0  # seconds a job may be gone from the queue, while waiting, before it is settled
 MAX_RERUNS = 3  # times a collection's unfinished tasks are submitted again before it fails

@@ -64,6 +64,10 @@ class SlurmCollectionJobs(CollectionJobs):
             raise Refused(f"SLURM_ARRAY_JOB_ID/SLURM_JOB_ID ({parse.short_text(job)!r}) is not a Slurm job id") \
                 from None
 
+    def cpus(self, environ: dict[str, str]) -> int | None:
+        given = environ.get("SLURM_CPUS_PER_TASK", "")
+        return int(given) if given.isascii() and given.isdigit() and 0 < len(given) <= 4 else None
+
     def task(self, environ: dict[str, str]) -> int | None:
         task = env.get("SLURM_ARRAY_TASK_ID", environ)
         if not task:
