@@ -109,6 +109,7 @@ VARS: dict[str, Var] = {v.name: v for v in (
     Var("TAU_LOCAL_JOB_ID", None, _text, "the local executor's job id (its submission id)", "allocation"),
     Var("TAU_LOCAL_TASK_ID", None, _text, "the local executor's task index", "allocation"),
     Var("SLURM_JOB_ID", None, _text, "Slurm's job id of the allocation", "allocation"),
+    Var("SLURM_CPUS_PER_TASK", None, _text, "the CPUs Slurm gave a collection task: its most threads", "allocation"),
     Var("SLURM_ARRAY_JOB_ID", None, _text, "Slurm's array job id", "allocation"),
     Var("SLURM_ARRAY_TASK_ID", None, _text, "Slurm's array task index", "allocation"),
     Var("SLURM_RESTART_COUNT", 0, _count, "how often Slurm requeued this allocation", "allocation"),

@@ -128,7 +128,8 @@ def test_the_run_status_names_an_unresolved_submission_the_collections_and_the_t
     doc = status(run_dir)
     assert doc["eta_seconds"] is None  # the run succeeded
     assert doc["collections"] == [{"collection_id": "collection-0001", "destination": str(out),
-                                   "format": "parquet", "state": "succeeded", "job_id": None, "reason": None}]
+                                   "format": "parquet", "state": "succeeded", "job_id": None, "reason": None,
+                                   "tasks": 1, "tasks_done": 0}]
 
 
 @pytest.mark.slow

@@ -65,7 +65,7 @@ class SlurmCollectionJobs(CollectionJobs):
                 from None
 
     def cpus(self, environ: dict[str, str]) -> int | None:
-        given = environ.get("SLURM_CPUS_PER_TASK", "")
+        given = env.get("SLURM_CPUS_PER_TASK", environ) or ""
         return int(given) if given.isascii() and given.isdigit() and 0 < len(given) <= 4 else None
 
     def task(self, environ: dict[str, str]) -> int | None:

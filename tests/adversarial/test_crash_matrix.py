@@ -39,6 +39,7 @@ REACHED_ELSEWHERE = {  # failpoints this life cannot reach, and the tests that c
     "submit.sbatch_returned": "tests/integration/test_slurm_adversity.py (real sbatch)",
     "submit.attempts_published": "tests/test_protocol_crashes.py (a format-1 run: its tau-submit publishes attempts)",
     "collect.sbatch_returned": "tests/integration/test_slurm_adversity.py (real sbatch)",
+    "collect.task_written": "tests/test_collect_tasks.py and tests/integration/test_slurm_collect_tasks.py (--tasks)",
     "cancel.recorded": "test_a_cancel_killed_after_its_records_stops_the_attempts_when_run_again (below)",
     "fetch.staged": "tests/integration/test_azurite_bundles.py (real Azurite)",
     "fetch.published": "tests/integration/test_azurite_bundles.py (real Azurite)",
