@@ -122,14 +122,16 @@ def shape(mb: int) -> tuple[int, int]:
     return shards, min(ROWS_PER_SHARD, max(1000, mb * 2**20 // (BYTES_PER_ROW * shards)))
 
 
-def build(workspace: Path, shards: int, rows: int) -> tuple[Path, list[str]]:
-    """The run of shards x rows (built once, reused while its folder holds a run) and its winner files."""
-    run_dir = workspace / f"run-{shards}x{rows}"
+def build(workspace: Path, shards: int, rows: int, scheduler: dict | None = None,
+          prefix: str = "run") -> tuple[Path, list[str]]:
+    """The run of shards x rows (built once, reused while its folder holds a run) and its winner files; `scheduler`
+    the plan's (default: the local executor on every core), `prefix` its folder's name before the shape."""
+    run_dir = workspace / f"{prefix}-{shards}x{rows}"
     if not (run_dir / "run.json").exists():
         workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
         shutil.rmtree(run_dir, ignore_errors=True)
         plan = {"records": shards * rows, "shards": shards, "command": [PY, str(ROOT / "bench" / "collect_client.py")],
-                "scheduler": {"profile": "local", "local": {"max_parallel": os.cpu_count() or 2}},
+                "scheduler": scheduler or {"profile": "local", "local": {"max_parallel": os.cpu_count() or 2}},
                 "output": {"format": "parquet", "rows_per_partition": 1_000_000}}
         tau("tau-init", str(run_dir), input=json.dumps(plan))
         tau("tau-submit", str(run_dir))

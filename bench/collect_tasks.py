@@ -30,61 +30,15 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-PY = sys.executable
+from collect import build, shape, tau, warm  # bench/collect.py: the same run, built the same way
+
 MB = int(os.environ.get("BENCH_COLLECT_MB", "2048"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 TASKS = [int(n) for n in os.environ.get("BENCH_TASKS", "1,2").split(",") if n.strip()]
 ROWS = int(os.environ.get("BENCH_ROWS", "500000"))
-ROWS_PER_SHARD = 150_000
-BYTES_PER_ROW = 217  # what bench/collect_client.py's rows take in Parquet
 
 
-def tau(*args: str, input: str | None = None) -> dict:
-    proc = subprocess.run([str(BIN / args[0]), *args[1:]], input=input, capture_output=True, text=True,
-                          timeout=3600)
-    if proc.returncode != 0:
-        raise SystemExit(f"{args[0]} failed ({proc.returncode}): {proc.stderr.strip()}")
-    return json.loads(proc.stdout) if proc.stdout.strip() else {}
-
-
-def build(workspace: Path) -> tuple[Path, list[str]]:
-    shards = max(2, round(MB * 2**20 / (ROWS_PER_SHARD * BYTES_PER_ROW)))
-    rows = min(ROWS_PER_SHARD, max(1000, MB * 2**20 // (BYTES_PER_ROW * shards)))
-    run_dir = workspace / f"slurm-run-{shards}x{rows}"
-    if not (run_dir / "run.json").exists():
-        workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        plan = {"records": shards * rows, "shards": shards,
-                "command": [PY, str(ROOT / "bench" / "collect_client.py")],
-                "scheduler": {"profile": "slurm", "slurm": {"partition": "debug", "time": "30:00",
-                                                            "cpus_per_task": 1, "mem": "2G"}},
-                "output": {"format": "parquet", "rows_per_partition": ROWS}}
-        tau("tau-init", str(run_dir), input=json.dumps(plan))
-        tau("tau-submit", str(run_dir))
-    deadline = time.monotonic() + 3600
-    while True:
-        obs = subprocess.run([str(BIN / "tau-observe"), str(run_dir)], capture_output=True, text=True, check=True)
-        status = tau("tau-reconcile", str(run_dir), input=obs.stdout)
-        if status["state"] == "succeeded":
-            break
-        if status["state"] == "failed" or time.monotonic() > deadline:
-            raise SystemExit(f"the benchmark's run did not succeed: {status['reason']}")
-        time.sleep(2)
-    winners = subprocess.run([str(BIN / "tau-winner"), str(run_dir)], capture_output=True, text=True, check=True)
-    files = []
-    for shard in json.loads(winners.stdout)["shards"]:
-        dataset = run_dir / "shards" / shard["shard_id"] / "attempts" / shard["winner"] / "dataset"
-        files += sorted(str(p) for p in dataset.glob("*.parquet"))
-    return run_dir, files
-
-
-def warm(files: list[str]) -> None:
-    for path in files:
-        with open(path, "rb") as fh:
-            while fh.read(8 << 20):
-                pass
+SLURM = {"profile": "slurm", "slurm": {"partition": "debug", "time": "30:00", "cpus_per_task": 1, "mem": "2G"}}
 
 
 def main() -> int:
@@ -92,7 +46,7 @@ def main() -> int:
         print("the Slurm test cluster does not answer: start it with `make slurm-up` (as root)", file=sys.stderr)
         return 2
     base = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir()) / "tau-bench-collect"
-    run_dir, files = build(base)
+    run_dir, files = build(base, *shape(MB), scheduler=SLURM, prefix="slurm-run")
     size = sum(os.path.getsize(f) for f in files)
     times: dict[int, list[float]] = {n: [] for n in TASKS}
     for _ in range(ROUNDS):

@@ -156,7 +156,8 @@ def get(name: Literal["TAU_FAILPOINT_ONCE", "TAU_FAILPOINT_TRACE", "ARROW_DEFAUL
 def get(name: Literal["AZURE_STORAGE_CONNECTION_STRING", "TAU_BLOB_API_VERSION", "REQUESTS_CA_BUNDLE",
                       "CURL_CA_BUNDLE", "KUBECONFIG", "VIRTUAL_ENV", "TAU_LOCAL_JOB_ID", "TAU_LOCAL_TASK_ID",
                       "SLURM_JOB_ID",
-                      "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "TAU_RUN_DIR", "TAU_RUN_ID", "TAU_SHARD_ID",
+                      "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_CPUS_PER_TASK",
+                      "TAU_RUN_DIR", "TAU_RUN_ID", "TAU_SHARD_ID",
                       "TAU_SHARD_INDEX", "TAU_ATTEMPT_ID", "TAU_ATTEMPT_ORDINAL", "TAU_RECORD_START",
                       "TAU_RECORD_END", "TAU_OUTPUT_DIR", "TAU_OUTPUT_FORMAT", "TAU_PROGRESS_FILE"],
         env: Mapping[str, str] | None = None) -> str | None: ...

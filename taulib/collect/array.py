@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from taulib import jsonio
+from taulib import failpoints, jsonio
 from taulib.collect import stage, tasks
 from taulib.collect.destination import RESULT, open_parent, read_result, remove_stage, stage_name
 from taulib.collect.report import progress
@@ -64,8 +64,6 @@ def work(run, book, plan: dict, job_id: str, task: int, found: list, where, publ
     if not 0 <= task < tasks.count(plan):
         raise Refused(f"task {task} is not a task of collection {plan['collection_id']} (it has "
                       f"{tasks.count(plan)}); this worker writes nothing")
-    from taulib import failpoints
-
     failpoints.task = f"tau-collect-task-{task}"  # failpoints may be armed for one task
     staged = stage_name(plan)
     with locks.hold(run.dir, "collect"):
@@ -209,8 +207,6 @@ def _main(argv: list[str]) -> int:
     from taulib.collect.destination import authorise
     from taulib.rundir.journal import COLLECTIONS, Journal
     from taulib.rundir.run import Run
-
-    from taulib import failpoints
 
     run_dir, collection_id, task, share, parent_pid = argv[0], argv[1], int(argv[2]), int(argv[3]), int(argv[4])
     _die_with(parent_pid)

@@ -94,9 +94,8 @@ def settle(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, na
         return done
     todo = tasks.undone(run, plan)
     if status.get("rerun", 0) < MAX_RERUNS:  # killed, cancelled, preempted: those tasks again, and only those
-        window = run.plan["windows"]["submission_visibility_seconds"]
         status = book.advance(status, state="prepared", job_id=None, rerun=status.get("rerun", 0) + 1,
-                              deadline=jsonio.format_time(time.time() + window))
+                              deadline=book.deadline(jsonio.now_rfc3339()))
         return submit(run, jobs, book, plan, status, parent, todo)
     remove_stage(parent, stage_name(plan))
     word = accounting if accounting is not None else "absent from the queue and from accounting"

@@ -178,15 +178,18 @@ class Journal:
         entry_id = plan[self.kind.id_field]
         self.run.dir.publish(self.plan_rel(entry_id), plan)
         now = plan["created_at"]
-        window = self.run.plan["windows"]["submission_visibility_seconds"]
         status = {"kind": self.kind.status_kind, "schema_version": 1, "run_id": self.run.run_id,
                   self.kind.id_field: entry_id,
                   "plan": {"path": self.plan_rel(entry_id), "sha256": jsonio.digest(plan)},
                   "revision": 1, "state": "prepared", "updated_at": now,
-                  "deadline": jsonio.format_time(jsonio.parse_time(now) + window), "job_id": None, "reason": None,
+                  "deadline": self.deadline(now), "job_id": None, "reason": None,
                   **fields}
         self.run.dir.replace(self.status_rel(entry_id), status)
         return status
+
+    def deadline(self, now: str) -> str:
+        """The visibility deadline of a job handed to the scheduler at `now`: now + submission_visibility_seconds."""
+        return jsonio.format_time(jsonio.parse_time(now) + self.run.plan["windows"]["submission_visibility_seconds"])
 
     def advance(self, status: Record, **changes: object) -> Record:
         """The status one revision on, with `changes`, stamped now."""
