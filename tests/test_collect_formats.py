@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from taulib.collect import formats
+from taulib.collect import formats, parquet
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +90,7 @@ def _rows(n: int, start: int = 0) -> pa.Table:
 
 def _write(fmt: formats.Format, tables: list[pa.Table]) -> bytes:
     sink = io.BytesIO()
-    writer = fmt.open(sink, SCHEMA, tables[0].to_batches()[0])
+    writer = fmt.open(sink, SCHEMA)
     for table in tables:
         writer.write(table)
     writer.close()
@@ -124,11 +124,11 @@ def test_parquet_row_groups_are_exactly_the_tables_group_size(tmp_path):
 
     fmt = formats.get("parquet")
     path = tmp_path / "part-00000.parquet"
-    path.write_bytes(_write(fmt, [_rows(formats.PARQUET_ROWS + 5)]))
+    path.write_bytes(_write(fmt, [_rows(parquet.ROWS + 5)]))
     meta = pq.ParquetFile(path).metadata
-    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [formats.PARQUET_ROWS, 5]
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [parquet.ROWS, 5]
 
 
 def test_only_repeating_string_columns_are_dictionary_encoded():
     batch = pa.record_batch({"same": ["a"] * 10, "unique": [str(i) for i in range(10)], "n": list(range(10))})
-    assert formats.dictionary_columns(batch) == ["same"]
+    assert parquet.dictionary_columns(batch) == ["same"]

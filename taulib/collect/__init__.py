@@ -12,6 +12,8 @@ imported here, so that tau-collect's options (`formats`) cost nothing to list.
   inputs       reading the winner files, each checked (size, sha256, Parquet rows) before a row of it is used
   outputs      writing one partition file: hashed as written, fsynced
   formats      the one table of output formats: name, suffix, writer, reader, the contract that fixes the bytes
+  parquet      a Parquet partition file: winners' row groups copied where they fit, the rest encoded, tau's footer
+  thrift       Thrift's compact protocol, generically: a Parquet footer read and written back
   jsonl        Arrow rows as JSON lines, column by column
   job          the CPU job of an executor that collects in a job of its own: submit, settle, wait, fence
   report       the tau.collection summary

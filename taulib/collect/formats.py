@@ -8,19 +8,19 @@ enums and the man pages name exactly these.
 Pure: it reads and writes nothing itself; a writer writes the rows it is given into the file object it was opened on (a
 `collect.outputs.Sink`, which hashes and fsyncs), and a reader reads one written file back (for checks and tests).
 Imports nothing heavy: pyarrow is imported when a writer or reader is made, so listing the formats costs nothing.
-Promises: a format's bytes are a function of its rows only; the text formats' bytes do not depend on how the rows
-are grouped into writes, and Parquet's row groups are exactly PARQUET_ROWS rows (a partition's last takes the
-rest).
+Promises: a text format's bytes are a function of its rows only and do not depend on how the rows are grouped into
+writes; Parquet's are a function of the winners' bytes and the partition plan (`collect.parquet`: a winner's row
+groups copied where they fit, the other rows in row groups of exactly `parquet.ROWS` rows but the last).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Protocol
 
-PARQUET_ROWS = 65_536  # rows of a Parquet row group
+from taulib.collect import parquet
+
 TEXT_ROWS = 16_384  # rows held before they are written as CSV or JSON lines (any grouping gives the same bytes)
 JSON_ROWS = 8192  # rows converted to JSON lines at a time: small enough to stay in the processor's caches
-DICTIONARY_SHARE = 0.5  # a string column whose first row group has at most this share distinct is dictionary-encoded
 
 
 class Writer(Protocol):
@@ -36,26 +36,15 @@ class Format(NamedTuple):
     name: str  # as --format, the plan's output.format and the schemas' enums spell it
     suffix: str  # of its files: part-NNNNN.<suffix>
     rows_held: int  # rows buffered before a write
-    open: Callable[[Any, Any, Any], Writer]  # (file object, Arrow schema, first batch) -> Writer
+    open: Callable[[Any, Any], Writer]  # (file object, Arrow schema) -> Writer
     read: Callable[[str], Any]  # path -> pyarrow.Table of the file's rows
     contract: str  # what fixes the bytes, in words
 
 
-class _Parquet:
-    def __init__(self, sink: Any, schema: Any, first: Any) -> None:
-        import pyarrow.parquet as pq
-
-        self.writer = pq.ParquetWriter(sink, schema, compression="snappy", use_dictionary=dictionary_columns(first))
-
-    def write(self, table: Any) -> None:
-        self.writer.write_table(table, row_group_size=PARQUET_ROWS)
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 class _Csv:
-    def __init__(self, sink: Any, schema: Any, first: Any) -> None:
+    def __init__(self, sink: Any, schema: Any) -> None:
         import pyarrow.csv as pacsv
 
         self.writer = pacsv.CSVWriter(sink, schema)
@@ -68,7 +57,7 @@ class _Csv:
 
 
 class _JsonLines:
-    def __init__(self, sink: Any, schema: Any, first: Any) -> None:
+    def __init__(self, sink: Any, schema: Any) -> None:
         self.sink = sink
 
     def write(self, table: Any) -> None:
@@ -100,10 +89,13 @@ def _read_json_lines(path: str) -> Any:
 
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
-    Format("parquet", "parquet", PARQUET_ROWS, _Parquet, _read_parquet,
-           "Parquet by pyarrow with snappy compression, in row groups of 65,536 rows (a partition's last group takes "
-           "the rest), dictionary encoding only for the string and binary columns whose values, in the partition's "
-           "first group, repeat (at most half of them distinct), every other column plain"),
+    Format("parquet", "parquet", parquet.ROWS, parquet.Writer, _read_parquet,
+           "Parquet: a winner's row group of at least 16,384 rows that lies wholly in one partition, from a winner "
+           "whose Parquet schema is the one pyarrow writes for its Arrow schema, is copied unchanged; the rows in "
+           "between are encoded by pyarrow with snappy compression in row groups of 65,536 rows (the last of a run "
+           "of them takes the rest), dictionary encoding only for the string and binary columns whose values, in "
+           "the run's first group, repeat (at most half of them distinct), every other column plain; the footer is "
+           "pyarrow's for the partition's Arrow schema, with the row groups in order"),
     Format("csv", "csv", TEXT_ROWS, _Csv, _read_csv,
            "CSV by pyarrow's CSV writer, with a header line; how rows are grouped into writes does not change the "
            "bytes"),
@@ -117,21 +109,3 @@ NAMES: tuple[str, ...] = tuple(FORMATS)
 def get(name: str) -> Format:
     """The format of this name (KeyError for a name that is not in the table: callers check `NAMES` first)."""
     return FORMATS[name]
-
-
-def dictionary_columns(batch: Any) -> list[str]:
-    """The string and binary columns dictionary-encoded: those whose values in this first batch repeat (at most
-    DICTIONARY_SHARE of them distinct). A function of the rows only, so the same winners give the same bytes."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    chosen = []
-    for field, column in zip(batch.schema, batch.columns, strict=True):
-        kind = field.type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
-                or pa.types.is_large_binary(kind) or pa.types.is_dictionary(kind)):
-            continue
-        if pa.types.is_dictionary(kind) or len(column) == 0 \
-                or pc.count_distinct(column, mode="all").as_py() <= DICTIONARY_SHARE * len(column):
-            chosen.append(field.name)
-    return chosen

@@ -1,17 +1,20 @@
 """Reading a lane's winner files for a collection: each file read once, verified whole, decoded ahead of the writer.
 
 Reads: the winner files `first`..`last` of a collection, in order, through the run's own reader (`RunDir`). A file
-of at most INPUT_BUFFER bytes is read into one buffer, hashed as it is read, and decoded from those bytes; a
-larger one is hashed in a first pass and decoded in a second. Either way its size, sha256 and Parquet row count are
+of at most INPUT_BUFFER bytes is read into one of BUFFERS buffers, hashed as it is read, and decoded or copied
+from those bytes; a larger one, or one met while both buffers are in use, is hashed in a first pass and decoded or
+copied from its descriptor in a second. Either way its size, sha256 and Parquet row count are
 compared with its manifest before a row of it is used (Conflict otherwise). Writes nothing.
-Promises: `Inputs.read(piece)` gives exactly the rows of the piece, in order, in batches of at most READ_ROWS; the
-rows of a file before a piece (another lane's) are decoded and passed over, and once the lane needs no more rows
-of a file, its reader decodes no more of them (it is still verified). Read in place by the lane's thread, or
+Promises: `Inputs.read(piece)` gives exactly the rows of the piece, in order, in batches of at most READ_ROWS, but
+for a Parquet collection, a row group that lies wholly inside the piece and can be copied (`collect.parquet`),
+which it gives whole, undecoded, as a `parquet.Span`. A row group that no piece of the lane needs (another lane's,
+or rows before or after the lane's) is verified with its file but never decoded; one that a piece needs part of is
+decoded whole and the rest passed over. Read in place by the lane's thread, or
 (`threaded`) by a reader thread that reads, hashes and decodes while the lane's writer encodes; they hand batches
 over through a deque that each side polls (no lock or condition is waited on, so a stop signal can unwind the
 writer at any moment and leave nothing half taken).
-Memory: one input buffer (reused while no decoded batch refers to it, which spares the kernel the page faults of
-a fresh one; a second one while one does) and QUEUE decoded batches at most.
+Memory: BUFFERS input buffers at most (each reused once no decoded batch or row group to copy refers to it, which
+spares the kernel the page faults of a fresh one) and QUEUE decoded batches or row groups.
 """
 
 from __future__ import annotations
@@ -22,17 +25,25 @@ import sys
 import threading
 import time
 from collections import deque
+from typing import NamedTuple
 
 from taulib import signals
+from taulib.collect import parquet
 from taulib.errors import Conflict
 from taulib.rules import partition
 
 READ_ROWS = 16_384  # rows decoded at a time
 INPUT_BUFFER = 64 << 20  # winner files up to this size are read once; larger ones twice (hash, then decode)
 BUFFER_GRAIN = 4 << 20  # an input buffer's size is rounded up to this, so that files of about one size share it
+BUFFERS = 2  # input buffers a reader keeps: one read into while the writer still copies or decodes from the other
 READ_CHUNK = 4 << 20
 QUEUE = 1  # decoded batches in flight between the reader and the writer
 POLL = 0.0005  # seconds a side waits before looking at the hand-over again
+
+
+class Skip(NamedTuple):
+    """A row group that no piece of the lane needs: verified with its file, never decoded."""
+    num_rows: int
 
 
 class Stopped(Exception):
@@ -48,8 +59,10 @@ class Inputs:
     piece, which another lane writes, are decoded and passed over)."""
 
     def __init__(self, run, files: list[tuple[str, dict]], first: int, last: int, lanes_stop: threading.Event,
-                 threaded: bool = True) -> None:
+                 needs: dict[int, list[tuple[int, int]]], copy: bool, threaded: bool = True) -> None:
         self.run, self.files, self.first, self.last = run, files, first, last
+        self.needs = needs  # by file: the row ranges of the lane's pieces (row groups outside them are skipped)
+        self.copy = copy  # row groups that fit are handed over whole, to be copied (Parquet)
         self.lanes_stop = lanes_stop  # set when any lane fails or the collection stops
         self.handed: deque = deque()  # batches, _END markers and the reader's exception, in order
         self.stop = threading.Event()  # this reader's own
@@ -58,8 +71,7 @@ class Inputs:
         self.position = 0  # rows of the current file already taken
         self.left = None  # the rest of a batch a piece ended inside
         self.done = False  # the current file's batches are all taken
-        self.rest_unread = -1  # the file whose remaining rows no lane needs: the reader decodes no more of them
-        self.kept: bytearray | None = None  # the reader's input buffer, reused while nothing else refers to it
+        self.buffers: list[bytearray] = []  # the reader's input buffers, each reused once nothing refers to it
         self.threaded = threaded  # a reader thread of its own, else the lane's thread reads in place
         self.produced = None  # the items read in place
 
@@ -71,6 +83,14 @@ class Inputs:
         while self.position < piece.stop:
             batch = self.left if self.left is not None else self._next_batch()
             self.left = None
+            if isinstance(batch, (Skip, parquet.Span)):  # a row group before the piece, or one wholly inside it
+                end = self.position + batch.num_rows
+                assert end <= piece.start if isinstance(batch, Skip) else piece.start <= self.position <= end <= \
+                    piece.stop, "the reader skips or copies whole row groups of this lane's pieces only"
+                if isinstance(batch, parquet.Span):
+                    yield batch
+                self.position = end
+                continue
             skip = min(batch.num_rows, max(0, piece.start - self.position))
             take = min(batch.num_rows - skip, piece.stop - self.position - skip)
             if skip + take < batch.num_rows:
@@ -81,12 +101,9 @@ class Inputs:
 
     def finish(self) -> None:
         """Verify the rest of this lane's files: those no partition of it needed rows of (files without rows, or
-        the next lane's); the rows of the current file that no piece of this lane takes are not decoded."""
-        if self.current >= self.first:
-            self.rest_unread = self.current
+        the next lane's), whose row groups are passed over undecoded."""
         while self.current < self.last:
             self._next_file()
-            self.rest_unread = self.current
         if self.current >= self.first:
             self._drain_file()
 
@@ -173,23 +190,22 @@ class Inputs:
         try:
             for index in range(self.first, self.last + 1):
                 rel, entry = self.files[index]
-                for batch in self._batches(rel, entry):
-                    if self.rest_unread >= index:  # verified (before its first batch); the rest is unwanted
-                        break
-                    yield batch
+                yield from self._batches(index, rel, entry)
                 yield _END
         except Exception as exc:  # the writer raises it, in order, where it would have come
             yield exc
 
-    def _batches(self, rel: str, entry: dict):
+    def _batches(self, index: int, rel: str, entry: dict):
+        """The items of winner file `index`, row group by row group: a `Skip` of one that no piece of this lane
+        needs, a `parquet.Span` of one to copy (`collect.parquet`), else its rows decoded, in batches."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         fd = self.run.dir.open_read(rel)
         try:
             sha, size, data = hashlib.sha256(), 0, None
-            if entry["size"] <= INPUT_BUFFER:
-                data = self._buffer(entry["size"])
+            data = self._buffer(entry["size"])
+            if data is not None:
                 while size < len(data) and (got := os.readv(fd, [data[size:]])):
                     sha.update(data[size:size + got])
                     size += got
@@ -202,6 +218,9 @@ class Inputs:
             if (size, sha.hexdigest()) != (entry["size"], entry["sha256"]):
                 raise Conflict(f"{rel} no longer matches its winner's manifest (size or sha256); refusing to collect",
                                path=rel)
+            found = parquet.footer(fd, size, rel)
+            if found.rows != entry["rows"]:
+                raise Conflict(f"{rel} has {found.rows} rows, its manifest says {entry['rows']}", path=rel)
             if data is not None:
                 source = pa.BufferReader(pa.py_buffer(data))
             else:
@@ -209,20 +228,41 @@ class Inputs:
                 source = pa.PythonFile(os.fdopen(os.dup(fd), "rb"), mode="r")
             try:
                 pf = pq.ParquetFile(source)
-                if pf.metadata.num_rows != entry["rows"]:
-                    raise Conflict(f"{rel} has {pf.metadata.num_rows} rows, its manifest says {entry['rows']}",
-                                   path=rel)
-                yield from pf.iter_batches(batch_size=READ_ROWS, use_threads=False)
+                schema = pf.schema_arrow.remove_metadata()
+                copying = self.copy and parquet.fits(found, schema)
+                origin = parquet.Source(data, None if data is not None or not copying else os.dup(fd))
+                needs, start = self.needs.get(index, ()), 0
+                for number, (rows, group, ranges) in enumerate(found.groups):
+                    stop = start + rows
+                    wanted = [(a, b) for a, b in needs if a < stop and start < b]
+                    if not wanted:
+                        yield Skip(rows)
+                    elif copying and rows >= parquet.COPY_ROWS and any(a <= start and stop <= b for a, b in wanted):
+                        yield parquet.Span(rows, group, ranges, schema, found, origin)
+                    else:
+                        yield from pf.iter_batches(batch_size=READ_ROWS, row_groups=[number], use_threads=False)
+                    start = stop
             finally:
                 source.close()
         finally:
             os.close(fd)
 
-    def _buffer(self, size: int) -> memoryview:
-        """`size` bytes to read a file into: the buffer the last file was read into when nothing refers to it any
-        more (no decoded batch, no reader of it: only `self.kept` and this call's argument do), which spares the
-        kernel the page faults of a fresh allocation; else a new one."""
-        if self.kept is None or len(self.kept) < size or sys.getrefcount(self.kept) > 2:
-            self.kept = None  # let go first: the old buffer and the new one are never both held here
-            self.kept = bytearray(-(-size // BUFFER_GRAIN) * BUFFER_GRAIN)  # the next file of about this size fits
-        return memoryview(self.kept)[:size]
+    def _buffer(self, size: int) -> memoryview | None:
+        """`size` bytes to read a file of at most INPUT_BUFFER bytes into: one of BUFFERS buffers kept for it that
+        nothing refers to any more (no decoded batch, no row group to copy, no reader of it), which spares the
+        kernel the page faults of a fresh allocation, grown when it is too small; None when the file is larger, or
+        when every kept buffer is still in use (the file is then read through its descriptor, so that a reader
+        holds at most BUFFERS files in memory)."""
+        if size > INPUT_BUFFER:
+            return None
+        free = [n for n in range(len(self.buffers)) if sys.getrefcount(self.buffers[n]) <= 2]  # the list's, the call's
+        if not free and len(self.buffers) == BUFFERS:
+            return None
+        if not free:
+            self.buffers.append(bytearray(0))
+            free = [len(self.buffers) - 1]
+        n = max(free, key=lambda k: (len(self.buffers[k]) >= size, -len(self.buffers[k])))  # the smallest that fits
+        if len(self.buffers[n]) < size:
+            self.buffers[n] = bytearray(0)  # let go first: the old buffer and the new one are never both held here
+            self.buffers[n] = bytearray(-(-size // BUFFER_GRAIN) * BUFFER_GRAIN)  # a next file of about this size fits
+        return memoryview(self.buffers[n])[:size]

@@ -4,10 +4,11 @@ Writes: one new private file in the stage (`Tree.create`), through a WRITE_BUFFE
 hashed as it is written (the file is never read back), and its pages are handed to writeback as it grows and
 dropped from the page cache once on disk (`fs.writeback`: the winners stay cached, the final fsync is short).
 Reads nothing.
-Promises: the bytes are a function of the rows alone, by the encoder and the contract of the partition's format in
-the one format table (`collect.formats`: Parquet in row groups of PARQUET_ROWS rows, the text formats TEXT_ROWS rows
-at a time, whose grouping does not change their bytes). Memory: the rows a format holds before a write (a Parquet
-row group, or TEXT_ROWS rows), their encoding, and the write buffer. Imports pyarrow.
+Promises: the bytes are fixed by the encoder and the contract of the partition's format in the one format table
+(`collect.formats`: the text formats' bytes by the rows alone, written TEXT_ROWS rows at a time, whose grouping
+does not change them; Parquet's by the winners' row groups it copies (`collect.parquet.Span`) and the rows it
+encodes). Memory: the rows a format holds before a write (a Parquet row group, or TEXT_ROWS rows), their encoding,
+and the write buffer. Imports pyarrow.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from taulib.collect import formats
+from taulib.collect import formats, parquet
 from taulib.errors import Internal
 from taulib.fs import writeback
 from taulib.fs.tree import Tree
@@ -76,21 +77,25 @@ class Output:
     def size(self) -> int:
         return self.sink.size if self.sink is not None else 0
 
-    def _open(self, batch) -> None:
-        self.sink = Sink(self.stage.create(self.name))
-        self.writer = self.format.open(self.sink, batch.schema.remove_metadata(), batch)
-
     def write(self, batch) -> None:
+        """Write a record batch of rows, or copy a winner's row group (a `collect.parquet.Span`, which only a
+        Parquet collection's reader gives)."""
         if self.sink is None:
-            self._open(batch)
+            self.sink = Sink(self.stage.create(self.name))
+            self.writer = self.format.open(self.sink, batch.schema.remove_metadata())
+        if isinstance(batch, parquet.Span):  # a row group copied as it is, after the rows before it
+            self._flush()
+            writer = self._opened()[1]
+            assert isinstance(writer, parquet.Writer)
+            writer.copy(batch)
+            return
         self.pending.append(batch)
         self.pending_rows += batch.num_rows
         if self.pending_rows >= self.hold:
             self._flush()
 
     def _flush(self) -> None:
-        """Write the buffered rows (in Parquet, row groups of exactly PARQUET_ROWS: the partition's last group takes
-        the rest)."""
+        """Write the buffered rows (Parquet's writer makes row groups of exactly `parquet.ROWS` of them)."""
         if not self.pending:
             return
         import pyarrow as pa
@@ -111,3 +116,4 @@ class Output:
         if self.sink is None or self.writer is None:  # a partition always has rows: its first opened it
             raise Internal(f"partition file {self.name} was closed without rows")
         return self.sink, self.writer
+

@@ -6,16 +6,16 @@ Writes: inside the stage only: `part-NNNNN.<format>` files through `collect.outp
 fsynced), then `_tau_collection.json` (every output file's path, size, sha256 and rows, and whether the dataset
 is complete or which shards it lacks and why) last, fsynced, then the stage folder.
 Promises: the partitions are the pure plan `rules.partition.plan` (every partition but the last has exactly
-`rows_per_partition` rows); each partition's bytes are a function of its rows only (`collect.outputs`), so the
-same winners always give byte-identical files, however many partitions are written at once. Up to LANES
-partitions are written at the same time, in lanes of consecutive partitions (`rules.partition.lanes`), each lane a
-thread that reads, decodes, encodes and writes in turn (a single lane gets a reader thread beside it instead), so
-the work spreads over the cores: pyarrow, hashlib, reads and writes release the interpreter lock. (Measured at
-2 GB with two lanes: a reader thread per lane as well changed the time by nothing measurable and cost 50-100 MiB
-of peak memory.) The main thread writes the first lane, so a stop signal unwinds the collection from there;
-every other lane sees that (or another lane's error) within a batch, and is joined before anything is removed.
-Memory is bounded by design, whatever the input size: per lane, what `collect.inputs` and `collect.outputs` hold.
-Imports pyarrow (through those modules, when a lane starts), so only the collection worker loads it.
+`rows_per_partition` rows); each partition's bytes are a function of its winners' bytes and the shape only
+(`collect.outputs`), so the same winners always give byte-identical files, however many partitions are written at once.
+Up to LANES partitions are written at the same time, in lanes of consecutive partitions (`rules.partition.lanes`), each
+lane a thread that reads, decodes, encodes and writes in turn (a single lane gets a reader thread beside it instead), so
+the work spreads over the cores: pyarrow, hashlib, reads and writes release the interpreter lock. (Measured at 2 GB with
+two lanes: a reader thread per lane as well changed the time by nothing measurable and cost 50-100 MiB of peak memory.)
+The main thread writes the first lane, so a stop signal unwinds the collection from there; every other lane sees that
+(or another lane's error) within a batch, and is joined before anything is removed. Memory is bounded by design,
+whatever the input size: per lane, what `collect.inputs` and `collect.outputs` hold. Imports pyarrow (through those
+modules, when a lane starts), so only the collection worker loads it.
 """
 
 from __future__ import annotations
@@ -125,7 +125,11 @@ class _Lane:
 
     def __init__(self, run, files, lane: partition.Lane, stage: Tree, fmt: str, meter, stop: threading.Event,
                  written: dict, failed: list, threaded: bool) -> None:
-        self.inputs = Inputs(run, files, lane.first, lane.last, stop, threaded=threaded)
+        needs: dict[int, list[tuple[int, int]]] = {}
+        for part in lane.partitions:
+            for piece in part.pieces:
+                needs.setdefault(piece.file, []).append((piece.start, piece.stop))
+        self.inputs = Inputs(run, files, lane.first, lane.last, stop, needs, fmt == "parquet", threaded=threaded)
         self.lane, self.stage, self.fmt, self.meter = lane, stage, fmt, meter
         self.stop, self.written, self.failed = stop, written, failed
 

@@ -8,7 +8,8 @@ holds collect.lock. Reads the stage's files (their sizes) before publishing them
 Promises: a task record exists only for a task whose partition files are whole and durable in the stage, so a task
 is rerun (for its own partitions only) exactly when it has no record; the dataset is published only when every task
 has its record, and its files are the tasks' files in partition order, so its bytes are those of a collection in
-one task of the same winners (`collect.stage.write_task`: a partition's bytes depend on its rows only).
+one task of the same winners (`collect.stage.write_task`: a partition's bytes depend on its winners' bytes and
+the shape only).
 """
 
 from __future__ import annotations

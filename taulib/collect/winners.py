@@ -118,7 +118,8 @@ def schema_refusal(winners: list[Winner]) -> str:
             f"than {first.shard_id}")
     if "fields" in first.manifest and "fields" in others[0].manifest:
         found = fields.differences(first.manifest["fields"], others[0].manifest["fields"], f"{first.shard_id}'s")
-        text += f" ({others[0].shard_id}: {fields.describe(found)})"
+        how = fields.describe(found) or "the same column names and types, with other field metadata (Parquet field ids)"
+        text += f" ({others[0].shard_id}: {how})"
     return text + "; refusing to collect"
 
 
