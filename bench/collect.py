@@ -17,14 +17,16 @@ output format, at one or more sizes.
      `memory_limit='256MB'` (case `duckdb 256MB`);
    - polars: `pl.scan_parquet([winner files])` then `sink_parquet` / `sink_csv` / `sink_ndjson` on the streaming
      engine, rows kept in the order of the winner files (`maintain_order=True`), Parquet snappy-compressed as tau,
-     DuckDB and pyarrow write it;
+     DuckDB and pyarrow write it; and the same with the output fsynced before the command ends (case `polars
+     fsync`): tau-collect makes every file it publishes durable, so its time includes the disk's write bandwidth
+     whenever the output is larger than what the page cache takes in before writeback must catch up;
    - pyarrow: a plain loop of `iter_batches` into ParquetWriter / CSVWriter / orjson lines, on one thread, with no
      hashing, no fsync and no checks.
    Before each case the winner files are read through once more, so that no case starts with winners that the
    case before it evicted from the page cache (at 8 GB, a run's winners and one output do not both fit here).
-   BENCH_CASES (default: all, `pyarrow,duckdb,duckdb 256MB,polars`) names the baselines to run beside tau, e.g.
-   `duckdb` alone for a quicker 8 GB run; a name it does not know is refused. Each child's wall time, CPU seconds
-   (ru_utime + ru_stime) and peak RSS come from its rusage (os.wait4).
+   BENCH_CASES (default: all, `pyarrow,duckdb,duckdb 256MB,polars,polars fsync`) names the baselines to run beside
+   tau, e.g. `duckdb` alone for a quicker 8 GB run; a name it does not know is refused. Each child's wall time, CPU
+   seconds (ru_utime + ru_stime) and peak RSS come from its rusage (os.wait4).
 3. Prints, per size, a table: per format and case, the median MB/s (winner bytes read / median wall time), the
    median CPU seconds per GB of winner bytes, the largest peak RSS, and the ratio of tau's MB/s to the case's (above
    1.0x: tau is faster). Then, after the last size, one JSON line: {"benchmark": "collect", "rounds", "runs": [per
@@ -55,7 +57,8 @@ WINNERS = int(os.environ["BENCH_WINNERS"]) if os.environ.get("BENCH_WINNERS", ""
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 FORMATS = [f for f in os.environ.get("BENCH_FORMATS", "parquet,csv,jsonl").split(",") if f]
 # each baseline and the module it needs (pyarrow is tau's own dependency; the others come with tau[bench])
-BASELINES = {"pyarrow": "pyarrow", "duckdb": "duckdb", "duckdb 256MB": "duckdb", "polars": "polars"}
+BASELINES = {"pyarrow": "pyarrow", "duckdb": "duckdb", "duckdb 256MB": "duckdb", "polars": "polars",
+             "polars fsync": "polars"}
 CASES = [c.strip() for c in os.environ.get("BENCH_CASES", ",".join(BASELINES)).split(",") if c.strip()]
 ROWS_PER_SHARD = 150_000
 BYTES_PER_ROW = 217  # what bench/collect_client.py's rows take in Parquet
@@ -71,9 +74,9 @@ con.execute(f"COPY (SELECT * FROM read_parquet({files!r})) TO '{out}' ({options}
 """
 
 POLARS = """
-import sys
+import os, sys
 import polars as pl
-files, out, fmt = sys.argv[1].split("\\n"), sys.argv[2], sys.argv[3]
+files, out, fmt, durable = sys.argv[1].split("\\n"), sys.argv[2], sys.argv[3], sys.argv[4] == "fsync"
 frame = pl.scan_parquet(files, glob=False)
 # maintain_order=True is Polars' default, said here because the comparison depends on it: tau-collect writes the rows
 # in the order of the winner files, and a sink free to reorder them would be doing less. snappy as the others write.
@@ -83,6 +86,10 @@ elif fmt == "csv":
     frame.sink_csv(out, maintain_order=True, engine="streaming")
 else:
     frame.sink_ndjson(out, maintain_order=True, engine="streaming")
+if durable:  # on disk before the command ends, as tau-collect's files are (it fsyncs every file it publishes)
+    fd = os.open(out, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
 """
 
 PYARROW = """
@@ -183,7 +190,8 @@ def cases(run_dir: Path, files: list[str], fmt: str, out: Path) -> dict[str, lis
              "pyarrow": [PY, "-c", PYARROW, joined, str(out / f"pyarrow.{fmt}"), fmt],
              "duckdb": [PY, "-c", DUCKDB, joined, str(out / f"duckdb.{fmt}"), fmt, "none"],
              "duckdb 256MB": [PY, "-c", DUCKDB, joined, str(out / f"duckdb-capped.{fmt}"), fmt, "256MB"],
-             "polars": [PY, "-c", POLARS, joined, str(out / f"polars.{fmt}"), fmt]}
+             "polars": [PY, "-c", POLARS, joined, str(out / f"polars.{fmt}"), fmt, "-"],
+             "polars fsync": [PY, "-c", POLARS, joined, str(out / f"polars-fsync.{fmt}"), fmt, "fsync"]}
     absent = missing()
     return {name: argv for name, argv in found.items()
             if name == "tau" or (name in CASES and BASELINES[name] not in absent)}

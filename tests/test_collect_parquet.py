@@ -209,7 +209,9 @@ def _assemble(path: Path, source: parquet.Source) -> bytes:
     sink = _Sink()
     writer = parquet.Writer(sink, schema)
     for rows, group, ranges in found.groups:
-        writer.copy(parquet.Span(rows, group, ranges, schema, found, source))
+        writer.copy(parquet.Span(rows, group, ranges, schema, found, source.hold()))
+    source.release()
+    assert source.data is None and source.fd is None  # let go of once every row group is copied
     writer.close()
     return sink.getvalue()
 

@@ -226,6 +226,7 @@ class Inputs:
             else:
                 os.lseek(fd, 0, os.SEEK_SET)
                 source = pa.PythonFile(os.fdopen(os.dup(fd), "rb"), mode="r")
+            origin = None
             try:
                 pf = pq.ParquetFile(source)
                 schema = pf.schema_arrow.remove_metadata()
@@ -238,12 +239,14 @@ class Inputs:
                     if not wanted:
                         yield Skip(rows)
                     elif copying and rows >= parquet.COPY_ROWS and any(a <= start and stop <= b for a, b in wanted):
-                        yield parquet.Span(rows, group, ranges, schema, found, origin)
+                        yield parquet.Span(rows, group, ranges, schema, found, origin.hold())
                     else:
                         yield from pf.iter_batches(batch_size=READ_ROWS, row_groups=[number], use_threads=False)
                     start = stop
             finally:
                 source.close()
+                if origin is not None:
+                    origin.release()
         finally:
             os.close(fd)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from typing import Any, NamedTuple
 
 from taulib.collect import thrift
@@ -61,16 +62,35 @@ class Footer(NamedTuple):
 
 class Source:
     """Where a copied row group's bytes are: the winner's bytes held in memory, or a descriptor of the winner of its
-    own (closed when the last row group that needs it is gone)."""
+    own. Held by the reader while it reads the file and by each row group it hands over to copy (`hold`); let go of
+    (`release`) by each when done, and the last lets go of the bytes (so the reader's buffer is free for its next
+    file as soon as the last row group is copied) or closes the descriptor."""
 
     def __init__(self, data: memoryview | None, fd: int | None) -> None:
         self.data, self.fd = data, fd
+        self.holders = 1  # the reader
+        self.lock = threading.Lock()  # the reader's thread and the writer's both hold and release
+
+    def hold(self) -> Source:
+        with self.lock:
+            self.holders += 1
+        return self
+
+    def release(self) -> None:
+        with self.lock:
+            self.holders -= 1
+            if self.holders:
+                return
+            data, fd, self.data, self.fd = self.data, self.fd, None, None
+        del data
+        if fd is not None:
+            os.close(fd)
 
     def pieces(self, start: int, length: int):
         if self.data is not None:
             yield self.data[start:start + length]
             return
-        assert self.fd is not None
+        assert self.fd is not None, "a row group is copied only while its source is held"
         end = start + length
         while start < end:
             piece = os.pread(self.fd, min(COPY_CHUNK, end - start), start)
@@ -80,7 +100,7 @@ class Source:
             start += len(piece)
 
     def __del__(self) -> None:
-        if self.fd is not None:
+        if self.fd is not None:  # a collection that stopped before every row group was copied
             os.close(self.fd)
             self.fd = None
 
@@ -206,6 +226,7 @@ class Writer:
             deltas.append(self.sink.tell() - start)
             for piece in span.source.pieces(start, length):
                 self.sink.write(piece)
+        span.source.release()
         self.groups.append(_moved(span.group, deltas))
         self.rows += span.num_rows
 
