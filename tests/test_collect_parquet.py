@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import PYTHON, copy_run, error_of, module_workspace, settle, tau
+from helpers import PYTHON, copy_run, error_of, module_workspace, settle, snapshot, tau
 
 from taulib.collect import parquet, thrift
 from taulib.errors import Conflict
@@ -181,6 +181,38 @@ def test_winners_whose_field_metadata_differs_are_refused_saying_how_and_nothing
         "to collect")
     assert not dest.exists()
     assert not [n for n in os.listdir(run_dir.parent) if ".tau-stage-" in n]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_winners_larger_than_the_input_buffer_are_read_through_their_descriptor_to_the_same_bytes(fitting, tmp_path,
+                                                                                                  monkeypatch, fmt):
+    import taulib.api as tau_api
+    from taulib.collect import inputs
+
+    run_dir = copy_run(fitting, tmp_path / "ws")
+    buffered = run_dir.parent / "buffered"
+    collect(run_dir, buffered, "--format", fmt)
+    monkeypatch.setattr(inputs, "INPUT_BUFFER", 1000)  # every winner: hashed, then copied or decoded from its fd
+    monkeypatch.setattr(inputs, "READ_CHUNK", 4096)
+    monkeypatch.setattr(parquet, "COPY_CHUNK", 4096)
+    through = run_dir.parent / "through"
+    tau_api.open(run_dir).collect(through, fmt)
+    names = sorted(p.name for p in buffered.glob("part-*"))
+    assert len(names) == 3 and names == sorted(p.name for p in through.glob("part-*"))
+    assert all((buffered / n).read_bytes() == (through / n).read_bytes() for n in names)
+    if fmt == "parquet":
+        assert groups(through / names[0]) == [30_000, 15_000]  # winner 0's row group copied
+
+
+def test_csv_of_a_run_with_a_nested_column_is_refused_before_anything_is_written(fitting, tmp_path):
+    run_dir = copy_run(fitting, tmp_path / "ws")
+    before = snapshot(run_dir)
+    proc = tau("tau-collect", str(run_dir), "--destination", str(run_dir.parent / "data"), "--format", "csv")
+    assert proc.returncode == 2, proc.stderr
+    assert error_of(proc)["message"] == ("tau-collect: --format csv cannot hold column 'tags' of type "
+                                         "list<element: int64>; collect this run as parquet or jsonl")
+    assert snapshot(run_dir) == before
+    assert sorted(os.listdir(run_dir.parent)) == ["run"]
 
 
 # -- the pieces, in this process -----------------------------------------------------------------------------------

@@ -102,6 +102,12 @@ def _once(run, destination: str, asked: Shape, progress: bool | None, allow_miss
           follow: str | None = None) -> dict:
     """One pass; `follow`, the collection this call has been waiting for (reported whatever has won since)."""
     found = winners.gather(run, allow_missing)
+    fields = found.winners[0].manifest.get("fields", [])  # (a run of an older tau may not have recorded them)
+    field = formats.unwritable(asked.format, fields)
+    if field is not None:
+        others = [name for name in formats.NAMES if formats.unwritable(name, fields) is None]
+        raise UsageError(f"--format {asked.format} cannot hold column {field['name']!r} of type {field['type']}; "
+                         f"collect this run as {' or '.join(others)}", column=field["name"])
     where = authorise(run, destination)
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"), open_parent(where) as parent:
         return _coordinate(run, Journal(run, COLLECTIONS), found, where, parent, asked, progress,

@@ -39,8 +39,7 @@ class Format(NamedTuple):
     open: Callable[[Any, Any], Writer]  # (file object, Arrow schema) -> Writer
     read: Callable[[str], Any]  # path -> pyarrow.Table of the file's rows
     contract: str  # what fixes the bytes, in words
-
-
+    cannot_hold: tuple[str, ...] = ()  # Arrow types (as they are spelt, up to their '<') it has no way to write
 
 
 class _Csv:
@@ -98,12 +97,21 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
            "pyarrow's for the partition's Arrow schema, with the row groups in order"),
     Format("csv", "csv", TEXT_ROWS, _Csv, _read_csv,
            "CSV by pyarrow's CSV writer, with a header line; how rows are grouped into writes does not change the "
-           "bytes"),
+           "bytes",
+           ("list", "large_list", "fixed_size_list", "list_view", "large_list_view", "struct", "map", "dense_union",
+            "sparse_union")),
     Format("jsonl", "jsonl", TEXT_ROWS, _JsonLines, _read_json_lines,
            "JSON lines: one JSON object per row, keys in schema order, by orjson, each line ending in a newline; "
            "how rows are grouped into writes does not change the bytes"),
 )}
 NAMES: tuple[str, ...] = tuple(FORMATS)
+
+
+def unwritable(name: str, fields: list[dict[str, str]]) -> dict[str, str] | None:
+    """The first of `fields` (name and Arrow type, as a winner's manifest records them) that format `name` cannot
+    write (a nested value in CSV, say), or None."""
+    refused = FORMATS[name].cannot_hold
+    return next((f for f in fields if f["type"].split("<", 1)[0] in refused), None)
 
 
 def get(name: str) -> Format:

@@ -72,6 +72,7 @@ class Inputs:
         self.left = None  # the rest of a batch a piece ended inside
         self.done = False  # the current file's batches are all taken
         self.buffers: list[bytearray] = []  # the reader's input buffers, each reused once nothing refers to it
+        self.scratches: dict[str, memoryview] = {}  # READ_CHUNK bytes each: a large file hashed, and copied
         self.threaded = threaded  # a reader thread of its own, else the lane's thread reads in place
         self.produced = None  # the items read in place
 
@@ -211,10 +212,11 @@ class Inputs:
                     size += got
                 if size == len(data) and os.read(fd, 1):  # it grew since it was sealed: it cannot match
                     size += 1
-            else:
-                while chunk := os.read(fd, READ_CHUNK):
-                    sha.update(chunk)
-                    size += len(chunk)
+            else:  # through one scratch buffer: no allocation per read for the heap to keep
+                scratch = self._scratch("hashed")
+                while got := os.readv(fd, [scratch]):
+                    sha.update(scratch[:got])
+                    size += got
             if (size, sha.hexdigest()) != (entry["size"], entry["sha256"]):
                 raise Conflict(f"{rel} no longer matches its winner's manifest (size or sha256); refusing to collect",
                                path=rel)
@@ -223,15 +225,15 @@ class Inputs:
                 raise Conflict(f"{rel} has {found.rows} rows, its manifest says {entry['rows']}", path=rel)
             if data is not None:
                 source = pa.BufferReader(pa.py_buffer(data))
-            else:
-                os.lseek(fd, 0, os.SEEK_SET)
-                source = pa.PythonFile(os.fdopen(os.dup(fd), "rb"), mode="r")
+            else:  # Arrow's own reads of this very file (the descriptor's, not a path's), READ_CHUNK at a time
+                source = pa.OSFile(f"/proc/self/fd/{fd}")
             origin = None
             try:
-                pf = pq.ParquetFile(source)
+                pf = pq.ParquetFile(source, buffer_size=0 if data is not None else READ_CHUNK)
                 schema = pf.schema_arrow.remove_metadata()
                 copying = self.copy and parquet.fits(found, schema)
-                origin = parquet.Source(data, None if data is not None or not copying else os.dup(fd))
+                origin = parquet.Source(data, None if data is not None or not copying else os.dup(fd),
+                                        self._scratch("copied"))
                 needs, start = self.needs.get(index, ()), 0
                 for number, (rows, group, ranges) in enumerate(found.groups):
                     stop = start + rows
@@ -249,6 +251,13 @@ class Inputs:
                     origin.release()
         finally:
             os.close(fd)
+
+    def _scratch(self, use: str) -> memoryview:
+        """READ_CHUNK bytes of its own for each `use` (the reader's hashing and the writer's copying may run at
+        once), made on first use."""
+        if use not in self.scratches:
+            self.scratches[use] = memoryview(bytearray(READ_CHUNK))
+        return self.scratches[use]
 
     def _buffer(self, size: int) -> memoryview | None:
         """`size` bytes to read a file of at most INPUT_BUFFER bytes into: one of BUFFERS buffers kept for it that

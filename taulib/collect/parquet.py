@@ -66,8 +66,9 @@ class Source:
     (`release`) by each when done, and the last lets go of the bytes (so the reader's buffer is free for its next
     file as soon as the last row group is copied) or closes the descriptor."""
 
-    def __init__(self, data: memoryview | None, fd: int | None) -> None:
+    def __init__(self, data: memoryview | None, fd: int | None, scratch: memoryview | None = None) -> None:
         self.data, self.fd = data, fd
+        self.scratch = scratch  # where bytes read from `fd` go, a piece at a time (else new bytes each)
         self.holders = 1  # the reader
         self.lock = threading.Lock()  # the reader's thread and the writer's both hold and release
 
@@ -87,13 +88,19 @@ class Source:
             os.close(fd)
 
     def pieces(self, start: int, length: int):
+        """The bytes `start` .. `start + length`, in pieces each valid until the next is asked for."""
         if self.data is not None:
             yield self.data[start:start + length]
             return
         assert self.fd is not None, "a row group is copied only while its source is held"
         end = start + length
         while start < end:
-            piece = os.pread(self.fd, min(COPY_CHUNK, end - start), start)
+            size = min(COPY_CHUNK, end - start)
+            if self.scratch is not None and len(self.scratch) >= size:
+                got = os.preadv(self.fd, [self.scratch[:size]], start)
+                piece = self.scratch[:got]
+            else:
+                piece = memoryview(os.pread(self.fd, size, start))
             if not piece:
                 raise Conflict("a winner file shrank while it was copied")
             yield piece
