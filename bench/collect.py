@@ -7,8 +7,11 @@ output format, at one or more sizes.
    its winner): shards of rows of id, a 200-character text that barely compresses, score and shard
    (bench/collect_client.py), one Parquet file each. By default a shard holds 150,000 rows (~32 MB) and the size
    says how many shards; BENCH_WINNERS (e.g. 32 or 64) fixes the number of winners instead, and the rows per shard
-   follow from the size (a client holds its shard in memory as it writes it). Each run is built once in BENCH_DIR
-   (default: the system's temporary folder), in a folder named by its shards x rows, and reused while that matches.
+   follow from the size (a client holds its shard in memory as it writes it). A winner's row groups hold
+   BENCH_ROW_GROUP rows (default 131,072, about 28 MB here; 0: pyarrow's default of 1,048,576, about 220 MB, which
+   every reader here decodes whole, so that a reader's memory follows it). Each run is built once in BENCH_DIR
+   (default: the system's temporary folder), in a folder named by its shards x rows (and row group), and reused
+   while that matches.
 2. For each format in BENCH_FORMATS (default parquet,csv,jsonl), interleaved over BENCH_ROUNDS rounds (default 3),
    each case in its own child process on a warm page cache, writing one output:
    - tau: `tau-collect RUN --destination D --format F` (every winner checked whole, the partition plan, the
@@ -55,6 +58,7 @@ PY = sys.executable
 SIZES = [int(mb) for mb in os.environ.get("BENCH_COLLECT_MB", "2048").split(",") if mb.strip()]
 WINNERS = int(os.environ["BENCH_WINNERS"]) if os.environ.get("BENCH_WINNERS", "").strip() else None
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+GROUP = int(os.environ.get("BENCH_ROW_GROUP", "131072"))  # rows of a winner's row group; 0: pyarrow's default (1Mi)
 FORMATS = [f for f in os.environ.get("BENCH_FORMATS", "parquet,csv,jsonl").split(",") if f]
 # each baseline and the module it needs (pyarrow is tau's own dependency; the others come with tau[bench])
 BASELINES = {"pyarrow": "pyarrow", "duckdb": "duckdb", "duckdb 256MB": "duckdb", "polars": "polars",
@@ -130,14 +134,15 @@ def shape(mb: int) -> tuple[int, int]:
 
 
 def build(workspace: Path, shards: int, rows: int, scheduler: dict | None = None,
-          prefix: str = "run") -> tuple[Path, list[str]]:
+          prefix: str = "run", group: int = 0) -> tuple[Path, list[str]]:
     """The run of shards x rows (built once, reused while its folder holds a run) and its winner files; `scheduler`
     the plan's (default: the local executor on every core), `prefix` its folder's name before the shape."""
-    run_dir = workspace / f"{prefix}-{shards}x{rows}"
+    run_dir = workspace / (f"{prefix}-{shards}x{rows}" + (f"-g{group}" if group else ""))
     if not (run_dir / "run.json").exists():
         workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
         shutil.rmtree(run_dir, ignore_errors=True)
-        plan = {"records": shards * rows, "shards": shards, "command": [PY, str(ROOT / "bench" / "collect_client.py")],
+        client = [PY, str(ROOT / "bench" / "collect_client.py")] + ([str(group)] if group else [])
+        plan = {"records": shards * rows, "shards": shards, "command": client,
                 "scheduler": scheduler or {"profile": "local", "local": {"max_parallel": os.cpu_count() or 2}},
                 "output": {"format": "parquet", "rows_per_partition": 1_000_000}}
         tau("tau-init", str(run_dir), input=json.dumps(plan))
@@ -208,7 +213,7 @@ def warm(files: list[str]) -> None:
 def bench(base: Path, mb: int) -> dict:
     """Measures every case on the run of mb megabytes, prints its table and returns its part of the JSON line."""
     shards, rows = shape(mb)
-    run_dir, files = build(base, shards, rows)
+    run_dir, files = build(base, shards, rows, group=GROUP)
     size = sum(os.path.getsize(f) for f in files)
     samples: dict[tuple[str, str], list[tuple[float, int, float]]] = {}
     failed: dict[tuple[str, str], str] = {}

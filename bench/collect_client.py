@@ -3,12 +3,14 @@
 shard's record range, written as one Parquet file. The text is base64 of 150 pseudo-random bytes (SHAKE-256 of the
 id), so it barely compresses: the winners' size is what the benchmark says it is.
 
-Record i is a function of i only: the same winners on every run and machine.
+Record i is a function of i only: the same winners on every run and machine. An argument, if given, is the rows of
+a row group (else pyarrow's default, 1,048,576).
 """
 
 import base64
 import hashlib
 import os
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,7 +26,8 @@ def main() -> int:
     table = pa.table({"id": pa.array(ids, pa.int64()), "text": pa.array(text, pa.string()),
                       "score": pa.array([(m % 1_000_000) / 1000.0 for m in mixed], pa.float64()),
                       "shard": pa.array([os.environ["TAU_SHARD_ID"]] * len(ids), pa.string())}, schema=SCHEMA)
-    pq.write_table(table, os.path.join(os.environ["TAU_OUTPUT_DIR"], "part-00000.parquet"))
+    group = int(sys.argv[1]) if len(sys.argv) > 1 else None
+    pq.write_table(table, os.path.join(os.environ["TAU_OUTPUT_DIR"], "part-00000.parquet"), row_group_size=group)
     return 0
 
 

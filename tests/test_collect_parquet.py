@@ -299,6 +299,45 @@ def test_a_file_that_is_not_parquet_or_whose_footer_is_damaged_is_a_conflict_nam
         err.value.message
 
 
+def test_a_damaged_footer_is_read_or_refused_with_a_conflict_and_never_anything_else(tmp_path):
+    path = _sample(tmp_path)
+    data = path.read_bytes()
+    length = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - length
+    rng = random.Random(7)
+    outcomes = {"read": 0, "refused": 0}
+    for _ in range(600):
+        damaged = bytearray(data)
+        for _ in range(rng.randint(1, 3)):
+            damaged[rng.randrange(start, len(data) - 8)] = rng.randrange(256)
+        path.write_bytes(bytes(damaged))
+        try:
+            found = _footer(path)
+        except Conflict as exc:
+            assert exc.code == Conflict.code and exc.message.startswith("winner.parquet "), exc.message
+            outcomes["refused"] += 1
+        else:
+            assert found.rows == sum(g[0] for g in found.groups) and all(g[0] >= 0 for g in found.groups)
+            outcomes["read"] += 1
+    assert outcomes["read"] > 50 and outcomes["refused"] > 50, outcomes
+
+
+def test_a_row_group_missing_a_column_chunk_is_never_copied(tmp_path):
+    path = _sample(tmp_path)
+    found = _footer(path)
+    meta = found.meta
+    groups = thrift.get(meta, parquet.FILE_GROUPS)
+    first = groups.values[0]
+    columns = thrift.get(first, parquet.GROUP_COLUMNS)
+    short = thrift.put(first, parquet.GROUP_COLUMNS, thrift.LIST, thrift.Seq(columns.type, columns.values[:-1]))
+    encoded = thrift.encode(thrift.put(meta, parquet.FILE_GROUPS, thrift.LIST,
+                                       thrift.Seq(groups.type, [short] + groups.values[1:])))
+    data = path.read_bytes()
+    length = int.from_bytes(data[-8:-4], "little")
+    path.write_bytes(data[:-8 - length] + encoded + len(encoded).to_bytes(4, "little") + b"PAR1")
+    assert not _footer(path).copyable
+
+
 # -- the Thrift compact codec --------------------------------------------------------------------------------------
 
 def _footers(tmp_path: Path) -> list[bytes]:

@@ -48,6 +48,7 @@ CHUNK_INDEXES = (4, 5, 6, 7)  # offset and column index: offsets and lengths
 CHUNK_CRYPTO = (8, 9)
 META_SIZE, META_DATA_PAGE, META_INDEX_PAGE, META_DICTIONARY_PAGE = 7, 9, 10, 11
 META_BLOOM = (14, 15)
+ELEMENT_CHILDREN = 5  # SchemaElement.num_children: absent on a leaf, a column of its own
 
 
 class Footer(NamedTuple):
@@ -132,6 +133,7 @@ def footer(fd: int, size: int, name: str) -> Footer:
     try:
         meta = thrift.decode(os.pread(fd, length, end))
         schema = thrift.get(meta, FILE_SCHEMA)
+        columns = sum(thrift.get(element, ELEMENT_CHILDREN) is None for element in schema.values)
         groups, copyable = [], thrift.get(meta, FILE_ENCRYPTION) is None and thrift.get(meta, FILE_SIGNING_KEY) is None
         for group in thrift.get(meta, FILE_GROUPS, Seq(STRUCT, [])).values:
             ranges = []
@@ -141,11 +143,12 @@ def footer(fd: int, size: int, name: str) -> Footer:
                 copyable = copyable and inside and thrift.get(chunk, CHUNK_PATH) is None \
                     and all(thrift.get(chunk, f) is None for f in CHUNK_CRYPTO)
                 ranges.append((start, length))
+            copyable = copyable and len(ranges) == columns
             groups.append((int(thrift.get(group, GROUP_ROWS)), group, ranges))
         rows = int(thrift.get(meta, FILE_ROWS))
-    except (thrift.Malformed, TypeError, AttributeError) as exc:
+    except (thrift.Malformed, TypeError, AttributeError, ValueError) as exc:
         raise Conflict(f"{name} has a footer tau cannot read ({exc})", path=name) from None
-    if schema is None or sum(g[0] for g in groups) != rows:
+    if sum(g[0] for g in groups) != rows or any(g[0] < 0 for g in groups):
         raise Conflict(f"{name} has a footer whose row groups do not add up to its rows", path=name)
     return Footer(rows, groups, thrift.encode([Field(1, LIST, schema)]), copyable, meta)
 
