@@ -193,8 +193,7 @@ def test_winners_larger_than_the_input_buffer_are_read_through_their_descriptor_
     buffered = run_dir.parent / "buffered"
     collect(run_dir, buffered, "--format", fmt)
     monkeypatch.setattr(inputs, "INPUT_BUFFER", 1000)  # every winner: hashed, then copied or decoded from its fd
-    monkeypatch.setattr(inputs, "READ_CHUNK", 4096)
-    monkeypatch.setattr(parquet, "COPY_CHUNK", 4096)
+    monkeypatch.setattr(inputs, "READ_CHUNK", 4096)  # the scratch a winner is hashed and copied through
     through = run_dir.parent / "through"
     tau_api.open(run_dir).collect(through, fmt)
     names = sorted(p.name for p in buffered.glob("part-*"))
@@ -238,7 +237,7 @@ def _assemble(path: Path, source: parquet.Source) -> bytes:
     found = _footer(path)
     schema = pq.ParquetFile(path).schema_arrow.remove_metadata()
     assert parquet.fits(found, schema)
-    sink = _Sink()
+    sink = io.BytesIO()
     writer = parquet.Writer(sink, schema)
     for rows, group, ranges in found.groups:
         writer.copy(parquet.Span(rows, group, ranges, schema, found, source.hold()))
@@ -248,16 +247,10 @@ def _assemble(path: Path, source: parquet.Source) -> bytes:
     return sink.getvalue()
 
 
-class _Sink(io.BytesIO):
-    pass
-
-
-def test_a_row_group_is_copied_the_same_from_memory_and_from_a_descriptor_a_few_bytes_at_a_time(tmp_path,
-                                                                                                monkeypatch):
+def test_a_row_group_is_copied_the_same_from_memory_and_from_a_descriptor_a_few_bytes_at_a_time(tmp_path):
     path = _sample(tmp_path)
     from_memory = _assemble(path, parquet.Source(memoryview(path.read_bytes()), None))
-    monkeypatch.setattr(parquet, "COPY_CHUNK", 1000)
-    from_fd = _assemble(path, parquet.Source(None, os.open(path, os.O_RDONLY)))
+    from_fd = _assemble(path, parquet.Source(None, os.open(path, os.O_RDONLY), memoryview(bytearray(1000))))
     assert from_memory == from_fd
     out = tmp_path / "out.parquet"
     out.write_bytes(from_fd)

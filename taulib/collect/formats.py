@@ -40,6 +40,7 @@ class Format(NamedTuple):
     read: Callable[[str], Any]  # path -> pyarrow.Table of the file's rows
     contract: str  # what fixes the bytes, in words
     cannot_hold: tuple[str, ...] = ()  # Arrow types (as they are spelt, up to their '<') it has no way to write
+    copies: bool = False  # its writer takes a winner's row groups whole where they fit (`collect.parquet.Span`)
 
 
 class _Csv:
@@ -94,7 +95,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
            "between are encoded by pyarrow with snappy compression in row groups of 65,536 rows (the last of a run "
            "of them takes the rest), dictionary encoding only for the string and binary columns whose values, in "
            "the run's first group, repeat (at most half of them distinct), every other column plain; the footer is "
-           "pyarrow's for the partition's Arrow schema, with the row groups in order"),
+           "pyarrow's for the partition's Arrow schema, with the row groups in order", copies=True),
     Format("csv", "csv", TEXT_ROWS, _Csv, _read_csv,
            "CSV by pyarrow's CSV writer, with a header line; how rows are grouped into writes does not change the "
            "bytes",

@@ -232,8 +232,8 @@ class Inputs:
                 pf = pq.ParquetFile(source, buffer_size=0 if data is not None else READ_CHUNK)
                 schema = pf.schema_arrow.remove_metadata()
                 copying = self.copy and parquet.fits(found, schema)
-                origin = parquet.Source(data, None if data is not None or not copying else os.dup(fd),
-                                        self._scratch("copied"))
+                origin = parquet.Source(data) if data is not None else \
+                    parquet.Source(None, os.dup(fd) if copying else None, self._scratch("copied"))
                 needs, start = self.needs.get(index, ()), 0
                 for number, (rows, group, ranges) in enumerate(found.groups):
                     stop = start + rows

@@ -37,7 +37,7 @@ MAGIC = b"PAR1"
 ROWS = 65_536  # rows of an encoded row group (the last of a segment takes the rest)
 DICTIONARY_SHARE = 0.5  # a string column whose first row group has at most this share distinct is dictionary-encoded
 COPY_ROWS = 16_384  # a winner's row group is copied only with at least this many rows (else it is re-encoded)
-COPY_CHUNK = 4 << 20  # bytes of a copied row group read at a time from a winner not held in memory
+COPY_CHUNK = 4 << 20  # bytes of a copied row group read at a time from a winner not held in memory (by default)
 
 # field ids of parquet.thrift that this module reads or changes
 FILE_SCHEMA, FILE_ROWS, FILE_GROUPS, FILE_ENCRYPTION, FILE_SIGNING_KEY = 2, 3, 4, 8, 9
@@ -67,9 +67,9 @@ class Source:
     (`release`) by each when done, and the last lets go of the bytes (so the reader's buffer is free for its next
     file as soon as the last row group is copied) or closes the descriptor."""
 
-    def __init__(self, data: memoryview | None, fd: int | None, scratch: memoryview | None = None) -> None:
+    def __init__(self, data: memoryview | None, fd: int | None = None, scratch: memoryview | None = None) -> None:
         self.data, self.fd = data, fd
-        self.scratch = scratch  # where bytes read from `fd` go, a piece at a time (else new bytes each)
+        self.scratch = scratch  # where bytes read from `fd` go, a piece of its size at a time (made when first needed)
         self.holders = 1  # the reader
         self.lock = threading.Lock()  # the reader's thread and the writer's both hold and release
 
@@ -94,14 +94,11 @@ class Source:
             yield self.data[start:start + length]
             return
         assert self.fd is not None, "a row group is copied only while its source is held"
+        if self.scratch is None:
+            self.scratch = memoryview(bytearray(COPY_CHUNK))
         end = start + length
         while start < end:
-            size = min(COPY_CHUNK, end - start)
-            if self.scratch is not None and len(self.scratch) >= size:
-                got = os.preadv(self.fd, [self.scratch[:size]], start)
-                piece = self.scratch[:got]
-            else:
-                piece = memoryview(os.pread(self.fd, size, start))
+            piece = self.scratch[:os.preadv(self.fd, [self.scratch[:end - start]], start)]
             if not piece:
                 raise Conflict("a winner file shrank while it was copied")
             yield piece
@@ -150,7 +147,7 @@ def footer(fd: int, size: int, name: str) -> Footer:
         raise Conflict(f"{name} has a footer tau cannot read ({exc})", path=name) from None
     if sum(g[0] for g in groups) != rows or any(g[0] < 0 for g in groups):
         raise Conflict(f"{name} has a footer whose row groups do not add up to its rows", path=name)
-    return Footer(rows, groups, thrift.encode([Field(1, LIST, schema)]), copyable, meta)
+    return Footer(rows, groups, _schema_bytes(meta), copyable, meta)
 
 
 def fits(found: Footer, schema: Any) -> bool:
@@ -268,7 +265,6 @@ class _Segment:
         self.held: bytearray | None = None  # what pyarrow writes from its close on
         self.writer: Any = None
         self.rest: Any = None  # rows short of a whole row group, written with the next ones
-        self.closed = False
 
     def add(self, table: Any) -> None:
         if self.rest is not None:
@@ -322,6 +318,8 @@ class _Segment:
             self.sink.write(view[max(0, len(MAGIC) - self.position):])
         self.position += view.nbytes
         return view.nbytes
+
+    closed = False  # pyarrow asks a file object whether it is closed
 
     def tell(self) -> int:
         return self.position

@@ -135,7 +135,7 @@ class _Lane:
         for part in lane.partitions:
             for piece in part.pieces:
                 needs.setdefault(piece.file, []).append((piece.start, piece.stop))
-        self.inputs = Inputs(run, files, lane.first, lane.last, stop, needs, fmt == "parquet", threaded=threaded)
+        self.inputs = Inputs(run, files, lane.first, lane.last, stop, needs, formats.get(fmt).copies, threaded=threaded)
         self.lane, self.stage, self.fmt, self.meter = lane, stage, fmt, meter
         self.stop, self.written, self.failed = stop, written, failed
 
