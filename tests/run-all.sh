@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test (pytest, then bats) and ends with one line "N passed, N failed".
+# Runs every test (pytest, then bats) and ends with two lines: "N skipped" (with the skipped tests named above it,
+# by pytest's -ra summary and bats's "# skip" lines), then "N passed, N failed", the line CI reads. A skipped test is
+# never counted as passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
@@ -34,7 +36,7 @@ fi
 # On TAU_TEST_WORKERS pytest-xdist workers (default 2): a module runs whole on one worker, the Slurm modules all on
 # the same one (tests/conftest.py groups them); much of the suite waits on processes, so two share the two cores.
 .venv/bin/python -m pytest -q -p no:cacheprovider -n "${TAU_TEST_WORKERS:-2}" --dist loadgroup \
-  --junitxml="$out/pytest.xml" tests
+  --durations=15 --junitxml="$out/pytest.xml" tests
 pytest_rc=$?
 
 bats --tap tests/bats | tee "$out/bats.tap"
@@ -52,11 +54,14 @@ e = sum(int(s.get("errors", 0)) for s in suites); k = sum(int(s.get("skipped", 0
 print(t, f, e, k)
 PY
 )
-bats_ok=$(grep -c '^ok ' "$out/bats.tap" || true)
+bats_skip=$(grep -cE '^ok [0-9]+ .*# skip' "$out/bats.tap" || true)
+bats_ok=$(( $(grep -c '^ok ' "$out/bats.tap" || true) - bats_skip ))
 bats_fail=$(grep -c '^not ok ' "$out/bats.tap" || true)
 passed=$(( py_total - py_fail - py_err - py_skip + bats_ok ))
+skipped=$(( py_skip + bats_skip ))
 failed=$(( py_fail + py_err + bats_fail ))
 if [ "$pytest_rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
 if [ "$bats_rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+echo "$skipped skipped"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
