@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "integration"))
@@ -14,6 +15,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # pytest-xdist worker has Azurite ports of its own, so that no two start a session Azurite on the same one.
 if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw") and "TAU_TEST_AZURITE_PORT" not in os.environ:
     os.environ["TAU_TEST_AZURITE_PORT"] = str(10100 + 10 * int(os.environ["PYTEST_XDIST_WORKER"][2:]))
+
+
+# The Hypothesis profile TAU_TEST_PROPERTIES names (tests/rules_fixtures.py says which and why), loaded before any
+# test module is imported, so that their @settings inherit it.
+settings.register_profile("full")
+settings.register_profile("quick", derandomize=True, database=None)
+settings.register_profile("explicit", phases=[Phase.explicit], database=None)
+_profile = os.environ.get("TAU_TEST_PROPERTIES", "full")
+if _profile not in ("full", "quick", "explicit"):
+    raise pytest.UsageError(f"TAU_TEST_PROPERTIES={_profile!r}: use full, quick or explicit")
+settings.load_profile(_profile)
 
 
 @pytest.fixture

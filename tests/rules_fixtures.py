@@ -1,8 +1,23 @@
-"""Shared makers of observations and evidence for the tests of the pure rules (tests/test_rules_*.py)."""
+"""Shared makers of observations and evidence for the tests of the pure rules (tests/test_rules_*.py), and how many
+examples their property tests try."""
 
 from __future__ import annotations
 
+import os
+
 from taulib.rules.evidence import Evidence, Seen
+
+# TAU_TEST_PROPERTIES (tests/conftest.py loads the Hypothesis profile of the same name): "full" in make check;
+# "quick" under make mutation, where every mutant runs the tests again: a tenth of the examples, derandomized so that
+# a score is the same from run to run; "explicit" for the coverage of the rules (tests/test_rules_coverage.py): only
+# the examples written out, so that every branch is reached by a case a reader can see.
+PROPERTIES = os.environ.get("TAU_TEST_PROPERTIES", "full")
+
+
+def examples(n: int) -> int:
+    """How many examples a property test tries: `n`, or a tenth of it (at least 20) when PROPERTIES is quick."""
+    return max(20, n // 10) if PROPERTIES == "quick" else n
+
 
 WINDOWS = {"accounting_lag_seconds": 300, "preemption_seconds": 600, "submission_visibility_seconds": 300}
 # what a scheduler can report; accounting_lag and unknown are tau's own conclusions from absence

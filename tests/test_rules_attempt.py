@@ -35,6 +35,31 @@ def test_effective_attempt_state(life, evidence, expected):
     assert effective_attempt(attempt(life), evidence) == expected
 
 
+@pytest.mark.parametrize("life, expected", [("running", ("running", "the attempt reports it is running")),
+                                            ("submitted", ("pending", "submitted"))])
+def test_a_failure_the_scheduler_has_not_made_final_is_no_failure_yet(life, expected):
+    # squeue shows FAILED (or CANCELLED) for a moment while accounting has not caught up: not terminal evidence
+    for state in ("failed", "cancelled", "timed_out", "out_of_memory", "node_failed"):
+        assert effective_attempt(attempt(life), ev(state, "queue", terminal=False, exit_code=1)) == expected
+
+
+def test_absence_without_a_reason_of_its_own_is_said_in_tau_s_words():
+    assert effective_attempt(attempt("submitted"), ev("accounting_lag", "absent", reason=None)) == (
+        "accounting_lag", "not yet in accounting")
+
+
+def test_a_verdict_is_a_state_and_a_reason_by_name_and_by_place():
+    verdict = effective_attempt(attempt("submitted"), ev("pending"))
+    assert (verdict.state, verdict.reason) == ("pending", "queued") == tuple(verdict)
+
+
+def test_terminal_evidence_recorded_before_it_carried_a_classification_is_classified_by_its_state():
+    assert terminal_classification(ev("out_of_memory", "accounting", terminal=True)) == "out_of_memory"
+    assert terminal_classification(ev("failed", "accounting", terminal=True, classification="preempted")) == (
+        "preempted")
+    assert terminal_classification(ev("deadline", "accounting", terminal=True)) == "failed"  # a state of its own
+
+
 def test_a_failed_attempt_gives_its_own_reason():
     record = attempt("failed", {"classification": "failed", "reason": "client exited 2", "exit_code": 2})
     assert effective_attempt(record, None) == ("failed", "client exited 2")

@@ -95,3 +95,27 @@ def test_a_winner_must_name_this_attempt_and_its_records_by_digest(field, value,
 
 def test_a_winner_is_not_asked_whether_it_is_the_newest_attempt():
     assert check(chain(), winner=winner(), newest_attempt_id="attempt-0009", verdict=("failed", "later")) is None
+
+
+def test_an_empty_file_is_refused_wherever_it_is_among_the_manifests_files():
+    for files in ([{"rows": 20, "size": 900}, {"rows": 0, "size": 0}],
+                  [{"rows": 0, "size": 0}, {"rows": 20, "size": 9}],
+                  [{"rows": 10, "size": 1}, {"rows": 10, "size": 0}, {"rows": 0, "size": 5}]):
+        c = chain()
+        c = c._replace(manifest=dict(c.manifest, files=files))
+        assert check(c) == "the manifest lists an empty file", files
+
+
+def test_a_file_of_one_byte_is_not_empty():
+    c = chain()
+    c = c._replace(manifest=dict(c.manifest, files=[{"rows": 19, "size": 1}, {"rows": 1, "size": 1}]))
+    assert check(c) is None
+
+
+def test_the_manifests_own_record_count_is_checked_alone():
+    # it holds 19 of the 20 records its result claims, its files adding up to its own count
+    c = chain()
+    c = c._replace(manifest=dict(c.manifest, actual_records=19, files=[{"rows": 12, "size": 900},
+                                                                       {"rows": 7, "size": 700}]))
+    assert check(c) == "the manifest's record counts differ from the shard's range"
+    assert check(c, winner=winner()) == "the manifest's record counts differ from the shard's range"

@@ -67,3 +67,11 @@ def test_a_run_reopened_and_finished_again_is_told_again():
     told = drive.told_after(told, live)
     assert told["state"] is None  # not finished: the next finish is news
     assert drive.events(told, status("succeeded", succeeded=3)) == [{"event": "done", "shard_id": None}]
+
+
+def test_a_run_with_shards_the_scheduler_deferred_is_not_finished_though_nothing_is_live():
+    # the deferred shards wait for room under the scheduler's limits: the next cycle submits them
+    assert drive.finished(status("failed", succeeded=2, failed=1, deferred=2, reason="x")) is None
+    doc = status("failed", succeeded=2, failed=1, reason="x")
+    doc["deferred"] = {"shards": 0}
+    assert drive.finished(doc) == "x"

@@ -60,3 +60,15 @@ def test_a_run_names_only_its_slowest_attempts_and_nothing_measured_is_all_none(
     assert empty["reason"] == "sacct failed: timed out"
     assert (empty["cpu_efficiency"], empty["memory_efficiency"], empty["max_rss_bytes"], empty["slowest"]) == (
         None, None, None, [])
+
+
+def test_a_runs_figures_are_rounded_as_documented():
+    # core and GPU hours to 4 places, CPU seconds to 3, the efficiencies to 4
+    total = summary([figures(0, elapsed=1200, cpu=1000.12345, cpus=1, gpus=1, rss=GIB, requested=3 * GIB)],
+                    unmeasured=0)
+    assert (total["core_hours"], total["gpu_hours"], total["cpu_seconds"]) == (0.3333, 0.3333, 1000.123)
+    assert (total["cpu_efficiency"], total["memory_efficiency"], total["memory_efficiency_max"]) == (
+        0.8334, 0.3333, 0.3333)
+    two = summary([figures(0, 60, 60, rss=GIB, requested=3 * GIB), figures(1, 60, 60, rss=GIB, requested=2 * GIB)],
+                  unmeasured=0)
+    assert two["memory_efficiency"] in (0.4166, 0.4167)  # the mean of 0.3333 and 0.5, to 4 places

@@ -74,3 +74,23 @@ def test_a_peak_measured_above_the_request_of_an_attempt_that_did_not_complete_i
     assert ended_as("failed", "failed", dict(killed, mem_requested_bytes=None)) == "failed"
     assert ended_as("failed", "failed", dict(killed, max_rss_bytes=None)) == "failed"
     assert ended_as("failed", "timed_out", killed) == "timed_out"  # the scheduler's own word first
+
+
+def test_time_grows_only_when_a_time_factor_other_than_1_is_given_and_without_a_cap_grows_freely():
+    asked = {"mem": "4G", "time": "1:00:00"}
+    assert next_request(asked, "timed_out", {"mem": 2}) == asked  # time not asked to grow
+    assert next_request(asked, "timed_out", {"time": 1}) == asked  # a factor of 1: kept as it was spelt
+    assert next_request(asked, "timed_out", {"time": 2}) == {"mem": "4G", "time": "02:00:00"}
+    assert next_request({"mem": None, "time": "20:00:00"}, "timed_out", {"time": 2}) == {
+        "mem": None, "time": "1-16:00:00"}  # no max_time
+
+
+def test_memory_without_a_cap_grows_freely_and_a_factor_of_1_keeps_it_as_spelt():
+    assert next_request({"mem": "12G", "time": None}, "out_of_memory", {"mem": 2}) == {"mem": "24G", "time": None}
+    assert next_request({"mem": "4096", "time": None}, "out_of_memory", {"mem": 1}) == {"mem": "4096", "time": None}
+
+
+def test_a_peak_equal_to_the_request_is_not_over_it():
+    at = {"state": "FAILED", "max_rss_bytes": 256 << 20, "mem_requested_bytes": 256 << 20}
+    assert ended_as("failed", "failed", at) == "failed"
+    assert ended_as("failed", "failed", dict(at, max_rss_bytes=(256 << 20) + 1)) == "out_of_memory"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rules_fixtures import LIFECYCLE, SCHEDULER_STATES, WINDOWS, attempt, ev, same_but_time, seen, view
+from rules_fixtures import (LIFECYCLE, SCHEDULER_STATES, WINDOWS, attempt, ev, examples, same_but_time, seen,
+                            view)
 
 from taulib.rules import evidence as rules
 from taulib.rules.attempt import effective_attempt, terminal_classification
@@ -228,7 +229,7 @@ def _replay(windows: dict, sequence: list[Seen]):
         prev = new if new is not None else prev
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(histories())
 def test_terminal_evidence_never_changes_once_seen(history):
     windows, sequence = history
@@ -240,7 +241,7 @@ def test_terminal_evidence_never_changes_once_seen(history):
             first_terminal = new
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(histories())
 def test_a_deadline_once_set_never_moves_while_it_stays_set(history):
     windows, sequence = history
@@ -250,7 +251,7 @@ def test_a_deadline_once_set_never_moves_while_it_stays_set(history):
             assert new.deadline_at == prev.deadline_at, prev.deadline_window
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(histories())
 def test_unknown_is_reached_only_after_an_accounting_lag_deadline_passed(history):
     windows, sequence = history
@@ -261,7 +262,7 @@ def test_unknown_is_reached_only_after_an_accounting_lag_deadline_passed(history
             assert prev.deadline_window == "accounting_lag" and s.observed_at > prev.deadline_at
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(histories())
 def test_absence_never_becomes_a_guessed_success_or_failure(history):
     windows, sequence = history
@@ -277,7 +278,7 @@ def test_absence_never_becomes_a_guessed_success_or_failure(history):
             assert s.observed_at > prev.deadline_at
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(histories(), st.sampled_from(LIFECYCLE))
 def test_success_never_appears_without_a_finalised_attempt(history, life):
     windows, sequence = history
@@ -347,7 +348,7 @@ def test_a_fast_clocked_observer_no_longer_stalls_terminal_evidence():
     assert rule == "accounting-terminal" and new.state == "failed" and new.terminal, new
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(offset=st.floats(min_value=-1e6, max_value=1e9), window=st.sampled_from([None, "accounting_lag",
                                                                               "preemption"]))
 def test_clamped_evidence_is_never_dated_beyond_now_and_its_tolerance(offset, window):
@@ -370,3 +371,36 @@ def test_clamped_brings_a_time_from_the_future_to_the_observation_in_hand_and_ke
     # a true deadline (at most now plus its window) is never shortened, whatever the observation's time
     lagging = ev("accounting_lag", "absent", at=now - 100, deadline_window="accounting_lag", deadline_at=now + 200)
     assert rules.clamped(lagging, now, WINDOWS, present=now - 600) is lagging
+
+
+def test_the_tolerance_for_a_clock_ahead_is_sixty_seconds():
+    now = 1_000_000.0
+    assert (rules.ahead(now + 60, now), rules.ahead(now + 61, now)) == (None, 61)
+    assert rules.ahead(now + 60.5, now) == 60.5
+
+
+@pytest.mark.parametrize("observed, changed_at, deadline, expected", [
+    # (seconds ahead of now of observed_at, changed_at, and of a preemption deadline) -> what clamping gives
+    (-10, -10, 290, (-10, -10, 290)),  # all true: kept as it is
+    (3600, -10, 290, (0, -10, 290)),  # observed_at alone from the future
+    (-10, 3600, 290, (-10, 0, 290)),  # changed_at alone from the future
+    (-10, -10, 3600, (-10, -10, 300)),  # the deadline alone beyond its window
+    (60, 60, 300, (60, 60, 300)),  # at the tolerance, at the window: kept
+])
+def test_clamped_corrects_each_time_from_the_future_alone(observed, changed_at, deadline, expected):
+    now = 1_000_000.0
+    prev = Evidence("preempted", "accounting", False, now + observed, now + changed_at, "preemption", now + deadline)
+    fixed = rules.clamped(prev, now, WINDOWS | {"preemption_seconds": 300})
+    assert (fixed.observed_at - now, fixed.changed_at - now, fixed.deadline_at - now) == expected
+    if expected == (observed, changed_at, deadline):
+        assert fixed is prev
+
+
+def test_the_time_of_a_change_is_kept_only_while_the_same_source_says_the_same_state():
+    _, first = next_evidence(None, seen(100.0, queue="running"), WINDOWS)
+    _, same = next_evidence(first, seen(200.0, queue="running"), WINDOWS)
+    assert (same.observed_at, same.changed_at) == (200.0, 100.0)
+    _, moved = next_evidence(same, seen(300.0, accounting="running"), WINDOWS)  # left the queue, accounting says it
+    assert (moved.source, moved.state, moved.changed_at) == ("accounting", "running", 300.0)
+    _, other = next_evidence(moved, seen(400.0, accounting="pending"), WINDOWS)
+    assert other.changed_at == 400.0

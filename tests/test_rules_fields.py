@@ -31,3 +31,10 @@ def test_the_description_names_the_first_five_and_counts_the_rest():
     problems = [f"p{i}" for i in range(7)]
     assert describe(problems) == "p0; p1; p2; p3; p4 and 2 more"
     assert describe(problems[:2]) == "p0; p1"
+
+
+def test_a_description_counts_the_rest_only_past_its_limit():
+    five = [f"problem {n}" for n in range(5)]
+    assert describe(five) == "problem 0; problem 1; problem 2; problem 3; problem 4"
+    assert describe([*five, "problem 5"]) == "problem 0; problem 1; problem 2; problem 3; problem 4 and 1 more"
+    assert describe(five, limit=2) == "problem 0; problem 1 and 3 more"

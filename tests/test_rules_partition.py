@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rules_fixtures import examples
 
 from taulib.rules.partition import Lane, Partition, Piece, file_name, lanes, plan
 
@@ -44,7 +45,7 @@ FILES = st.lists(st.integers(min_value=0, max_value=300), max_size=12)
 SIZES = st.integers(min_value=1, max_value=400)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(FILES, SIZES)
 def test_every_row_is_in_exactly_one_partition_in_collection_order(file_rows, size):
     rows = [(f, r) for f, n in enumerate(file_rows) for r in range(n)]
@@ -52,7 +53,7 @@ def test_every_row_is_in_exactly_one_partition_in_collection_order(file_rows, si
     assert planned == rows
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(FILES, SIZES)
 def test_every_partition_but_the_last_has_exactly_the_planned_size(file_rows, size):
     parts = plan(file_rows, size)
@@ -66,7 +67,7 @@ def test_every_partition_but_the_last_has_exactly_the_planned_size(file_rows, si
         assert 0 < parts[-1].rows <= size and parts[-1].rows == total - size * (len(parts) - 1)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(FILES, SIZES)
 def test_the_same_inputs_always_give_the_same_plan(file_rows, size):
     assert plan(list(file_rows), size) == plan(list(file_rows), size)
@@ -93,7 +94,7 @@ def test_at_least_one_lane_is_asked_for():
         lanes([], 0, 0)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(FILES, SIZES, st.integers(min_value=1, max_value=5))
 def test_every_file_is_read_by_one_lane_but_the_ones_several_lanes_have_rows_of(file_rows, size, most):
     parts = plan(file_rows, size)
@@ -111,7 +112,7 @@ def test_every_file_is_read_by_one_lane_but_the_ones_several_lanes_have_rows_of(
         assert len(who) == 1 or set(who) == having, (f, who, having)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(FILES, SIZES, st.integers(min_value=1, max_value=5), st.integers(min_value=1, max_value=4))
 def test_a_tasks_lanes_read_exactly_the_files_of_the_task_and_write_exactly_its_partitions(file_rows, size, tasks,
                                                                                            most):

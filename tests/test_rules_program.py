@@ -50,3 +50,4 @@ def test_a_path_inside_a_prefix_is_inside_it_and_a_neighbour_is_not():
     assert not inside("/home/me/tau/.venv2/bin/python3", "/home/me/tau/.venv")
     assert not inside("/usr/bin/python3", "/home/me/tau/.venv")
     assert not inside("/home/me/tau/.venv", "/home/me/tau/.venv")
+    assert inside("/usr/bin/python3", "/")  # everything is inside the root folder

@@ -141,3 +141,99 @@ def test_a_run_with_nothing_at_work_has_no_time_left_to_estimate():
 
 def test_a_run_whose_attempts_have_not_finished_any_has_no_time_left_to_estimate_yet():
     assert time_left("running", False, {"running": 8}, 8, [], 4) is None
+
+
+# -- cancelled and exhausted shards, and the runs they make ---------------------------------------------------------
+
+CANCELLED = "cancelled by the user at 2026-12-01T11:34:57.941906Z"
+
+
+def test_a_cancelled_shard_is_cancelled_with_why_whatever_its_attempt_says_unless_a_winner_sealed_it():
+    for latest in (None, ("running", "running"), ("failed", "exit 3"), ("succeeded", "done")):
+        assert shard_state(False, latest, 1, 3, cancelled=CANCELLED) == ("cancelled", CANCELLED)
+    assert shard_state(True, ("failed", "x"), 1, 3, cancelled=CANCELLED) == ("succeeded", "sealed by its winner")
+
+
+@pytest.mark.parametrize("state", ["failed", "unknown"])
+def test_a_retryable_verdict_with_every_attempt_of_the_budget_used_is_exhausted(state):
+    assert shard_state(False, (state, "the client exited with status 3"), 3, 3) == (
+        "exhausted", "the client exited with status 3; 3 attempts used of a budget of 3, not retried "
+        "(tau-retry --shard grants one more)")
+    assert shard_state(False, (state, "why"), 4, 3)[0] == "exhausted"  # a granted attempt that failed too
+    assert shard_state(False, (state, "why"), 2, 3) == (state, "why")  # one attempt left
+    assert shard_state(False, (state, "why"), 5) == (state, "why")  # no budget given: never exhausted
+
+
+def test_a_shard_state_counts_no_attempts_unless_told():
+    assert shard_state(False, ("failed", "why"), max_attempts=1) == ("failed", "why")
+
+
+@pytest.mark.parametrize("state", ["running", "pending", "accounting_lag"])
+def test_a_verdict_that_is_not_retried_is_never_exhausted(state):
+    assert shard_state(False, (state, "why"), 3, 3) == (state, "why")
+
+
+@pytest.mark.parametrize("counts, expected", [
+    ({"cancelled": 4}, "cancelled"),
+    ({"cancelled": 2, "succeeded": 2}, "cancelled"),
+    ({"cancelled": 1, "failed": 1}, "failed"),
+    ({"cancelled": 1, "exhausted": 1}, "failed"),
+    ({"cancelled": 1, "failed": 1, "exhausted": 1}, "failed"),
+    ({"cancelled": 1, "failed": 0, "exhausted": 0, "succeeded": 3}, "cancelled"),
+    ({"exhausted": 2, "succeeded": 1}, "failed"),
+    ({"cancelled": 2, "running": 1}, "running"),
+    ({"cancelled": 1, "pending": 1}, "pending"),
+    ({"succeeded": 2, "failed": 0}, "succeeded"),
+    ({"candidate": 1}, "running"),
+    ({}, "failed"),
+])
+def test_a_run_none_of_whose_shards_is_live_is_cancelled_only_when_no_shard_failed_or_is_exhausted(counts, expected):
+    assert run_state(counts) == expected
+
+
+def test_every_state_a_live_shard_can_be_in_keeps_its_run_from_ending():
+    for state in ("running", "candidate", "accounting_lag", "pending", "unknown"):
+        assert run_state({state: 1, "cancelled": 1, "failed": 1, "exhausted": 1}) not in ("failed", "cancelled")
+
+
+def test_the_reason_names_exhausted_and_stalled_shards_and_a_stalled_failed_one_by_its_state():
+    shards = [dict(shard(1, "exhausted", "exit 3; 3 attempts used"), stalled=None),
+              dict(shard(2, "running"), stalled="no heartbeat for 901s"),
+              dict(shard(3, "failed", "exit 1"), stalled="no heartbeat for 950s"),
+              dict(shard(4, "succeeded"), stalled=None), dict(shard(5, "cancelled"), stalled=None)]
+    assert degraded_reason(shards) == ("shard-00001 exhausted: exit 3; 3 attempts used; "
+                                       "shard-00002 stalled: no heartbeat for 901s; shard-00003 failed: exit 1")
+
+
+def test_a_run_whose_only_trouble_is_a_stalled_shard_is_degraded_by_it():
+    assert degraded_reason([shard(1, "succeeded"), dict(shard(2, "running"), stalled="no progress for 1801s")]) == (
+        "shard-00002 stalled: no progress for 1801s")
+
+
+def test_the_reason_counts_the_rest_only_past_the_limit():
+    at = [shard(n, "failed", f"exit {n}") for n in range(5)]
+    assert degraded_reason(at) == "; ".join(f"shard-{n:05d} failed: exit {n}" for n in range(5))
+    assert degraded_reason(at + [shard(5, "unknown", "gone")]).endswith("shard-00004 failed: exit 4; and 1 more")
+
+
+def test_only_attempts_that_are_not_stalled_count_at_work_without_stalled():
+    shards = [entry(0, "running", "running", stalled="no heartbeat for 9s"), entry(1, "running", "running"),
+              entry(2, "pending", "pending", stalled=None), entry(3, "failed", "failed", stalled="no heartbeat")]
+    assert at_work(shards, stalled=False) == 2
+    assert at_work(shards) == 3
+
+
+def test_one_attempt_at_work_is_enough_to_estimate_the_time_left():
+    assert time_left("running", False, {"running": 1, "succeeded": 3}, 1, [30], None) == 30
+
+
+def test_without_a_parallelism_the_running_shards_are_the_slots_and_at_least_one():
+    counts = {"running": 0, "pending": 4, "succeeded": 2}
+    assert time_left("pending", False, counts, 1, [10], None) == 40  # nothing running: one slot
+    assert time_left("running", False, {"pending": 4}, 1, [10], None) == 40  # no running count at all
+    assert time_left("running", False, {"running": 2, "pending": 3}, 2, [10], None) == 30  # 5 left, 2 at a time
+
+
+def test_the_rounds_are_whole_the_last_one_partly_filled():
+    assert time_left("running", False, {"running": 3, "pending": 4}, 3, [10], 3) == 30  # 7 left: 3 rounds of 3
+    assert time_left("running", False, {"running": 1}, 1, [10, 11], 4) == 10  # round(10.5 * 1)

@@ -3,8 +3,10 @@ shard, in order, no shard empty)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rules_fixtures import examples
 
 from taulib.rules.shards import shard_count, shard_range
 
@@ -25,7 +27,7 @@ def test_a_shard_size_gives_full_shards_and_a_last_one_with_the_rest():
     assert shard_count(8, None, 4) == 2 and shard_count(8, 2, None) == 2
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.integers(min_value=1, max_value=5000), st.data())
 def test_every_record_is_in_exactly_one_non_empty_shard_in_order(records, data):
     if data.draw(st.booleans()):
@@ -36,3 +38,8 @@ def test_every_record_is_in_exactly_one_non_empty_shard_in_order(records, data):
     assert ranges[0][0] == 0 and ranges[-1][1] == records
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
     assert all(end > start for start, end in ranges)
+
+
+def test_a_plan_with_neither_shards_nor_shard_size_is_refused():
+    with pytest.raises(ValueError, match="a plan gives either shards or shard_size"):
+        shard_count(10, None, None)

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rules_fixtures import examples
 
 from taulib.rules.typenames import ALIASES, PRIMITIVES, parse, problem, suggestion
 
@@ -95,7 +96,9 @@ def test_every_alias_pyarrow_knows_is_suggested_as_pyarrow_spells_it():
 @pytest.mark.parametrize("bad", ["", "int64 ", " int64", "list<int64>", "list<item:int64>", "timestamp[us,tz=UTC]",
                                  "decimal128(39, 2)", "decimal128(0, 0)", "time32[us]", "time64[s]", "map<string>",
                                  "dictionary<values=string, indices=string, ordered=0>", "struct<a: int64,>",
-                                 "fixed_size_binary[-1]", "int64 not null", "whatever"])
+                                 "fixed_size_binary[-1]", "int64 not null", "whatever", "decimal128(x, 2)",
+                                 "timestamp[us, tz=]", "fixed_size_list<item: int64>[-1]",
+                                 "dictionary<values=string, indices=int32, ordered=2>"])
 def test_a_name_arrow_never_prints_is_refused(bad):
     with pytest.raises(ValueError):
         parse(bad)
@@ -137,9 +140,27 @@ def _nested(children):
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.recursive(_LEAVES, _nested, max_leaves=6))
 def test_every_type_pyarrow_prints_is_accepted_and_parses_back_to_itself(arrow_type):
     name = str(arrow_type)
     assert problem(name) is None, name
     assert str(build(parse(name))) == name
+
+
+@pytest.mark.parametrize("bad,good", [
+    ("Timestamp [ms]", "timestamp[ms]"),  # spaces taken out
+    ("List<item: Int64>", "list<item: int64>"),  # another case, with the spaces Arrow prints kept
+    ("Strng", "string"),  # lower case is not enough: a near miss of it
+    ("timestmp", "timestamp[us]"),  # a near miss of an alias: the alias's spelling
+    ("dates", "date32[day]"),
+])
+def test_a_suggestion_is_arrows_spelling_of_what_was_meant(bad, good):
+    assert suggestion(bad) == good
+    assert problem(bad) == f"did you mean {good!r}?"
+
+
+@pytest.mark.parametrize("far", ["dbl", "chars", "dict"])
+def test_a_name_only_loosely_like_a_type_gets_no_suggestion(far):
+    # difflib's ratio below 0.75 ("dbl" is 0.67 of "double"): a guess that far off would mislead
+    assert suggestion(far) is None

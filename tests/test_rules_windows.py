@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rules_fixtures import examples
 
 from taulib.rules.windows import Windows, cut
 
@@ -35,7 +36,7 @@ def test_an_array_never_holds_more_tasks_than_the_scheduler_allows():
     assert windows.arrays[1][0] == (1001, 0) and windows.arrays[2][-1] == (2499, 497)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.integers(0, 200_000), unique=True, max_size=3000).map(sorted),
        st.one_of(st.none(), st.integers(0, 2000)), st.one_of(st.none(), st.integers(1, 2001)),
        st.one_of(st.none(), st.integers(-5, 5000)))

@@ -126,15 +126,10 @@ def test_the_rules_import_nothing_but_the_standard_library_and_each_other(name):
 
 
 @pytest.mark.parametrize("name", [n for n in RULES if n != "taulib.rules"])
-def test_every_function_of_the_rules_is_tested_directly(name):
+def test_every_module_of_the_rules_has_its_own_unit_tests(name):
+    # that they reach every branch is measured, not searched for: tests/test_rules_coverage.py
     short = name.rsplit(".", 1)[1]
-    test_file = ROOT / "tests" / f"test_rules_{short}.py"
-    assert test_file.is_file(), f"{name} has no tests/test_rules_{short}.py"
-    text = test_file.read_text(encoding="utf-8")
-    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
-    public = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
-    untested = [f for f in public if not re.search(rf"\b{f}\b", text)]
-    assert public and not untested, f"{test_file.name} never calls {untested}"
+    assert (ROOT / "tests" / f"test_rules_{short}.py").is_file(), f"{name} has no tests/test_rules_{short}.py"
 
 
 def _sources(exclude: tuple[str, ...]) -> list[tuple[str, str]]:

@@ -45,23 +45,20 @@ def effective_attempt(attempt: dict[str, Any], evidence: Evidence | None, stoppe
     without its shard being cancelled (tau-cancel --attempt, a stall), why (`stopped`)."""
     if stopped is not None and attempt["state"] != "succeeded":
         verdict = effective_attempt(attempt, evidence)
-        if verdict.state == "failed" or (evidence is not None and evidence.terminal):
+        if verdict.state == "failed":  # terminal evidence always fails an attempt that did not succeed
             return Verdict("failed", stopped)  # however it ended, it ended because it was stopped
         if verdict.state in ("pending", "running"):
             return Verdict(verdict.state, f"stopping: {stopped}")
         return verdict
     life = attempt["state"]
     failure = evidence if evidence is not None and evidence.terminal and evidence.state in FAILURE else None
-    scheduler_failed = failure is not None
-    scheduler_says = (failure.reason or f"scheduler reports {failure.state}" + _exit(failure.exit_code)
-                      if failure is not None else "")
     if life == "failed":
         own: str = (attempt.get("terminal") or {}).get("reason") or "the attempt failed"
-        if failure is not None and failure.state != "failed" and scheduler_says not in own:
-            return Verdict("failed", f"{own}; scheduler: {scheduler_says}")
+        if failure is not None and failure.state != "failed" and _says(failure) not in own:
+            return Verdict("failed", f"{own}; scheduler: {_says(failure)}")
         return Verdict("failed", own)
-    if scheduler_failed:
-        return Verdict("failed", scheduler_says)
+    if failure is not None:
+        return Verdict("failed", _says(failure))
     if life == "succeeded":
         return Verdict("succeeded", "the attempt finished and recorded a complete result")
     if evidence is not None and evidence.state == "completed":
@@ -89,5 +86,7 @@ def terminal_classification(evidence: Evidence) -> str:
     return CLASSIFICATION.get(evidence.state, "failed")  # evidence recorded before it carried its classification
 
 
-def _exit(code: int | None) -> str:
-    return "" if not code else f" (exit code {code})"
+def _says(failure: Evidence) -> str:
+    """What the scheduler says of the failure it reports: its reason, or its state and exit code."""
+    return failure.reason or f"scheduler reports {failure.state}" + ("" if not failure.exit_code else
+                                                                       f" (exit code {failure.exit_code})")

@@ -32,9 +32,8 @@ def finished(status: dict[str, Any]) -> str | None:
 
 def events(told: dict[str, Any], status: dict[str, Any]) -> list[dict[str, Any]]:
     """The notifications owed: [{event, shard_id}] against `told` ({state, exhausted}: what was last told)."""
-    out: list[dict[str, Any]] = []
     exhausted = [s["id"] for s in status["shards"] if s["state"] == "exhausted"]
-    out += [{"event": "exhausted", "shard_id": sid} for sid in exhausted if sid not in told["exhausted"]]
+    out = [{"event": "exhausted", "shard_id": sid} for sid in exhausted if sid not in told["exhausted"]]
     if finished(status) is not None and told["state"] != status["state"]:
         out.append({"event": "done" if status["state"] == "succeeded" else "stopped", "shard_id": None})
     return out

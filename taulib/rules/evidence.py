@@ -169,10 +169,8 @@ RULES: list[Rule] = [
 
 def next_evidence(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> tuple[str, Evidence | None]:
     """Apply the first matching rule. Returns (rule name, new evidence); None only when prev was None and kept."""
-    for name, when, then in RULES:
-        if when(prev, seen):
-            return name, then(prev, seen, windows)
-    raise AssertionError("the last rule always matches")
+    name, _, then = next(rule for rule in RULES if rule[1](prev, seen))  # the last rule always matches
+    return name, then(prev, seen, windows)
 
 
 FUTURE_TOLERANCE = 60.0  # seconds an observation may be dated ahead of the reconciling process's clock

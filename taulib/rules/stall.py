@@ -38,7 +38,7 @@ def progress(records_done: int | None, records: int, still_seconds: float | None
 
 def stops(windows: dict[str, Any]) -> bool:
     """Whether the plan stops a stalled attempt (`windows.stall_action` stop)."""
-    return bool(windows.get("stall_action", "report") == "stop")
+    return windows.get("stall_action") == "stop"  # a plan without one reports (rules.plan.WINDOWS)
 
 
 def reason(why: str) -> str:

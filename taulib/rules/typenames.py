@@ -42,6 +42,7 @@ ALIASES = {
     "list": "list<item: int64>", "array": "list<item: int64>",
 }
 
+NEAR = 0.75  # how alike (difflib's ratio) a misspelt name must be to a type's for a suggestion
 Tree = tuple[object, ...]  # what `parse` makes of a name
 _NAME = re.compile(r"[^:,<>\s][^:,<>]*?(?=: )")
 _INT = re.compile(r"-?[0-9]+")
@@ -92,7 +93,8 @@ def suggestion(text: str) -> str | None:
             return candidate
     import difflib  # only for a name that is wrong: tau-init's start-up stays lean
 
-    close = difflib.get_close_matches(key, [*PRIMITIVES, *ALIASES], n=1, cutoff=0.75)
+    # n=1 only saves work (the best match comes first): a mutant without it is the same function
+    close = difflib.get_close_matches(key, [*PRIMITIVES, *ALIASES], n=1, cutoff=NEAR)  # pragma: no mutate
     if close:
         return ALIASES.get(close[0], close[0])
     return None
