@@ -3,10 +3,13 @@ read the same way, and 100,000 first attempts are one range."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from taulib import schema
-from taulib.rundir.journal import compact_tasks, find_task, task_count, task_indices, tasks
+from taulib.rundir.journal import (SUBMISSIONS, Journal, compact_tasks, find_task, job_name, task_count,
+                                   task_indices, tasks)
 
 
 def task(index: int, ordinal: int, granted: bool = False) -> dict:
@@ -84,6 +87,103 @@ def test_an_allocation_finds_its_shard_from_its_array_index_in_a_windowed_plan()
     assert task_indices(plan) == [0, 1, 2, 3] and task_count(plan) == 4
     assert find_task(plan, 2) == dict(task(54321, 2), task_index=2)
     assert find_task(plan, 3)["shard_id"] == "shard-99999"
+    assert find_task(plan, 1) == dict(task(6, 2), task_index=1)  # the second task of a range of two
+    window = submission(task_ranges=compact_tasks(windowed(list(range(1000, 1200)), 0)))
+    assert [find_task(window, i)["shard_id"] for i in (0, 1, 199)] == ["shard-01000", "shard-01001", "shard-01199"]
     assert find_task(plan, 4) is None and find_task(plan, 5) is None  # 5 is shard 5's index, not an array index
     assert not schema.is_valid(submission(task_ranges=[{"first": 0, "count": 1, "ordinal": 1, "task": -1}]),
                                "submission-plan")
+
+
+# -- the journal of a real run directory: newest(), ids, job names ---------------------------------------------------
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    """A real run (made by tau-init's library, in this process), open."""
+    import sys
+
+    from taulib.lifecycle.init import init
+    from taulib.rundir.run import Run
+
+    ws = tmp_path / "ws"
+    ws.mkdir(mode=0o700)
+    monkeypatch.chdir(ws)
+    init(str(ws / "run"), {"records": 4, "shards": 2, "command": [sys.executable, "-c", "pass"]})
+    with Run(str(ws / "run")) as opened:
+        yield opened
+
+
+def entry_plan(number: int) -> dict:
+    return submission(submission_id=f"submission-{number:04d}", job_name=f"tau-run-00000000-{number:04d}",
+                      task_ranges=[{"first": 0, "count": 2, "ordinal": 1}])
+
+
+def test_an_empty_journal_has_no_newest_entry_and_starts_at_one(run):
+    journal = Journal(run, SUBMISSIONS)
+    assert journal.newest() is None and journal.ids() == [] and journal.next_id() == "submission-0001"
+
+
+def test_the_newest_entry_that_reached_prepared_is_read_whole(run):
+    journal = Journal(run, SUBMISSIONS)
+    journal.open(entry_plan(1))
+    status = journal.open(entry_plan(2))
+    newest = journal.newest()
+    assert newest is not None and newest.plan == entry_plan(2) and newest.status == status
+    assert (status["state"], status["revision"], status["submission_id"]) == ("prepared", 1, "submission-0002")
+    assert journal.next_id() == "submission-0003"
+
+
+@pytest.mark.parametrize("left", ["plan.json", "status.json", None])
+def test_a_newest_folder_that_never_reached_prepared_is_removed_and_its_number_used_again(run, left):
+    journal = Journal(run, SUBMISSIONS)
+    journal.open(entry_plan(1))
+    journal.open(entry_plan(2))
+    folder = f"submissions/submission-0002/{'plan.json' if left == 'status.json' else 'status.json'}"
+    if left is None:
+        run.dir.remove_tree("submissions/submission-0002")
+        run.dir.make_folders("submissions/submission-0002")  # a folder made, nothing in it yet
+    else:
+        run.dir.remove_file(folder)  # a crash between the plan and its status (or the status alone: damage)
+    assert journal.ids() == ["submission-0001", "submission-0002"]
+    assert journal.newest() is None
+    assert not run.dir.exists("submissions/submission-0002")
+    assert journal.ids() == ["submission-0001"] and journal.next_id() == "submission-0002"
+    assert journal.newest().plan == entry_plan(1)
+
+
+def test_entries_are_in_numeric_order_and_names_that_are_not_entries_are_no_part_of_the_journal(run):
+    journal = Journal(run, SUBMISSIONS)
+    for number in (1, 2, 9, 10):
+        journal.open(entry_plan(number))
+    run.dir.make_folders("submissions/submission-01x")
+    run.dir.make_folders("submissions/notes")
+    assert journal.ids() == ["submission-0001", "submission-0002", "submission-0009", "submission-0010"]
+    assert [e.plan["submission_id"] for e in journal.entries()] == journal.ids()
+    assert journal.next_id() == "submission-0011"
+
+
+def test_advance_moves_a_status_one_revision_and_retire_fails_it_with_why(run):
+    journal = Journal(run, SUBMISSIONS)
+    status = journal.open(entry_plan(1))
+    moved = journal.advance(status, state="submitted", job_id="123")
+    assert (moved["revision"], moved["state"], moved["job_id"]) == (2, "submitted", "123")
+    assert journal.reread(status) == moved
+    failed = journal.retire(moved, "x" * 600)
+    assert (failed["revision"], failed["state"], failed["reason"]) == (3, "failed", "x" * 500)
+
+
+def test_the_visibility_deadline_is_the_creation_time_plus_the_window(run):
+    journal = Journal(run, SUBMISSIONS)
+    status = journal.open(entry_plan(1))
+    assert status["deadline"] == "2026-11-29T12:05:00.000000Z"  # created 12:00:00, a window of 300 s
+
+
+def test_a_job_name_is_tau_the_run_id_8_hex_of_run_json_and_the_entry_number(run):
+    from taulib import jsonio
+
+    name = job_name(run, "0002")
+    assert name == f"tau-run-{jsonio.digest(run.record)[:8]}-0002"
+    assert re.fullmatch(r"tau-run-[0-9a-f]{8}-0002", name)
+    run.run_id = "r" * 150
+    assert job_name(run, "c0001").startswith("tau-" + "r" * 100 + "-")
