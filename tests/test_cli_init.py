@@ -65,6 +65,18 @@ def test_a_different_plan_for_an_existing_run_exits_73(workspace):
     assert snapshot(run_dir) == before
 
 
+def test_the_same_plan_for_a_run_whose_plan_json_was_damaged_exits_73_and_repairs_nothing(workspace):
+    run_dir = init_run(workspace)
+    plan_json = run_dir / "plan.json"
+    plan_json.write_bytes(plan_json.read_bytes()[:40])
+    before = snapshot(run_dir)
+    proc = tau("tau-init", str(run_dir), input=json.dumps(plan()))
+    assert proc.returncode == 73, proc.stderr
+    assert error_of(proc)["message"] == "tau-init: plan.json of run 'run' does not match the digest in run.json"
+    assert proc.stdout == ""
+    assert snapshot(run_dir) == before
+
+
 def test_a_folder_that_holds_foreign_files_exits_73(workspace):
     folder = workspace / "run"
     folder.mkdir(mode=0o700)

@@ -232,6 +232,10 @@ def init(run_dir: str, request: object, environ: dict[str, str] | None = None) -
             if existing["plan"]["sha256"] != plan_sha:
                 raise Conflict(f"run {run_id!r} already exists with a different plan; choose another run "
                                "directory", run_dir=folder.path, plan_sha256=existing["plan"]["sha256"])
+            stored = folder.read_bytes(layout.PLAN)
+            if stored is None or jsonio.sha256_hex(stored) != plan_sha:  # as every command that opens the run
+                raise Conflict(f"plan.json of run {run_id!r} does not match the digest in run.json",
+                               run_dir=folder.path)
             return _summary(folder, existing, plan, created=False)
         folder.publish_bytes(layout.PLAN, plan_bytes)
         failpoints.hit("init.plan_written")

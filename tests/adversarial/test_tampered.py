@@ -9,6 +9,10 @@ and each command runs on it in this process. Promises checked on every case:
   (but for the destination tau-collect was given), are byte-for-byte as they were;
 - nothing tampered is laundered: tau-collect never publishes a dataset, and tau-winner never reports a valid
   chain, from a run whose winner chain (winner, result, manifest, dataset file) was tampered with.
+What refusing means differs by command, and REFUSES says it for each: the records a command must refuse to act on
+when their bytes or their trust changed (every command: run.json and plan.json, the run's identity; tau-winner: the
+chain's records; tau-collect: the whole chain, its dataset files too), and, for a command that only reads (status,
+logs, observe), that the run is left exactly as it was, whatever it answered.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ import json
 import os
 import shutil
 import signal
+import stat
 from pathlib import Path
 
 import pytest
 from harness import invoke, misbehaviour
 
-from helpers import module_workspace, complete_run
+from helpers import complete_run, module_workspace, plan
 from taulib import jsonio
 
 ATTEMPT = "shards/shard-00000/attempts/attempt-0001"
@@ -135,6 +140,36 @@ CASES = ([(rel, t) for rel in RECORDS for t in FILE_TAMPERS]
          + [(rel, t) for rel in FOLDERS for t in (symlink, fifo, foreign, loosened)]
          + [(f"{ATTEMPT}/manifest.json", t) for t in (manifest_escape_up, manifest_absolute)])
 
+IDENTITY = {"run.json", "plan.json"}
+# command -> whether it must refuse (a documented non-zero code) when `rel` was tampered with by `tamper`
+REFUSES = {
+    # an existing winner is re-validated from its records (tau-winner(1)); its dataset files are hashed again by
+    # tau-collect as it reads them
+    "tau-winner": lambda rel, tamper: tamper in CHANGES_BYTES_OR_TRUST and rel in IDENTITY | (CHAIN & set(RECORDS)),
+    "tau-collect": lambda rel, tamper: tamper in CHANGES_BYTES_OR_TRUST and rel in IDENTITY | CHAIN,
+}
+READ_ONLY = {"tau-status", "tau-logs", "tau-observe"}  # never write into the run, refusing or not
+
+
+def must_refuse(command: str, rel: str, tamper) -> bool:
+    rule = REFUSES.get(command, lambda rel, tamper: tamper in CHANGES_BYTES_OR_TRUST and rel in IDENTITY)
+    return rule(rel, tamper)
+
+
+def tree(root: Path) -> dict[str, tuple]:
+    """Every entry under root with its type, owner, mode and content (a FIFO is never opened)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            kind = ("link" if stat.S_ISLNK(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode)
+                    else "file" if stat.S_ISREG(st.st_mode) else "other")
+            out[str(path.relative_to(root))] = (kind, st.st_mode, st.st_uid, os.readlink(path) if kind == "link"
+                                                else path.read_bytes() if kind == "file" else None)
+    return out
+
+
 COMMANDS = {  # command -> argv after the run directory, and stdin
     "tau-status": ([], None),
     "tau-observe": ([], None),
@@ -145,14 +180,15 @@ COMMANDS = {  # command -> argv after the run directory, and stdin
     "tau-collect": (["--destination", "{dest}"], None),
     "tau-logs": (["shard-00000"], None),
     "tau-cancel": (["--shard", "shard-00001"], None),
-    "tau-init": ([], "plan"),
+    "tau-init": ([], "request"),  # the request the run was made from: tau-init reads the run to compare
 }
+REQUEST = {"records": 20, "shards": 2}
 
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
     ws = module_workspace(tmp_path_factory, "tampered")
-    return complete_run(ws, records=20, shards=2)
+    return complete_run(ws, **REQUEST)
 
 
 def outside_state(outside: Path) -> dict:
@@ -171,7 +207,7 @@ def test_every_command_on_a_tampered_run_refuses_cleanly_writes_nothing_outside_
     outside.mkdir(mode=0o700)
     base = ws / "run"
     shutil.copytree(pristine, base, symlinks=True)
-    plan_bytes = (base / "plan.json").read_bytes()
+    request = json.dumps(plan(**REQUEST)).encode()
     observations = jsonio.canonical({
         "kind": "tau.observations", "schema_version": 1, "run_id": "run", "observed_at": jsonio.now_rfc3339(),
         "executor": "local", "sources": {"queue": "observed", "accounting": "observed", "reason": None},
@@ -192,7 +228,8 @@ def test_every_command_on_a_tampered_run_refuses_cleanly_writes_nothing_outside_
             before_ws = sorted(os.listdir(ws))
             dest = ws / "data"
             argv = [str(run_dir)] + [a.format(dest=dest) for a in args]
-            data = {"observations": observations, "plan": plan_bytes, None: b""}[stdin]
+            data = {"observations": observations, "request": request, None: b""}[stdin]
+            before_run = tree(run_dir) if command in READ_ONLY else None
             signal.alarm(20)
             try:
                 outcome = invoke(command, argv, data)
@@ -202,19 +239,16 @@ def test_every_command_on_a_tampered_run_refuses_cleanly_writes_nothing_outside_
             finally:
                 signal.alarm(0)
             problem = None if outcome.code == 0 or (outcome.code == 1 and outcome.out) else misbehaviour(outcome)
+            if problem is None and outcome.code == 0 and must_refuse(command, rel, tamper):
+                problem = f"{command} went on (exit 0) with a tampered {rel}, which it must refuse"
+            if problem is None and before_run is not None and tree(run_dir) != before_run:
+                problem = f"{command}, which only reads, changed the run"
             if problem is None and outside_state(outside) != before_outside:
                 problem = "a file outside the run changed"
             if problem is None and sorted(os.listdir(ws)) != sorted(set(before_ws) | ({"data"} if outcome.code == 0
                                                                                        and command == "tau-collect"
                                                                                        else set())):
                 problem = f"the workspace changed: {sorted(os.listdir(ws))}"
-            if problem is None and rel in CHAIN and tamper in CHANGES_BYTES_OR_TRUST:
-                if command == "tau-collect" and outcome.code == 0:
-                    problem = "tau-collect published a dataset from a tampered winner chain"
-                if command == "tau-winner" and outcome.code == 0 and rel in RECORDS:
-                    # an existing winner is re-validated from its records (tau-winner(1)); its bytes are hashed
-                    # again by tau-collect as it reads them
-                    problem = "tau-winner vouched for a tampered winner record"
             tally.case(f"{command} {tamper.__name__}:{rel} -> {outcome.code}", problem)
             if (ws / "data").exists():
                 shutil.rmtree(ws / "data")

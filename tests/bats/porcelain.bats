@@ -23,10 +23,22 @@ setup() {
   assert_output "shard-00001 $RUN/shards/shard-00001/attempts/attempt-0001/client.log"
 }
 
-@test "tau status RUN writes nothing: two calls print the same status" {
-  first=$(tau status "$RUN" | jq -c 'del(.eta_seconds)')
+# every path of the run with its type, mode, size, modification time and content digest
+tree_state() {
+  (cd "$1" && find . -printf '%p %y %m %s %T@\n' | sort && find . -type f -print0 | sort -z | xargs -0 sha256sum)
+}
+
+@test "tau status RUN writes nothing: the run directory is the same after it, and two calls print the same" {
+  before=$(tree_state "$RUN")
+  run --separate-stderr tau status "$RUN"
+  assert_success
+  [ -z "$stderr" ]
+  [ "$(jq -r '.state + " " + (.shards | length | tostring)' <<<"$output")" = "failed 4" ]
+  first=$(jq -c 'del(.eta_seconds)' <<<"$output")
   second=$(tau status "$RUN" | jq -c 'del(.eta_seconds)')
-  [ "$first" = "$second" ]
+  [ -n "$first" ] && [ "$first" = "$second" ]
+  after=$(tree_state "$RUN")
+  [ "$before" = "$after" ] || { diff <(echo "$before") <(echo "$after") >&2; false; }
 }
 
 @test "tau status -o table starts with the run's state" {
