@@ -1,6 +1,6 @@
 """taulib.rules.partition: which rows of which winner file go into which output file, case by case and by
 properties (every row in exactly one partition, in order; every partition but the last of exactly the planned
-size; the same inputs give the same plan)."""
+size; the plan is what dealing the rows out one by one gives)."""
 
 from __future__ import annotations
 
@@ -69,9 +69,26 @@ def test_every_partition_but_the_last_has_exactly_the_planned_size(file_rows, si
 
 @settings(max_examples=examples(200), deadline=None)
 @given(FILES, SIZES)
-def test_the_same_inputs_always_give_the_same_plan(file_rows, size):
-    assert plan(list(file_rows), size) == plan(list(file_rows), size)
-    assert plan(file_rows, size) == plan(tuple(file_rows), size)  # a tuple or a list: the same plan
+def test_the_plan_is_what_dealing_the_rows_out_one_by_one_gives(file_rows, size):
+    # the reference: every row, in collection order, goes to partition (its position // size); a partition's
+    # pieces are its runs of consecutive rows of one file
+    rows: dict[int, list[tuple[int, int]]] = {}
+    position = 0
+    for file, count in enumerate(file_rows):
+        for row in range(count):
+            rows.setdefault(position // size, []).append((file, row))
+            position += 1
+    expected = []
+    for index in sorted(rows):
+        pieces: list[list[int]] = []
+        for file, row in rows[index]:
+            if pieces and pieces[-1][0] == file and pieces[-1][2] == row:
+                pieces[-1][2] += 1
+            else:
+                pieces.append([file, row, row + 1])
+        expected.append(Partition(index, len(rows[index]), tuple(Piece(*p) for p in pieces)))
+    assert plan(file_rows, size) == expected
+    assert plan(tuple(file_rows), size) == expected  # a tuple or a list: the same plan
 
 
 # -- lanes: consecutive partitions written at the same time ----------------------------------------------------

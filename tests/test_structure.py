@@ -417,3 +417,13 @@ def test_nothing_cites_a_specification_or_an_issue_that_is_not_in_this_repositor
     found = [f"{path}:{n}: {line.strip()}" for path, text in _scanned_text()
              for n, line in enumerate(text.split("\n"), 1) if OUTSIDE.search(line)]
     assert not found, "cite the man page that says the rule, or say what it is for:\n" + "\n".join(found)
+
+
+def test_make_mutation_runs_every_unit_test_file_of_the_rules_against_their_mutants():
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        config = tomllib.load(fh)["tool"]["mutmut"]
+    selected = set(config["pytest_add_cli_args_test_selection"])
+    unit = {f"tests/{p.name}" for p in (ROOT / "tests").glob("test_rules_*.py") if p.name != "test_rules_coverage.py"}
+    assert unit - selected == set(), f"[tool.mutmut] does not run {sorted(unit - selected)}"
+    assert all((ROOT / name).is_file() for name in selected), "[tool.mutmut] lists a test file that does not exist"
+    assert "taulib/rules/*" in config["only_mutate"]

@@ -62,7 +62,7 @@ def lifecycle(run_state: str) -> str:
 def run_state(counts: dict[str, int]) -> str:
     """The run's state from the count of its shards in each state."""
     total = sum(counts.values())
-    if total and counts.get("succeeded", 0) == total:
+    if total and counts.get("succeeded") == total:
         return "succeeded"
     for state in ("running", "candidate", "accounting_lag", "pending", "unknown"):
         if counts.get(state):
@@ -110,5 +110,5 @@ def time_left(run_state: str, stopped: bool, counts: Mapping[str, int], working:
     if run_state in ENDED or stopped or working <= 0 or not durations:
         return None
     left = max(sum(counts.get(state, 0) for state in LEFT), working)
-    slots = parallel or max(counts.get("running", 0), 1)
+    slots = parallel or counts.get("running") or 1
     return round(sum(durations) / len(durations) * -(-left // slots))
