@@ -22,10 +22,23 @@ from taulib.rundir.run import Run
 pytestmark = pytest.mark.slow
 
 
+REQUEST = {"records": 30, "shards": 3, "resume": "always"}
+
+
+def build(workspace: Path) -> Path:
+    """The completed run these tests start from (every shard won, its dataset shard-owned)."""
+    return complete_run(workspace, **REQUEST)
+
+
 @pytest.fixture(scope="module")
 def done(tmp_path_factory) -> Path:
     ws = module_workspace(tmp_path_factory, "winner-lib")
-    return complete_run(ws, records=30, shards=3, resume="always")
+    # make mutation (bench/mutation.py) builds it once and names it here: each mutant's run then only copies it
+    template = os.environ.get("TAU_TEST_WINNER_RUN")
+    if template:
+        shutil.copytree(template, ws / "run", symlinks=True)
+        return ws / "run"
+    return build(ws)
 
 
 def unseal(run_dir: Path, sid: str) -> None:
@@ -100,3 +113,58 @@ def test_a_winner_whose_attempt_record_is_gone_no_longer_stands(done, tmp_path):
         winner.publish(run, "shard-00002")
     assert caught.value.code == 1
     assert caught.value.message == "shard-00002/attempt-0001: the attempt is submitted, not succeeded"
+
+
+def test_publishing_a_runs_winners_reports_each_shard_and_counts_them(done, tmp_path):
+    from taulib.rundir import index
+
+    run_dir = copied(done, tmp_path)
+    unseal(run_dir, "shard-00000")
+    attempt = run_dir / "shards" / "shard-00000" / "attempts" / "attempt-0001"
+    debris = attempt / ".tau.0123456789abcdef.tmp"  # what a writer killed mid-write left in the ended attempt
+    debris.write_bytes(b"half")
+    manifest_sha = jsonio.sha256_hex((attempt / "manifest.json").read_bytes())
+    with Run(str(run_dir)) as run:
+        doc = winner.publish_many(run, ["shard-00000", "shard-00001"])
+        assert index.load(run)[0] == 1  # the shard just sealed is in the index again
+    assert doc == {"kind": "tau.winners", "schema_version": 1, "run_id": "run",
+                   "counts": {"won": 2, "without_winner": 0},
+                   "shards": [{"shard_id": "shard-00000", "winner": "attempt-0001", "published": True,
+                               "manifest_sha256": manifest_sha, "reason": None},
+                              dict(doc["shards"][1], shard_id="shard-00001", winner="attempt-0001", published=False,
+                                   reason=None)]}
+    assert not debris.exists()
+    record = json.loads((run_dir / "shards" / "shard-00000" / "winner.json").read_bytes())
+    assert (record["attempt_id"], record["ordinal"], record["manifest"]["sha256"]) == ("attempt-0001", 1, manifest_sha)
+
+
+def test_a_shard_without_a_valid_candidate_is_reported_without_a_winner_and_the_others_still_win(done, tmp_path):
+    run_dir = copied(done, tmp_path)
+    for sid in ("shard-00000", "shard-00001"):
+        unseal(run_dir, sid)
+    (run_dir / "shards" / "shard-00001" / "attempts" / "attempt-0001" / "result.json").unlink()
+    with Run(str(run_dir)) as run:
+        doc = winner.publish_many(run, ["shard-00000", "shard-00001", "shard-00002"])
+    assert doc["counts"] == {"won": 2, "without_winner": 1}
+    assert doc["shards"][1] == {"shard_id": "shard-00001", "winner": None, "published": False,
+                                "reason": "shard-00001/attempt-0001 has no result.json: the attempt never finished"}
+    assert [s["published"] for s in doc["shards"]] == [True, False, False]
+
+
+def test_an_unknown_shard_is_refused_before_any_winner_is_published(done, tmp_path):
+    run_dir = copied(done, tmp_path)
+    unseal(run_dir, "shard-00000")
+    with Run(str(run_dir)) as run, pytest.raises(NotFound) as caught:
+        winner.publish_many(run, ["shard-00000", "shard-00009"])
+    assert caught.value.code == 66 and "shard-00009" in caught.value.message
+    assert not (run_dir / "shards" / "shard-00000" / "winner.json").exists()
+
+
+def test_a_busy_run_stops_the_whole_call(done, tmp_path, monkeypatch):
+    from helpers import hold_lock
+
+    run_dir = copied(done, tmp_path)
+    unseal(run_dir, "shard-00000")
+    monkeypatch.setenv("TAU_LOCK_TIMEOUT", "0.3")
+    with hold_lock(run_dir, "shard-00000"), Run(str(run_dir)) as run, pytest.raises(Busy):
+        winner.publish_many(run, ["shard-00000", "shard-00001"])

@@ -112,6 +112,11 @@ def test_a_stopped_attempt_fails_with_the_stops_reason_once_it_ended_and_is_stop
     assert effective_attempt(attempt(life), evidence, STOPPED) == expected
 
 
+def test_a_stop_asked_of_an_attempt_that_succeeded_changes_nothing_the_scheduler_says_afterwards():
+    ended = ev("cancelled", "accounting", terminal=True, reason="cancelled by uid 0")
+    assert effective_attempt(attempt("succeeded"), ended, STOPPED) == ("failed", "cancelled by uid 0")
+
+
 def test_a_stopped_attempt_that_recorded_its_own_failure_fails_with_the_stops_reason():
     record = attempt("failed", {"classification": "cancelled", "reason": "client killed", "exit_code": None})
     assert effective_attempt(record, None, STOPPED) == ("failed", STOPPED)

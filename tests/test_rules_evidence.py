@@ -386,6 +386,8 @@ def test_the_tolerance_for_a_clock_ahead_is_sixty_seconds():
     (-10, 3600, 290, (-10, 0, 290)),  # changed_at alone from the future
     (-10, -10, 3600, (-10, -10, 300)),  # the deadline alone beyond its window
     (60, 60, 300, (60, 60, 300)),  # at the tolerance, at the window: kept
+    (60, 3600, 290, (60, 0, 290)),  # observed_at at the tolerance is kept while changed_at is corrected
+    (3600, 60, 290, (0, 60, 290)),
 ])
 def test_clamped_corrects_each_time_from_the_future_alone(observed, changed_at, deadline, expected):
     now = 1_000_000.0
@@ -404,3 +406,61 @@ def test_the_time_of_a_change_is_kept_only_while_the_same_source_says_the_same_s
     assert (moved.source, moved.state, moved.changed_at) == ("accounting", "running", 300.0)
     _, other = next_evidence(moved, seen(400.0, accounting="pending"), WINDOWS)
     assert other.changed_at == 400.0
+
+
+# -- each rule's evidence, field by field ------------------------------------------------------------------------
+
+LAG_REASON = "absent from the queue and not yet in accounting"
+
+
+def test_absence_starts_an_accounting_lag_window_now():
+    assert next_evidence(None, seen(100.0), WINDOWS) == ("absent", Evidence(
+        "accounting_lag", "absent", False, 100.0, 100.0, "accounting_lag", 400.0, None, LAG_REASON, None))
+
+
+def test_an_accounting_lag_past_its_deadline_becomes_unknown_now():
+    _, lag = next_evidence(None, seen(100.0), WINDOWS)
+    assert next_evidence(lag, seen(401.0), WINDOWS) == ("lag-expired", Evidence(
+        "unknown", "absent", False, 401.0, 401.0, None, None, None,
+        "absent from the queue and from accounting past the accounting-lag deadline", None))
+
+
+def test_a_view_gives_its_state_exit_code_reason_and_for_terminal_evidence_its_classification():
+    rule, queued = next_evidence(None, seen(100.0, queue="pending", reason="Priority"), WINDOWS)
+    assert (rule, queued) == ("queue-present", Evidence("pending", "queue", False, 100.0, 100.0, None, None, None,
+                                                         "Priority", None))
+    rule, ended = next_evidence(queued, seen(200.0, accounting="out_of_memory", exit_code=137, reason="OOM"),
+                                WINDOWS)
+    assert (rule, ended) == ("accounting-terminal", Evidence("out_of_memory", "accounting", True, 200.0, 200.0, None,
+                                                             None, 137, "OOM", "out_of_memory"))
+
+
+def test_accounting_that_keeps_saying_the_same_keeps_the_time_it_first_said_it():
+    _, first = next_evidence(None, seen(100.0, accounting="running"), WINDOWS)
+    rule, again = next_evidence(first, seen(200.0, accounting="running"), WINDOWS)
+    assert rule == "accounting-nonterminal" and (again.observed_at, again.changed_at) == (200.0, 100.0)
+
+
+def test_a_preempted_task_absent_from_the_queue_waits_in_its_window_then_fails_as_preempted():
+    rule, first = next_evidence(None, seen(100.0, accounting="preempted", exit_code=0, reason="PreemptMode"), WINDOWS)
+    assert (rule, first) == ("preempted-absent", Evidence("preempted", "accounting", False, 100.0, 100.0, "preemption",
+                                                          700.0, 0, "PreemptMode", None))
+    rule, held = next_evidence(first, seen(300.0, accounting="preempted", exit_code=0, reason="PreemptMode"), WINDOWS)
+    assert (rule, held) == ("preempted-absent", first._replace(observed_at=300.0))  # deadline and change kept
+    rule, failed = next_evidence(held, seen(701.0, accounting="requeued", exit_code=3), WINDOWS)
+    assert (rule, failed) == ("preempted-absent", Evidence(
+        "failed", "accounting", True, 701.0, 701.0, None, None, 3,
+        "requeued and absent from the queue for longer than the 600s preemption window", "preempted"))
+
+
+def test_a_preemption_that_left_accounting_too_fails_as_preempted_once_its_window_ran_out():
+    _, first = next_evidence(None, seen(100.0, accounting="preempted", exit_code=9), WINDOWS)
+    assert next_evidence(first, seen(700.0), WINDOWS) == ("preemption-continues", first)
+    assert next_evidence(first, seen(701.0), WINDOWS) == ("preemption-continues", Evidence(
+        "failed", "accounting", True, 701.0, 701.0, None, None, 9,
+        "preempted and absent from the queue for longer than the 600s preemption window", "preempted"))
+
+
+def test_clamped_reads_persisted_evidence_with_a_window_but_no_deadline_as_it_is():
+    odd = ev("pending", at=1_000_000.0 - 5)._replace(deadline_window="preemption")
+    assert rules.clamped(odd, 1_000_000.0, WINDOWS) is odd

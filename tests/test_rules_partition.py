@@ -32,7 +32,7 @@ def test_an_exact_multiple_leaves_no_empty_last_partition_and_files_without_rows
 
 
 def test_a_partition_size_below_one_is_refused():
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match="^rows_per_partition must be at least 1$"):
         plan([10], 0)
 
 
@@ -107,7 +107,7 @@ def test_files_without_rows_belong_to_the_lane_before_the_next_ones_first_file()
 
 
 def test_at_least_one_lane_is_asked_for():
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match="^most must be at least 1$"):
         lanes([], 0, 0)
 
 

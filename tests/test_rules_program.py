@@ -39,6 +39,12 @@ def test_an_interpreter_is_known_by_its_file_name(program, kind):
     (["perl", "-e", "print 1"], None),
     (["/opt/client", "client.py"], None),
     ([], None),
+    (["bash"], None),  # an interpreter alone reads standard input
+    (["python3", "--"], None),
+    (["python3", "--", "-"], None),  # standard input, after the end of the options
+    (["python3", "--version", "client.py"], None),  # python prints its version; the script is never run
+    (["python3", "--help", "client.py"], None),
+    (["python3", "-", "client.py"], None),  # the script comes from standard input; client.py is its argument
 ])
 def test_the_script_is_the_interpreters_first_argument_that_is_not_an_option(argv, index):
     assert script_index(argv) == index
@@ -51,3 +57,4 @@ def test_a_path_inside_a_prefix_is_inside_it_and_a_neighbour_is_not():
     assert not inside("/usr/bin/python3", "/home/me/tau/.venv")
     assert not inside("/home/me/tau/.venv", "/home/me/tau/.venv")
     assert inside("/usr/bin/python3", "/")  # everything is inside the root folder
+    assert not inside("/home/me/Y/bin/python3", "/home/me/X")  # a prefix is a whole folder name, never trimmed

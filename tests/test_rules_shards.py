@@ -41,5 +41,5 @@ def test_every_record_is_in_exactly_one_non_empty_shard_in_order(records, data):
 
 
 def test_a_plan_with_neither_shards_nor_shard_size_is_refused():
-    with pytest.raises(ValueError, match="a plan gives either shards or shard_size"):
+    with pytest.raises(ValueError, match="^a plan gives either shards or shard_size$"):
         shard_count(10, None, None)

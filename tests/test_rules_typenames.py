@@ -93,15 +93,45 @@ def test_every_alias_pyarrow_knows_is_suggested_as_pyarrow_spells_it():
         assert good == theirs, alias
 
 
-@pytest.mark.parametrize("bad", ["", "int64 ", " int64", "list<int64>", "list<item:int64>", "timestamp[us,tz=UTC]",
-                                 "decimal128(39, 2)", "decimal128(0, 0)", "time32[us]", "time64[s]", "map<string>",
-                                 "dictionary<values=string, indices=string, ordered=0>", "struct<a: int64,>",
-                                 "fixed_size_binary[-1]", "int64 not null", "whatever", "decimal128(x, 2)",
-                                 "timestamp[us, tz=]", "fixed_size_list<item: int64>[-1]",
-                                 "dictionary<values=string, indices=int32, ordered=2>"])
-def test_a_name_arrow_never_prints_is_refused(bad):
-    with pytest.raises(ValueError):
+REFUSED = [
+    ("", "expected a type at 0"), ("int64 ", "unexpected ' '"), (" int64", "expected a type at 0"),
+    ("list<int64>", "expected a field name at 5"), ("list<item:int64>", "expected a field name at 5"),
+    ("list< item: int64>", "expected a field name at 5"), ("list<item: int64", "expected '>' at 16"),
+    ("timestamp[us,tz=UTC]", "expected ']' at 12"), ("timestamp[us, tz=]", "expected a time zone"),
+    ("timestamp[xs]", "timestamp has no unit 'xs'"), ("time32[us]", "time32 has no unit 'us'"),
+    ("time64[s]", "time64 has no unit 's'"), ("date32[ms]", "'date32' is not an Arrow type"),
+    ("decimal128(39, 2)", "decimal128 precision must be 1 to 38"),
+    ("decimal128(0, 0)", "decimal128 precision must be 1 to 38"),
+    ("decimal256(77, 2)", "decimal256 precision must be 1 to 76"), ("decimal128(x, 2)", "expected a number at 11"),
+    ("map<string>", "expected ', ' at 10"),
+    ("dictionary<values=string, indices=string, ordered=0>", "dictionary indices are an integer type"),
+    ("dictionary<values=string, indices=int32, ordered=2>", "ordered is 0 or 1"),
+    ("struct<a: int64,>", "expected ', ' at 15"), ("struct<>x", "unexpected 'x'"),
+    ("fixed_size_binary[-1]", "a width is not negative"),
+    ("fixed_size_list<item: int64>[-1]", "a list size is not negative"),
+    ("fixed_size_list<item: int64>[x]", "expected a number at 29"),
+    ("int64 not null", "unexpected ' not null'"), ("whatever", "'whatever' is not an Arrow type"),
+    ("int64[3]", "'int64' is not an Arrow type"), ("int64(3)", "'int64' is not an Arrow type"),
+    ("int64<x>", "'int64' is not an Arrow type"),  # a primitive takes no parameters
+    ("struct<a : int64>", "expected a field name at 7"),  # a name never ends in a space
+]
+
+
+@pytest.mark.parametrize("name, tree", [
+    ("fixed_size_binary[0]", ("fixed_size_binary", 0)),  # zero is a width pyarrow prints
+    ("fixed_size_list<item: int64>[0]", ("fixed_size_list", ("item", ("int64",), True), 0)),
+    ("timestamp[us]", ("timestamp", "us", None)), ("timestamp[ms, tz=UTC]", ("timestamp", "ms", "UTC")),
+    ("duration[s]", ("duration", "s")), ("time32[ms]", ("time32", "ms")),
+])
+def test_a_name_parses_to_its_tree(name, tree):
+    assert parse(name) == tree
+
+
+@pytest.mark.parametrize("bad, message", REFUSED, ids=[b or "empty" for b, _ in REFUSED])
+def test_a_name_arrow_never_prints_is_refused_saying_where_it_goes_wrong(bad, message):
+    with pytest.raises(ValueError) as caught:
         parse(bad)
+    assert str(caught.value) == message
     assert problem(bad) is not None
 
 

@@ -59,3 +59,14 @@ def test_room_for_fewer_than_the_least_worth_a_window_waits_unless_it_takes_ever
     assert cut(list(range(100)), 1000, 1001, 7, least=25) == Windows([], 100)
     assert cut(list(range(100)), 1000, 1001, 30, least=25) == Windows([[(i, i) for i in range(30)]], 70)
     assert cut(list(range(5)), 1000, 1001, 7, least=25) == Windows([[(i, i) for i in range(5)]], 0)  # the last ones
+
+
+def test_the_largest_index_bounds_an_array_of_tasks_numbered_from_zero():
+    # max_index 2: at most 3 tasks an array; an array whose shards lie above it is numbered 0, 1, ...
+    assert cut(list(range(5)), 2, None, None) == Windows([[(0, 0), (1, 1), (2, 2)], [(3, 0), (4, 1)]], 0)
+    assert cut(list(range(5)), 2, 2, None) == Windows([[(0, 0), (1, 1)], [(2, 0), (3, 1)], [(4, 0)]], 0)
+
+
+def test_a_limit_of_zero_tasks_is_no_limit_and_one_shard_is_one_array():
+    assert cut([0, 1], None, 0, None) == Windows([[(0, 0), (1, 1)]], 0)
+    assert cut([7], None, None, None) == Windows([[(7, 7)]], 0)

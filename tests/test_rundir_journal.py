@@ -8,8 +8,8 @@ import re
 import pytest
 
 from taulib import schema
-from taulib.rundir.journal import (SUBMISSIONS, Journal, compact_tasks, find_task, job_name, task_count,
-                                   task_indices, tasks)
+from taulib.rundir.journal import (SUBMISSIONS, Journal, compact_tasks, find_task, job_name, range_task_index,
+                                   task_count, task_indices, tasks)
 
 
 def task(index: int, ordinal: int, granted: bool = False) -> dict:
@@ -187,3 +187,47 @@ def test_a_job_name_is_tau_the_run_id_8_hex_of_run_json_and_the_entry_number(run
     assert re.fullmatch(r"tau-run-[0-9a-f]{8}-0002", name)
     run.run_id = "r" * 150
     assert job_name(run, "c0001").startswith("tau-" + "r" * 100 + "-")
+
+
+def test_a_task_out_of_order_by_its_shard_alone_or_its_index_alone_is_refused():
+    message = "^tasks must be in ascending task order \\(their shards and array task indices both\\)$"
+    by_shard = [dict(task(3, 1), task_index=0), dict(task(4, 1), task_index=1), dict(task(4, 1), task_index=2)]
+    by_index = [dict(task(3, 1), task_index=5), dict(task(4, 1), task_index=6), dict(task(9, 1), task_index=6)]
+    for tasks_ in (by_shard, by_index):
+        with pytest.raises(ValueError, match=message):
+            compact_tasks(tasks_)
+
+
+def test_a_ranges_task_index_of_a_shard_counts_from_its_first_task():
+    assert range_task_index({"first": 1000, "count": 200, "ordinal": 1, "task": 0}, 1005) == 5
+    assert range_task_index({"first": 3, "count": 2, "ordinal": 2}, 4) == 4  # no "task": the shard's own index
+
+
+def test_an_opened_entry_names_its_plan_by_path_and_digest_and_advancing_it_stamps_the_time(run):
+    from taulib import jsonio
+
+    journal = Journal(run, SUBMISSIONS)
+    status = journal.open(entry_plan(1))
+    assert status["plan"] == {"path": "submissions/submission-0001/plan.json", "sha256": jsonio.digest(entry_plan(1))}
+    moved = journal.advance(status, state="submitted")
+    assert moved["updated_at"] != status["updated_at"]  # created 2026-11-29T12:00:00Z; advanced now
+    assert abs(jsonio.parse_time(moved["updated_at"]) - jsonio.parse_time(jsonio.now_rfc3339())) < 60
+
+
+@pytest.mark.parametrize("swapped", ["plan.json", "status.json"])
+def test_an_entry_whose_record_is_of_another_kind_is_refused(run, swapped):
+    from pathlib import Path
+
+    from taulib import jsonio
+    from taulib.errors import TauError
+
+    journal = Journal(run, SUBMISSIONS)
+    status = journal.open(entry_plan(1))
+    other = status if swapped == "plan.json" else entry_plan(1)
+    (Path(run.path) / "submissions" / "submission-0001" / swapped).write_bytes(jsonio.canonical(other))
+    with pytest.raises(TauError) as caught:
+        journal.read("submission-0001")
+    assert caught.value.code == 65 and swapped in caught.value.message
+    if swapped == "status.json":
+        with pytest.raises(TauError):
+            journal.reread(status)

@@ -90,7 +90,9 @@ def _from(view: Mapping[str, Any], source: str, seen: Seen, prev: Evidence | Non
 # The rules below run only when their condition in RULES holds: the view they read is there (the asserts say so).
 def _accounting_terminal(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> Evidence:
     assert seen.accounting is not None
-    return _from(seen.accounting, "accounting", seen, prev, True)
+    # no earlier evidence from accounting has a terminal state without being terminal (and so sticky): the change
+    # is always now, whatever `prev` is
+    return _from(seen.accounting, "accounting", seen, prev, True)  # pragma: no mutate
 
 
 def _queue_present(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> Evidence:
@@ -121,7 +123,7 @@ def _preempted_absent(prev: Evidence | None, seen: Seen, windows: Mapping[str, f
 def _preemption_continues(prev: Evidence | None, seen: Seen, windows: Mapping[str, float]) -> Evidence | None:
     """A preempted task that left the queue and then accounting too (a purge, a lost row): its window is the one it
     already had, never a new accounting-lag window, and it fails as preempted once that ran out."""
-    assert prev is not None and prev.deadline_at is not None
+    assert prev is not None and prev.deadline_at is not None  # pragma: no mutate (RULES' condition says so)
     if seen.observed_at > prev.deadline_at:
         return _preemption_failed(prev.state, prev.exit_code, seen, windows)
     return prev

@@ -29,8 +29,10 @@ def cut(shards: list[int], max_index: int | None, max_tasks: int | None, room: i
     taken = shards if room is None else shards[:max(room, 0)]
     if least is not None and len(taken) < min(least, len(shards)):
         taken = []
+    if not taken:
+        return Windows([], len(shards))
     bounds = [n for n in (max_tasks, None if max_index is None else max_index + 1) if n is not None and n > 0]
-    size = min(bounds) if bounds else max(len(taken), 1)  # an array numbered from 0 stays at or below max_index
+    size = min(bounds) if bounds else len(taken)  # an array numbered from 0 stays at or below max_index
     arrays = []
     for start in range(0, len(taken), size):
         chunk = taken[start:start + size]
