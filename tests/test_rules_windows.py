@@ -67,6 +67,11 @@ def test_the_largest_index_bounds_an_array_of_tasks_numbered_from_zero():
     assert cut(list(range(5)), 2, 2, None) == Windows([[(0, 0), (1, 1)], [(2, 0), (3, 1)], [(4, 0)]], 0)
 
 
+def test_shards_up_to_the_largest_index_itself_keep_their_own_indices():
+    assert cut([1, 2], 2, 2, None) == Windows([[(1, 1), (2, 2)]], 0)
+    assert cut([2, 3], 2, 2, None) == Windows([[(2, 0), (3, 1)]], 0)
+
+
 def test_a_limit_of_zero_tasks_is_no_limit_and_one_shard_is_one_array():
     assert cut([0, 1], None, 0, None) == Windows([[(0, 0), (1, 1)]], 0)
     assert cut([7], None, None, None) == Windows([[(7, 7)]], 0)

@@ -27,9 +27,7 @@ def cut(shards: list[int], max_index: int | None, max_tasks: int | None, room: i
     tasks a submission is worth while shards are left over (room for fewer waits, so that a queue draining task by
     task does not become a submission per task)."""
     taken = shards if room is None else shards[:max(room, 0)]
-    if least is not None and len(taken) < min(least, len(shards)):
-        taken = []
-    if not taken:
+    if not taken or (least is not None and len(taken) < min(least, len(shards))):
         return Windows([], len(shards))
     bounds = [n for n in (max_tasks, None if max_index is None else max_index + 1) if n is not None and n > 0]
     size = min(bounds) if bounds else len(taken)  # an array numbered from 0 stays at or below max_index
