@@ -19,13 +19,14 @@ if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw") and "TAU_TEST_AZUR
 
 # The Hypothesis profile TAU_TEST_PROPERTIES names (tests/rules_fixtures.py says which and why), loaded before any
 # test module is imported, so that their @settings inherit it.
-settings.register_profile("full")
+# Unset ("full"), Hypothesis keeps the profile it chose itself (its "ci" profile, derandomized, under CI=true).
 settings.register_profile("quick", derandomize=True, database=None)
 settings.register_profile("explicit", phases=[Phase.explicit], database=None)
 _profile = os.environ.get("TAU_TEST_PROPERTIES", "full")
 if _profile not in ("full", "quick", "explicit"):
     raise pytest.UsageError(f"TAU_TEST_PROPERTIES={_profile!r}: use full, quick or explicit")
-settings.load_profile(_profile)
+if _profile != "full":
+    settings.load_profile(_profile)
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """taulib.lifecycle.winner called in this process (tau-winner's library) on a real completed run: a shard-owned
 dataset is never hashed while its allocation may write it (the shard's resume lock, held here by another process),
-and a winner whose attempt record is gone is refused by name. tests/test_winner_race.py races real processes."""
+a winner whose attempt record is gone is refused by name, and a run's winners are published shard by shard, each
+reported, with what a crashed writer left tidied and the sealed-shard index told. In this process so that
+`make mutation` can run them against its mutants; tests/test_winner_race.py races real processes."""
 
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ def holder(done):
     path = done / "locks" / "resume-shard-00001.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     os.close(fd)
-    proc = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time\n"
+    proc = subprocess.Popen([sys.executable, "-c", "import fcntl, sys\n"
                              f"f = open({str(path)!r}, 'r+b'); fcntl.flock(f, fcntl.LOCK_EX)\n"
                              "print('held', flush=True); sys.stdin.read()"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
