@@ -9,8 +9,8 @@ A mutant that no test can tell from the original (an equivalent one) is marked i
 mutate` and the reason beside it, never listed here.
 
 1. Starts from an empty `mutants/` (BENCH_MUTATION_KEEP=1 keeps it: only what changed is run again), with what the
-   copied tests need beside it: the package's schemas and the venv; builds the completed run the winner's tests
-   start from once (TAU_TEST_WINNER_RUN), so that a mutant's run of them only copies it.
+   copied tests need beside it: the package's schemas and the venv; builds the completed runs the winner's tests
+   start from once (TAU_TEST_WINNER_RUNS), so that a mutant's run of them only copies them.
 2. Runs `mutmut run` on BENCH_MUTATION_CHILDREN processes (default: the CPUs), its progress in mutants/run.log.
 3. Prints the score of each module and of each area (killed / all mutants; a mutant no test reaches counts as a
    survivor), then every survivor with its change, and one JSON line. Exits 1 when the rules score less than
@@ -52,22 +52,21 @@ def prepare() -> None:
             link.symlink_to(target)
 
 
-def winner_run(parent: Path) -> Path:
-    """The completed run tests/test_lifecycle_winner.py starts from, built once by the unmutated code (a mutant's
-    run of those tests copies it instead of running a whole run again)."""
-    ws = parent / "ws"
-    ws.mkdir(mode=0o700)
+def winner_runs(parent: Path) -> Path:
+    """The completed runs tests/test_lifecycle_winner.py starts from, built once by the unmutated code (a mutant's
+    run of those tests copies them instead of running whole runs again)."""
     code = ("import sys; from pathlib import Path; sys.path[:0] = ['tests']; import test_lifecycle_winner as t; "
-            "print(t.build(Path(sys.argv[1])))")
-    made = subprocess.run([str(VENV_BIN / "python"), "-c", code, str(ws)], cwd=ROOT, capture_output=True, text=True)
+            "t.build(Path(sys.argv[1]))")
+    made = subprocess.run([str(VENV_BIN / "python"), "-c", code, str(parent)], cwd=ROOT, capture_output=True,
+                          text=True)
     if made.returncode != 0:
-        sys.exit(f"mutation: building the winner tests' run failed:\n{made.stdout[-2000:]}{made.stderr[-2000:]}")
-    return Path(made.stdout.strip().splitlines()[-1])
+        sys.exit(f"mutation: building the winner tests' runs failed:\n{made.stdout[-2000:]}{made.stderr[-2000:]}")
+    return parent
 
 
 def run_mutmut(template: Path) -> float:
     children = os.environ.get("BENCH_MUTATION_CHILDREN", str(os.cpu_count() or 2))
-    env = dict(os.environ, TAU_TEST_PROPERTIES="quick", TAU_TEST_WINNER_RUN=str(template))
+    env = dict(os.environ, TAU_TEST_PROPERTIES="quick", TAU_TEST_WINNER_RUNS=str(template))
     env.pop("TAU_FAILPOINTS", None)
     started = time.monotonic()
     with open(MUTANTS / "run.log", "wb") as log:
@@ -103,7 +102,7 @@ def main() -> int:
         sys.exit("mutation: mutmut is not installed; run make mutation (it installs the mutation extra)")
     prepare()
     with tempfile.TemporaryDirectory(prefix="tau-mutation-") as scratch:
-        seconds = run_mutmut(winner_run(Path(scratch)))
+        seconds = run_mutmut(winner_runs(Path(scratch)))
     codes = results()
     per_module: dict[str, Counter] = {}
     survivors = []

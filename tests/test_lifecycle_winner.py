@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import complete_run, module_workspace
+from helpers import complete_run
 from taulib import jsonio
 from taulib.errors import Busy, CheckFailed, NotFound
 from taulib.lifecycle import winner
@@ -24,23 +24,39 @@ from taulib.rundir.run import Run
 pytestmark = pytest.mark.slow
 
 
-REQUEST = {"records": 30, "shards": 3, "resume": "always"}
+REQUEST = {"records": 30, "shards": 3}
+RESUME = ("always", "never")  # a shard-owned dataset (its resume lock held while hashed), and a plain one
 
 
-def build(workspace: Path) -> Path:
-    """The completed run these tests start from (every shard won, its dataset shard-owned)."""
-    return complete_run(workspace, **REQUEST)
+def build(parent: Path) -> Path:
+    """The completed runs these tests start from (every shard won), parent/<resume>/run for each of RESUME."""
+    for resume in RESUME:
+        (parent / resume).mkdir(mode=0o700)
+        complete_run(parent / resume, **REQUEST, resume=resume)
+    return parent
 
 
 @pytest.fixture(scope="module")
-def done(tmp_path_factory) -> Path:
-    ws = module_workspace(tmp_path_factory, "winner-lib")
-    # make mutation (bench/mutation.py) builds it once and names it here: each mutant's run then only copies it
-    template = os.environ.get("TAU_TEST_WINNER_RUN")
+def runs(tmp_path_factory) -> Path:
+    parent = tmp_path_factory.mktemp("winner-lib")
+    # make mutation (bench/mutation.py) builds them once and names them here: each mutant's run then only copies
+    template = os.environ.get("TAU_TEST_WINNER_RUNS")
     if template:
-        shutil.copytree(template, ws / "run", symlinks=True)
-        return ws / "run"
-    return build(ws)
+        for resume in RESUME:
+            (parent / resume).mkdir(mode=0o700)
+            shutil.copytree(Path(template) / resume / "run", parent / resume / "run", symlinks=True)
+        return parent
+    return build(parent)
+
+
+@pytest.fixture(scope="module")
+def done(runs) -> Path:
+    return runs / "always" / "run"
+
+
+@pytest.fixture(scope="module")
+def plain(runs) -> Path:
+    return runs / "never" / "run"
 
 
 def unseal(run_dir: Path, sid: str) -> None:
@@ -170,3 +186,67 @@ def test_a_busy_run_stops_the_whole_call(done, tmp_path, monkeypatch):
     monkeypatch.setenv("TAU_LOCK_TIMEOUT", "0.3")
     with hold_lock(run_dir, "shard-00000"), Run(str(run_dir)) as run, pytest.raises(Busy):
         winner.publish_many(run, ["shard-00000", "shard-00001"])
+
+
+def test_a_publisher_that_loses_the_race_while_it_hashes_reports_the_winner_that_won(plain, tmp_path, monkeypatch):
+    """Another tau-winner publishes the shard while this one verifies the files (at failpoint winner.validated):
+    this one finds that winner, re-validates it and reports it as not published by itself; nothing is replaced."""
+    from helpers import BIN, env_for_tests
+    from taulib import failpoints
+
+    run_dir = copied(plain, tmp_path)
+    unseal(run_dir, "shard-00002")
+    reached, real = [], failpoints.hit
+
+    def hit(name: str) -> None:
+        reached.append(name)
+        if name == "winner.validated":
+            other = subprocess.run([str(BIN / "tau-winner"), str(run_dir), "--shard", "shard-00002"],
+                                   capture_output=True, text=True, env=env_for_tests(), timeout=60)
+            assert other.returncode == 0, other.stderr
+        real(name)
+
+    monkeypatch.setattr(failpoints, "hit", hit)
+    with Run(str(run_dir)) as run:
+        lost = winner.publish(run, "shard-00002")
+    path = run_dir / "shards" / "shard-00002" / "winner.json"
+    record = json.loads(path.read_bytes())
+    assert lost == {"shard_id": "shard-00002", "winner": "attempt-0001", "published": False,
+                    "manifest_sha256": record["manifest"]["sha256"], "reason": None}
+    assert reached == ["winner.validated"]  # it never published: the other process's winner stands
+
+
+def test_a_publisher_that_wins_passes_its_failpoints_in_order_and_confirms_on_the_next_call(done, tmp_path,
+                                                                                           monkeypatch):
+    from taulib import failpoints
+
+    run_dir = copied(done, tmp_path)
+    unseal(run_dir, "shard-00002")
+    reached, real = [], failpoints.hit
+    monkeypatch.setattr(failpoints, "hit", lambda name: (reached.append(name), real(name)))
+    with Run(str(run_dir)) as run:
+        first = winner.publish(run, "shard-00002")
+        again = winner.publish(run, "shard-00002")
+    assert [n for n in reached if n.startswith("winner.")] == ["winner.validated", "winner.published"]
+    assert (first["published"], again["published"]) == (True, False)
+    assert first == dict(again, published=True)
+
+
+def test_a_winner_is_published_while_other_commands_read_the_run(plain, tmp_path, monkeypatch):
+    # every command holds the run lock shared: a publisher must not need it exclusively
+    run_dir = copied(plain, tmp_path)
+    unseal(run_dir, "shard-00001")
+    path = run_dir / "locks" / "run.lock"
+    reader = subprocess.Popen([sys.executable, "-c", "import fcntl, sys\n"
+                               f"f = open({str(path)!r}, 'r+b'); fcntl.flock(f, fcntl.LOCK_SH)\n"
+                               "print('held', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline() == "held\n"
+        monkeypatch.setenv("TAU_LOCK_TIMEOUT", "0.5")
+        with Run(str(run_dir)) as run:
+            assert winner.publish(run, "shard-00001")["published"] is True
+            assert winner.publish_many(run, ["shard-00001"])["counts"] == {"won": 1, "without_winner": 0}
+    finally:
+        reader.stdin.close()
+        reader.wait(timeout=10)
