@@ -131,6 +131,7 @@ def test_a_winner_whose_attempt_record_is_gone_no_longer_stands(done, tmp_path):
         winner.publish(run, "shard-00002")
     assert caught.value.code == 1
     assert caught.value.message == "shard-00002/attempt-0001: the attempt is submitted, not succeeded"
+    assert caught.value.details == {"shard_id": "shard-00002", "attempt_id": "attempt-0001"}
 
 
 def test_publishing_a_runs_winners_reports_each_shard_and_counts_them(done, tmp_path):
@@ -230,6 +231,15 @@ def test_a_publisher_that_wins_passes_its_failpoints_in_order_and_confirms_on_th
     assert [n for n in reached if n.startswith("winner.")] == ["winner.validated", "winner.published"]
     assert (first["published"], again["published"]) == (True, False)
     assert first == dict(again, published=True)
+    folder = "shards/shard-00002/attempts/attempt-0001"
+    record = json.loads((run_dir / "shards" / "shard-00002" / "winner.json").read_bytes())
+    digest = {name: jsonio.sha256_hex((run_dir / folder / name).read_bytes()) for name in ("manifest.json",
+                                                                                          "result.json")}
+    assert dict(record, published_at=None) == {
+        "kind": "tau.winner", "schema_version": 1, "run_id": "run", "shard_id": "shard-00002",
+        "attempt_id": "attempt-0001", "ordinal": 1, "published_at": None,
+        "manifest": {"path": f"{folder}/manifest.json", "sha256": digest["manifest.json"]},
+        "result": {"path": f"{folder}/result.json", "sha256": digest["result.json"]}}
 
 
 def test_a_winner_is_published_while_other_commands_read_the_run(plain, tmp_path, monkeypatch):
