@@ -16,7 +16,7 @@ mutate` and the reason beside it, never listed here.
    survivor), then every survivor with its change, and one JSON line. Exits 1 when the rules score less than
    RULES_GOAL percent.
 
-About 15-25 minutes on 2 cores. Not part of make check.
+About 6 minutes on 2 cores (3,238 mutants). Not part of make check.
 """
 
 from __future__ import annotations
