@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -233,28 +234,31 @@ def complete_run(workspace: Path, name: str = "run", **plan_args) -> Path:
 
 
 def snapshot(root: Path) -> dict[str, tuple]:
-    """Every entry under root with its type, mode and content, for byte-for-byte comparisons."""
+    """Every entry under root with its type, mode, owner and content, for byte-for-byte comparisons."""
     out = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = Path(dirpath) / name
             st = path.lstat()
             rel = str(path.relative_to(root))
-            if path.is_symlink():
+            if stat.S_ISLNK(st.st_mode):
                 out[rel] = ("link", os.readlink(path))
-            elif path.is_dir():
-                out[rel] = ("dir", st.st_mode)
-            else:
-                out[rel] = ("file", st.st_mode, path.read_bytes())
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", st.st_mode, st.st_uid)
+            elif stat.S_ISREG(st.st_mode):
+                out[rel] = ("file", st.st_mode, st.st_uid, path.read_bytes())
+            else:  # a FIFO or a device is never opened: reading one could block
+                out[rel] = ("other", st.st_mode, st.st_uid)
     return out
 
 
 @contextmanager
-def hold_lock(run_dir: Path, name: str = "run"):
-    """Hold `locks/<name>.lock` exclusively from another process for the duration of the block."""
+def hold_lock(run_dir: Path, name: str = "run", shared: bool = False):
+    """Hold `locks/<name>.lock` from another process for the duration of the block: exclusively, or `shared` (as
+    every tau command holds the run lock)."""
     code = ("import portalocker, sys, time\n"
             "fh = open(sys.argv[1], 'a')\n"
-            "portalocker.lock(fh, portalocker.LOCK_EX)\n"
+            f"portalocker.lock(fh, portalocker.{'LOCK_SH' if shared else 'LOCK_EX'})\n"
             "print('locked', flush=True)\n"
             "sys.stdin.read()\n")
     lock_path = run_dir / "locks" / f"{name}.lock"

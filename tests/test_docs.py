@@ -450,6 +450,10 @@ def test_every_example_names_real_commands_and_options(page_name, line):
             pytest.fail(f"{page_name}: example {line!r} does not parse: {exc.format_message()}")
 
 
+_COMMAND_START = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(?:\S*/)?(?:tau\b|tau-|python|exec|until|while|if|"
+                            r"srun|sudo|env|timeout|watch|nohup|xargs|[0-9*@])")
+
+
 def test_every_example_line_that_names_a_command_is_a_call_or_its_output():
     """A line that names a tau command and is not read as a call must be output (JSON, or prose that no shell
     would parse): else the call parser missed a way of starting a command, and its options go unchecked."""
@@ -467,10 +471,6 @@ def test_every_example_line_that_names_a_command_is_a_call_or_its_output():
             if _COMMAND_START.match(text):
                 missed.append(f"{page.name}: {line!r}")
     assert not missed, "tau calls the example parser does not read: " + "; ".join(missed)
-
-
-_COMMAND_START = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(?:\S*/)?(?:tau\b|tau-|python|exec|until|while|if|"
-                            r"srun|sudo|env|timeout|watch|nohup|xargs|[0-9*@])")
 
 
 def test_the_example_parser_sees_through_pipes_redirections_and_assignments():

@@ -10,12 +10,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import complete_run
+from helpers import complete_run, hold_lock
 from taulib import jsonio
 from taulib.errors import Busy, CheckFailed, NotFound
 from taulib.lifecycle import winner
@@ -64,45 +63,27 @@ def unseal(run_dir: Path, sid: str) -> None:
     shutil.rmtree(run_dir / "index", ignore_errors=True)
 
 
-@pytest.fixture
-def holder(done):
-    """Another process holding shard-00001's resume lock (as a resumable shard's allocation does), until released."""
-    path = done / "locks" / "resume-shard-00001.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    os.close(fd)
-    proc = subprocess.Popen([sys.executable, "-c", "import fcntl, sys\n"
-                             f"f = open({str(path)!r}, 'r+b'); fcntl.flock(f, fcntl.LOCK_EX)\n"
-                             "print('held', flush=True); sys.stdin.read()"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline() == "held\n"
-    yield proc
-    if proc.poll() is None:
-        proc.stdin.close()
-        proc.wait(timeout=10)
-
-
-def test_a_resumable_shards_winner_waits_for_its_resume_lock_and_publishes_once_it_is_free(done, holder,
-                                                                                          monkeypatch):
+def test_a_resumable_shards_winner_waits_for_its_resume_lock_and_publishes_once_it_is_free(done, monkeypatch):
+    # another process holds the shard's resume lock, as a resumable shard's allocation does
     monkeypatch.setenv("TAU_LOCK_TIMEOUT", "0.5")
     unseal(done, "shard-00001")
-    with Run(str(done)) as run, pytest.raises(Busy) as caught:
-        winner.publish(run, "shard-00001")
-    assert caught.value.code == 75
-    assert "locks/resume-shard-00001.lock" in caught.value.message and "waited 0.5s" in caught.value.message
-    assert not (done / "shards" / "shard-00001" / "winner.json").exists()
-    holder.stdin.close()
-    holder.wait(timeout=10)
+    with hold_lock(done, "resume-shard-00001"):
+        with Run(str(done)) as run, pytest.raises(Busy) as caught:
+            winner.publish(run, "shard-00001")
+        assert caught.value.code == 75
+        assert "locks/resume-shard-00001.lock" in caught.value.message and "waited 0.5s" in caught.value.message
+        assert not (done / "shards" / "shard-00001" / "winner.json").exists()
     with Run(str(done)) as run:
         published = winner.publish(run, "shard-00001")
     assert (published["winner"], published["published"]) == ("attempt-0001", True)
 
 
-def test_an_allocation_that_holds_the_resume_lock_itself_publishes_without_taking_it_again(done, holder, monkeypatch):
+def test_an_allocation_that_holds_the_resume_lock_itself_publishes_without_taking_it_again(done, monkeypatch):
     # tau-attempt publishes its own shard's winner while it holds the lock (resume_held): the lock held by the
     # other process here stands for it
     monkeypatch.setenv("TAU_LOCK_TIMEOUT", "0.5")
     unseal(done, "shard-00001")
-    with Run(str(done)) as run:
+    with hold_lock(done, "resume-shard-00001"), Run(str(done)) as run:
         assert winner.publish(run, "shard-00001", resume_held=True)["published"] is True
 
 
@@ -180,8 +161,6 @@ def test_an_unknown_shard_is_refused_before_any_winner_is_published(done, tmp_pa
 
 
 def test_a_busy_run_stops_the_whole_call(done, tmp_path, monkeypatch):
-    from helpers import hold_lock
-
     run_dir = copied(done, tmp_path)
     unseal(run_dir, "shard-00000")
     monkeypatch.setenv("TAU_LOCK_TIMEOUT", "0.3")
@@ -246,17 +225,7 @@ def test_a_winner_is_published_while_other_commands_read_the_run(plain, tmp_path
     # every command holds the run lock shared: a publisher must not need it exclusively
     run_dir = copied(plain, tmp_path)
     unseal(run_dir, "shard-00001")
-    path = run_dir / "locks" / "run.lock"
-    reader = subprocess.Popen([sys.executable, "-c", "import fcntl, sys\n"
-                               f"f = open({str(path)!r}, 'r+b'); fcntl.flock(f, fcntl.LOCK_SH)\n"
-                               "print('held', flush=True); sys.stdin.read()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert reader.stdout.readline() == "held\n"
-        monkeypatch.setenv("TAU_LOCK_TIMEOUT", "0.5")
-        with Run(str(run_dir)) as run:
-            assert winner.publish(run, "shard-00001")["published"] is True
-            assert winner.publish_many(run, ["shard-00001"])["counts"] == {"won": 1, "without_winner": 0}
-    finally:
-        reader.stdin.close()
-        reader.wait(timeout=10)
+    monkeypatch.setenv("TAU_LOCK_TIMEOUT", "0.5")
+    with hold_lock(run_dir, "run", shared=True), Run(str(run_dir)) as run:
+        assert winner.publish(run, "shard-00001")["published"] is True
+        assert winner.publish_many(run, ["shard-00001"])["counts"] == {"won": 1, "without_winner": 0}

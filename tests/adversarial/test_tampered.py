@@ -21,13 +21,12 @@ import json
 import os
 import shutil
 import signal
-import stat
 from pathlib import Path
 
 import pytest
 from harness import invoke, misbehaviour
 
-from helpers import complete_run, module_workspace, plan
+from helpers import complete_run, module_workspace, plan, snapshot
 from taulib import jsonio
 
 ATTEMPT = "shards/shard-00000/attempts/attempt-0001"
@@ -156,20 +155,6 @@ def must_refuse(command: str, rel: str, tamper) -> bool:
     return rule(rel, tamper)
 
 
-def tree(root: Path) -> dict[str, tuple]:
-    """Every entry under root with its type, owner, mode and content (a FIFO is never opened)."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            st = path.lstat()
-            kind = ("link" if stat.S_ISLNK(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode)
-                    else "file" if stat.S_ISREG(st.st_mode) else "other")
-            out[str(path.relative_to(root))] = (kind, st.st_mode, st.st_uid, os.readlink(path) if kind == "link"
-                                                else path.read_bytes() if kind == "file" else None)
-    return out
-
-
 COMMANDS = {  # command -> argv after the run directory, and stdin
     "tau-status": ([], None),
     "tau-observe": ([], None),
@@ -229,7 +214,7 @@ def test_every_command_on_a_tampered_run_refuses_cleanly_writes_nothing_outside_
             dest = ws / "data"
             argv = [str(run_dir)] + [a.format(dest=dest) for a in args]
             data = {"observations": observations, "request": request, None: b""}[stdin]
-            before_run = tree(run_dir) if command in READ_ONLY else None
+            before_run = snapshot(run_dir) if command in READ_ONLY else None
             signal.alarm(20)
             try:
                 outcome = invoke(command, argv, data)
@@ -241,7 +226,7 @@ def test_every_command_on_a_tampered_run_refuses_cleanly_writes_nothing_outside_
             problem = None if outcome.code == 0 or (outcome.code == 1 and outcome.out) else misbehaviour(outcome)
             if problem is None and outcome.code == 0 and must_refuse(command, rel, tamper):
                 problem = f"{command} went on (exit 0) with a tampered {rel}, which it must refuse"
-            if problem is None and before_run is not None and tree(run_dir) != before_run:
+            if problem is None and before_run is not None and snapshot(run_dir) != before_run:
                 problem = f"{command}, which only reads, changed the run"
             if problem is None and outside_state(outside) != before_outside:
                 problem = "a file outside the run changed"
