@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from taulib import jsonio  # noqa: E402
 from taulib.lifecycle import init, observe, reconcile  # noqa: E402
-from taulib.local.proc import alive, process_start_ticks  # noqa: E402
+from taulib.processes import alive, start_ticks as process_start_ticks  # noqa: E402
 from taulib.rules.shards import shard_range  # noqa: E402
 from taulib.rundir import index, layout  # noqa: E402
 from taulib.rundir.records import RunDir  # noqa: E402

@@ -22,6 +22,7 @@ The library under the `tau-*` commands, in layers; a module imports only from it
   jsonio      canonical JSON, the one encoding of every record, and the digests over it
   failpoints  named failpoints at every step of every commit protocol, armed from the environment
   signals     clean-up that a stop signal cannot cut short, and a signal that reaches the main thread at once
+  processes   processes tau owns: by pid and start time, adopted when their parents die, stopped to the last one
   progress    progress on standard error for the commands that move bulk data
   table       plain-text tables for people (-o table)
 """

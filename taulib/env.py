@@ -113,6 +113,11 @@ VARS: dict[str, Var] = {v.name: v for v in (
     Var("SLURM_ARRAY_JOB_ID", None, _text, "Slurm's array job id", "allocation"),
     Var("SLURM_ARRAY_TASK_ID", None, _text, "Slurm's array task index", "allocation"),
     Var("SLURM_RESTART_COUNT", 0, _count, "how often Slurm requeued this allocation", "allocation"),
+    Var("TAU_LOCAL_GPUS", None, _text, "the GPUs the local executor gave this task (comma-separated ids)",
+        "allocation"),
+    Var("CUDA_VISIBLE_DEVICES", None, _text, "the GPUs the scheduler bound to the allocation", "allocation"),
+    Var("SLURM_JOB_GPUS", None, _text, "the GPUs Slurm gave the job (when CUDA_VISIBLE_DEVICES is unset)",
+        "allocation"),
     # set by tau for the client of an attempt
     Var("TAU_RUN_DIR", None, _text, "the run directory", "client"),
     Var("TAU_RUN_ID", None, _text, "the run id", "client"),
@@ -125,6 +130,13 @@ VARS: dict[str, Var] = {v.name: v for v in (
     Var("TAU_OUTPUT_DIR", None, _text, "the folder the client writes its Parquet files into", "client"),
     Var("TAU_OUTPUT_FORMAT", None, _text, "the format the client writes (parquet)", "client"),
     Var("TAU_PROGRESS_FILE", None, _text, "where the client may write how many of its records are done", "client"),
+    Var("TAU_SERVICES_FILE", None, _text, "the attempt's endpoints.json: every service's URLs (runs with services)",
+        "client"),
+    Var("TAU_SERVICE_", None, _text, "the prefix of TAU_SERVICE_<NAME>_URL and TAU_SERVICE_<NAME>_URLS: a service's "
+        "first backend's URL, and all of them (runs with services)", "client"),
+    Var("TAU_SERVICE_NAME", None, _text, "a service backend's service name", "client"),
+    Var("TAU_SERVICE_BACKEND", None, _text, "a service backend's number: 1, 2, ...", "client"),
+    Var("TAU_SERVICE_PORT", None, _text, "the port a service backend listens on (127.0.0.1)", "client"),
     # set by tau-collect for itself (the allocators read them only as a process starts)
     Var("ARROW_DEFAULT_MEMORY_POOL", "jemalloc", _text, "Arrow's allocator: jemalloc, which returns freed pages",
         "memory"),
@@ -155,6 +167,8 @@ def get(name: Literal["TAU_FAILPOINT_ONCE", "TAU_FAILPOINT_TRACE", "ARROW_DEFAUL
 @overload
 def get(name: Literal["AZURE_STORAGE_CONNECTION_STRING", "TAU_BLOB_API_VERSION", "REQUESTS_CA_BUNDLE",
                       "CURL_CA_BUNDLE", "KUBECONFIG", "VIRTUAL_ENV", "TAU_LOCAL_JOB_ID", "TAU_LOCAL_TASK_ID",
+                      "TAU_LOCAL_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "TAU_SERVICES_FILE",
+                      "TAU_SERVICE_NAME", "TAU_SERVICE_BACKEND", "TAU_SERVICE_PORT",
                       "SLURM_JOB_ID",
                       "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_CPUS_PER_TASK",
                       "TAU_RUN_DIR", "TAU_RUN_ID", "TAU_SHARD_ID",

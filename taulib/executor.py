@@ -152,6 +152,11 @@ class Executor(ABC):
         executor or the plan sets nothing): the request `retry.escalate` grows (`rules.escalation`). Pure."""
 
     @abstractmethod
+    def gpus(self, section: dict[str, Any]) -> int:
+        """How many GPUs each task is given under this section of the plan (0: none), which the services' GPUs must
+        fit (tau-init refuses a plan whose services need more). Pure."""
+
+    @abstractmethod
     def limits(self, plan: dict[str, Any]) -> Limits:
         """The limits the plan sets on this run's submissions."""
 
@@ -226,6 +231,11 @@ class Executor(ABC):
     def restarts(self, environ: dict[str, str]) -> int:
         """How many times the scheduler has started this allocation again (a requeue, a preemption): an attempt
         already running is taken up again only by the same allocation restarted."""
+
+    @abstractmethod
+    def devices(self, environ: dict[str, str]) -> list[str] | None:
+        """The GPUs this allocation was given, as CUDA_VISIBLE_DEVICES names them, in order (None: it says
+        nothing of GPUs); tau splits them between the services' backends."""
 
     @abstractmethod
     def allocation_variables(self, environ: dict[str, str]) -> dict[str, str]:

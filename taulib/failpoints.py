@@ -57,6 +57,9 @@ NAMES = (
     # taulib.lifecycle.attempt: in-allocation side
     "attempt.recorded",  # taulib.rundir.state.record_attempt: a derived attempt's attempt.json, before it changes
     "attempt.running",
+    "attempt.services_started",  # taulib.lifecycle.allocation: every backend started, before readiness says so
+    "attempt.endpoints_published",  # endpoints.json and the ready revision written, before the client starts
+    "attempt.cleaned_up",  # every service and process left stopped, before the result
     "attempt.manifest_written",
     "attempt.result_written",
     # taulib.lifecycle.reconcile: evidence, then the sealed-shard index

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from taulib import executor
+from taulib.rules import environment
 from taulib.rules.environment import client_environment, missing_inherited
 
 TAU = {"TAU_SHARD_ID": "shard-00000", "TAU_RECORD_START": "0"}
@@ -33,3 +34,10 @@ def test_the_same_run_gives_the_same_environment_from_a_full_shell_and_from_env_
 def test_the_inherited_names_an_environment_lacks_are_named_in_the_plans_order():
     assert missing_inherited(["HF_TOKEN", "WANDB_KEY", "HOME", "OTHER"], CALLER) == ["WANDB_KEY", "OTHER"]
     assert missing_inherited([], {}) == []
+
+
+def test_the_client_and_every_backend_are_told_their_run_shard_and_attempt():
+    attempt = {"shard_id": "shard-00007", "attempt_id": "attempt-0002", "ordinal": 2, "state": "running"}
+    assert environment.attempt_variables("/runs/demo", "demo", attempt, 7) == {
+        "TAU_RUN_DIR": "/runs/demo", "TAU_RUN_ID": "demo", "TAU_SHARD_ID": "shard-00007", "TAU_SHARD_INDEX": "7",
+        "TAU_ATTEMPT_ID": "attempt-0002", "TAU_ATTEMPT_ORDINAL": "2"}

@@ -1,4 +1,4 @@
-"""The in-allocation side (`tau-attempt run`): fence, mark running, readiness, run the client, record its result.
+"""The in-allocation side (`tau-attempt run`): fence, mark running, readiness, the order of work, the result.
 
 Runs inside the allocation (a Slurm array task, or a task of the local executor). Steps:
   1. find its task in the submission plan by the allocation's task index;
@@ -8,20 +8,27 @@ Runs inside the allocation (a Slurm array task, or a task of the local executor)
      after a requeue) and its scheduler evidence is not terminal. A late or duplicate allocation exits 77 and
      writes nothing;
   3. under the shard lock: attempt.json -> running (an attempt only its submission recorded yet gets its
-     revision-1 attempt.json first: failpoint attempt.recorded), readiness.json revision 1 "starting";
-                                                                                           failpoint attempt.running
+     revision-1 attempt.json first: failpoint attempt.recorded), readiness.json revision 1 "starting" (with services:
+     version 2, every deployment pending) or, for a requeued allocation, "restarting";    failpoint attempt.running
+     a requeued allocation whose readiness says a deployment failed ends its attempt failed instead;
   4. prepare the dataset folder (per attempt, or the shard-owned workspace under its resume lock);
-  5. readiness "running", run the client (`lifecycle.client`: the program and environment the run fixed, the
-     heartbeat, the stop signals, a cancellation noticed while it runs). After a stop signal nothing else is
-     recorded and, once the client has ended, the process ends by the same signal (the scheduler's evidence says
-     what happened); a shard cancelled before its client started ends its attempt cancelled without starting it;
-  6. result.json (always), manifest.json (when the client exited 0 and wrote Parquet), attempt.json -> succeeded
-     or failed, readiness "stopped" or "failed";             failpoints attempt.result_written, attempt.manifest_written
+  5. the order of work (`lifecycle.allocation`): the client's preflight, the services started and probed until
+     ready, their endpoints published, the client run (`lifecycle.client`: the program and environment the run
+     fixed, the heartbeat, the stop signals, a cancellation noticed while it runs), then the one cleanup owner
+     (every service and every process left behind stopped; this process is their subreaper).
+                      failpoints attempt.services_started, attempt.endpoints_published, attempt.cleaned_up
+     After a stop signal nothing else is recorded and, once everything has ended, the process ends by the same signal
+     (the scheduler's evidence says what happened); a shard cancelled before its client started ends its attempt
+     cancelled without starting it;
+  6. result.json (always; naming the processes the cleanup stopped), manifest.json (when the client exited 0 and
+     wrote Parquet), attempt.json -> succeeded or failed, readiness "stopped" or "failed"
+                                                         failpoints attempt.result_written, attempt.manifest_written
   7. unless --no-winner, publish the shard's winner.
 Reads: the submission plan and status, the attempt's records, the allocation's environment. Writes: the attempt's
-attempt.json, readiness.json, result.json, manifest.json, client.log and dataset (and the winner, step 7).
+attempt.json, readiness.json, endpoints.json, result.json, manifest.json, client.log, services/*.log and dataset
+(and the winner, step 7).
 Promises: an allocation that is not the persisted attempt writes nothing; a stopped allocation records only that it
-was stopped; every attempt ends with a result.
+was stopped; every attempt ends with a result; nothing the allocation started outlives it.
 """
 
 from __future__ import annotations
@@ -32,15 +39,18 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from taulib import env as environment
-from taulib import executor, failpoints, jsonio
+from taulib import executor, failpoints, jsonio, processes
 from taulib.errors import BadInput, NotFound, Refused, TauError
-from taulib.lifecycle import client
+from taulib.lifecycle import allocation, client, readiness
 from taulib.rundir import layout, locks, state
 from taulib.rundir.journal import find_task
 from taulib.rundir.run import Run
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record
+    from taulib.lifecycle.services import Services
+
+LEFTOVERS = 100  # processes named in result.json at most
 
 
 def allocation_identity(env: dict[str, str]) -> Record:
@@ -111,6 +121,7 @@ def run_task(run_dir: str, submission_id: str, publish_winner: bool = True,
     caller ends the process by that signal."""
     env = environment.current() if env is None else env
     identity = allocation_identity(env)
+    processes.become_subreaper()  # whatever the client or a service leaves behind is this allocation's to stop
     with client.Stop() as stop:
         summary = _run_task(run_dir, submission_id, publish_winner, env, identity, stop)
     if stop.signum is not None:  # arrived after the client had ended, while its result was recorded
@@ -136,33 +147,44 @@ def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict[
             with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, locks.shard_lock_name(sid)):
                 attempt = _fence(run, sid, aid, identity, restarts)
                 state.record_attempt(run, attempt)  # only its submission recorded it yet: its attempt.json first
+                restarting = attempt["state"] == "running"
+                services = _services(run, attempt, restarting)
                 why = client.cancelled(run, attempt)
                 if why is not None:  # cancelled before its client started: it never will
-                    return _end_cancelled(run, attempt, f"{why}; the client was never started")
-                restarting = attempt["state"] == "running"
+                    return _end(run, attempt, "cancelled", f"{why}; the client was never started", services)
+                failed = _failed_before(run, attempt) if restarting and services is not None else None
+                if failed is not None:  # a deployment failed, then the allocation was requeued: it stays failed
+                    return _end(run, attempt, "failed", failed, services)
                 attempt = _update(run, attempt, state="running", started_at=jsonio.now_rfc3339(),
                                   restarts=restarts if restarting else attempt["restarts"])
-                client.readiness(run, attempt, "restarting" if restarting else "starting",
-                                 f"requeued (restart {restarts})" if restarting else None)
+                readiness.write(run, attempt, "restarting" if restarting else "starting",
+                                f"requeued (restart {restarts})" if restarting else None, services=services)
                 failpoints.hit("attempt.running")
                 if run.plan["resume"] == "never":
                     if run.dir.has_folder(attempt["dataset"]):
                         run.dir.remove_tree(attempt["dataset"])  # a requeued allocation starts clean
                 run.dir.make_folders(attempt["dataset"])
-            adopted = None
+            adopted, left = None, []
             if sub["purpose"] == "adopt":  # copy another run's winner instead of running the client
                 from taulib.lifecycle import adopt
 
                 why, adopted = adopt.copy(run, attempt, sub["adopt_from"])
                 outcome = client.ClientOutcome(jsonio.now_rfc3339(), 0 if why is None else None, None, why, None)
+                if services is not None:
+                    services.stop()
             else:
-                outcome = client.run_client(run, attempt, env, stop)
+                try:
+                    outcome = allocation.work(run, attempt, env, stop, services)
+                finally:  # the one cleanup owner: whatever ended the work, nothing it started outlives it
+                    left = allocation.cleanup(run, attempt, services, stop)
+                    failpoints.hit("attempt.cleaned_up")
             if outcome.interrupted:
                 # The scheduler stopped this allocation (scancel, time limit, requeue, preemption): it alone knows
                 # which, so no result is recorded here and the attempt stays running; its evidence decides.
-                client.record_stop(run, attempt, stop)
+                if services is None:
+                    client.record_stop(run, attempt, stop)
                 raise client.Interrupted(outcome.interrupted)
-            summary = _finish(run, attempt, outcome, adopted)
+            summary = _finish(run, attempt, outcome, adopted, left, services)
             if summary["state"] == "succeeded" and publish_winner:
                 from taulib.lifecycle import winner
 
@@ -174,16 +196,38 @@ def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict[
             return summary
 
 
-def _end_cancelled(run: Run, attempt: Record, why: str) -> Record:
-    """End an attempt whose shard was cancelled before its client started (the caller holds the shard lock)."""
+def _services(run: Run, attempt: Record, restarting: bool) -> Services | None:
+    """The attempt's services (none started yet), when the plan has any."""
+    if not run.plan.get("services"):
+        return None
+    from taulib.lifecycle.services import Services
+
+    return Services(run, attempt, restarting)
+
+
+def _failed_before(run: Run, attempt: Record) -> str | None:
+    """Why the attempt's readiness says a deployment failed (an allocation requeued after one failed), or None."""
+    record = run.dir.read(readiness.rel(attempt), "tau.readiness")
+    if record is None or record["state"] != "failed":
+        return None
+    probes = [d["last_probe"]["message"] for d in record["deployments"] if d["state"] == "failed" and d["last_probe"]]
+    return f"{probes[0] if probes else 'a service failed'}; the allocation was requeued after it, and it stays failed"
+
+
+def _end(run: Run, attempt: Record, classification: str, why: str, services: Services | None) -> Record:
+    """End an attempt whose client never started (its shard cancelled, or a deployment that failed before a
+    requeue); the caller holds the shard lock."""
     attempt = _update(run, attempt, state="failed",
-                      terminal={"classification": "cancelled", "reason": why, "exit_code": None})
-    client.readiness(run, attempt, "stopped", why)
+                      terminal={"classification": classification, "reason": why, "exit_code": None})
+    if services is not None:
+        services.stop()
+    readiness.write(run, attempt, "stopped", why, services=services)
     return {"shard_id": attempt["shard_id"], "attempt_id": attempt["attempt_id"], "state": "failed",
-            "outcome": "cancelled", "exit_code": None, "records": None, "error": why}
+            "outcome": classification, "exit_code": None, "records": None, "error": why}
 
 
-def _finish(run: Run, attempt: Record, outcome: client.ClientOutcome, adopted: Record | None = None) -> Record:
+def _finish(run: Run, attempt: Record, outcome: client.ClientOutcome, adopted: Record | None = None,
+            left: list[Record] | None = None, services: Services | None = None) -> Record:
     from taulib.lifecycle import candidate
 
     sid, aid = attempt["shard_id"], attempt["attempt_id"]
@@ -234,6 +278,10 @@ def _finish(run: Run, attempt: Record, outcome: client.ClientOutcome, adopted: R
                   "exit_code": outcome.exit_code, "signal": outcome.signal, "outcome": outcome_name,
                   "requested_records": requested, "actual_records": actual, "manifest": manifest_ref,
                   "error": error[:512] if error else None}
+        if outcome.code is not None and error is not None:
+            result["error_code"] = outcome.code
+        if left:  # processes the client or a service left running, stopped by the cleanup owner
+            result["leftovers"] = left[:LEFTOVERS]
         run.dir.publish(layout.attempt_file(sid, aid, "result.json"), result)
         failpoints.hit("attempt.result_written")
         succeeded = outcome_name == "complete"
@@ -243,6 +291,6 @@ def _finish(run: Run, attempt: Record, outcome: client.ClientOutcome, adopted: R
         attempt = _update(run, current, state="succeeded" if succeeded else "failed",
                           terminal={"classification": classification, "reason": error or "complete",
                                     "exit_code": outcome.exit_code})
-        client.readiness(run, attempt, "stopped" if succeeded else "failed", error)
+        readiness.write(run, attempt, "stopped" if succeeded else "failed", error, services=services)
     return {"shard_id": sid, "attempt_id": aid, "state": attempt["state"], "outcome": outcome_name,
             "exit_code": outcome.exit_code, "records": actual, "error": error}

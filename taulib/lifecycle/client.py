@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import executor, jsonio, signals
 from taulib.errors import Busy, TauError
-from taulib.lifecycle import drift
+from taulib.lifecycle import drift, readiness
 from taulib.rules import environment as environment_rules
+from taulib.rules import services as service_rules
 from taulib.rules import stall as stall_rules
 from taulib.rundir import layout, locks, state
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from taulib.jsonio import Record
+    from taulib.lifecycle.services import Services
     from taulib.rundir.run import Run
 
 STOP_SIGNALS = signals.STOPS  # the signals that stop a command, and that the client is given
@@ -70,6 +72,15 @@ class ClientOutcome(NamedTuple):
     error: str | None  # why it could not be started
     interrupted: int | None  # the stop signal this allocation received (then nothing more is recorded)
     cancelled: str | None = None  # why the client was stopped: its shard was cancelled
+    code: str | None = None  # the reason code of a failure tau knows (preflight, a service's), for result.json
+
+
+class Prepared(NamedTuple):
+    """The client as it will run: its argument vector, environment and working folder (`command`)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
 
 
 class Stop:
@@ -114,23 +125,7 @@ class Stop:
         return self.signum is not None
 
 
-def readiness(run: Run, attempt: Record, state_name: str, message: str | None, records_done: int | None = None) -> None:
-    """Replace the attempt's readiness (the caller holds the shard lock)."""
-    rel = layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "readiness.json")
-    current = run.dir.read(rel, "tau.readiness")
-    now = jsonio.now_rfc3339()
-    progressed = None  # when the client's count last changed: kept while it stands still (rules.stall)
-    if records_done is not None:
-        same = current is not None and current.get("records_done") == records_done
-        progressed = (current.get("progress_at") or now) if same and current is not None else now
-    run.dir.replace(rel, {
-        "kind": "tau.readiness", "schema_version": 1, "run_id": attempt["run_id"], "shard_id": attempt["shard_id"],
-        "attempt_id": attempt["attempt_id"], "revision": 1 if current is None else current["revision"] + 1,
-        "updated_at": now, "state": state_name, "restarts": attempt["restarts"],
-        "message": message, "records_done": records_done, "progress_at": progressed})
-
-
-def _briefly(run: Run, attempt: Record, wait: float, write: Callable[[], None]) -> bool:
+def briefly(run: Run, attempt: Record, wait: float, write: Callable[[], object]) -> bool:
     """Run `write()` under the run lock (shared) and the shard lock, waiting `wait` seconds at most for them;
     False when they were not granted (the write is given up rather than held up)."""
     wait = min(wait, locks.timeout_seconds())
@@ -143,15 +138,16 @@ def _briefly(run: Run, attempt: Record, wait: float, write: Callable[[], None]) 
         return False
 
 
-def record_stop(run: Run, attempt: Record, stop: Stop) -> None:
+def record_stop(run: Run, attempt: Record, stop: Stop, services: Services | None = None) -> None:
     """Readiness "stopped", once. The scheduler kills the allocation soon (Slurm: KillWait after the signal), so the
     locks are waited for STOP_LOCK_WAIT seconds at most; when not granted by then, the record is given up (the
     scheduler's evidence still decides the attempt) rather than left to be killed half-way."""
     if stop.record_tried:
         return
     stop.record_tried = True
-    _briefly(run, attempt, STOP_LOCK_WAIT, lambda: readiness(
-        run, attempt, "stopped", f"stopped by signal {stop.signum}; the scheduler's evidence decides the attempt"))
+    briefly(run, attempt, STOP_LOCK_WAIT, lambda: readiness.write(
+        run, attempt, "stopped", f"stopped by signal {stop.signum}; the scheduler's evidence decides the attempt",
+        services=services))
 
 
 def records_done(run: Run, attempt: Record) -> int | None:
@@ -173,11 +169,11 @@ def cancelled(run: Run, attempt: Record) -> str | None:
     return state.attempt_stop(run, attempt["shard_id"], attempt["attempt_id"])
 
 
-def command(run: Run, attempt: Record, environ: dict[str, str]
-            ) -> tuple[list[str], dict[str, str], str | None, str | None]:
-    """(argument vector, environment, working folder, problem) of the attempt's client: the program, PATH and
-    folder fixed at tau-init and the environment the run defines (`rules.environment`). A problem (an inherited
-    variable the allocation lacks, a working folder that is gone) means the client is not started."""
+def command(run: Run, attempt: Record, environ: dict[str, str]) -> tuple[Prepared, str | None]:
+    """The client's preflight: the attempt's client as it will run (the program, PATH and folder fixed at tau-init,
+    the environment the run defines: `rules.environment`; with services, no GPU), and a problem that means it is
+    not started: an inherited variable the allocation lacks, a working folder that is gone, a program that is no
+    longer an executable file, a dataset folder that is not writable."""
     shard = run.shard(attempt["shard_id"])
     fixed = run.environment
     argv: list[str] = list(run.plan["command"])
@@ -185,59 +181,75 @@ def command(run: Run, attempt: Record, environ: dict[str, str]
     if fixed is not None:  # runs made before the pre-flight run the command as given, where they are
         argv[0], path, cwd = fixed["program"], fixed["path"], fixed["cwd"]
     progress = layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], PROGRESS)
-    tau = {"TAU_RUN_DIR": run.path, "TAU_RUN_ID": run.run_id, "TAU_SHARD_ID": attempt["shard_id"],
-           "TAU_SHARD_INDEX": str(shard["index"]), "TAU_ATTEMPT_ID": attempt["attempt_id"],
-           "TAU_ATTEMPT_ORDINAL": str(attempt["ordinal"]), "TAU_RECORD_START": str(shard["record_start"]),
-           "TAU_RECORD_END": str(shard["record_end"]), "TAU_OUTPUT_DIR": os.path.join(run.path, attempt["dataset"]),
-           "TAU_OUTPUT_FORMAT": "parquet", "TAU_PROGRESS_FILE": os.path.join(run.path, progress)}
+    tau = {**environment_rules.attempt_variables(run.path, run.run_id, attempt, shard["index"]),
+           "TAU_RECORD_START": str(shard["record_start"]), "TAU_RECORD_END": str(shard["record_end"]),
+           "TAU_OUTPUT_DIR": os.path.join(run.path, attempt["dataset"]), "TAU_OUTPUT_FORMAT": "parquet",
+           "TAU_PROGRESS_FILE": os.path.join(run.path, progress)}
+    problem = None
     missing = environment_rules.missing_inherited(run.plan["inherit_env"], environ)
     if missing:
-        return argv, {}, cwd, (f"the allocation's environment lacks {', '.join(missing)}, which the plan inherits; "
-                               "the client was not started")
-    if cwd is not None and not os.path.isdir(cwd):
-        return argv, {}, cwd, f"the run's working folder {cwd!r} no longer exists; the client was not started"
+        problem = (f"the allocation's environment lacks {', '.join(missing)}, which the plan inherits; the client "
+                   "was not started")
+    elif cwd is not None and not os.path.isdir(cwd):
+        problem = f"the run's working folder {cwd!r} no longer exists; the client was not started"
+    elif fixed is not None and not (os.path.isfile(argv[0]) and os.access(argv[0], os.X_OK)):
+        problem = (f"the client program {argv[0]!r} is no longer an executable file, as it was when the run was "
+                   "made; the client was not started")
+    elif not os.access(tau["TAU_OUTPUT_DIR"], os.W_OK):
+        problem = f"the attempt's dataset folder {tau['TAU_OUTPUT_DIR']!r} is not writable; the client was not started"
+    if problem is not None:
+        return Prepared(argv, {}, cwd), problem
     if fixed is None:
-        return argv, dict(environ, **run.plan["env"], **tau), cwd, None
+        return Prepared(argv, dict(environ, **run.plan["env"], **tau), cwd), None
     allocation = executor.of_attempt(attempt).allocation_variables(environ)
-    return argv, environment_rules.client_environment(path=path, env=run.plan["env"],
-                                                      inherit=run.plan["inherit_env"], environ=environ,
-                                                      allocation=allocation, tau=tau), cwd, None
+    if run.plan.get("services"):
+        allocation = {**allocation, **service_rules.client_devices(allocation)}  # the zero-GPU client
+    return Prepared(argv, environment_rules.client_environment(path=path, env=run.plan["env"],
+                                                               inherit=run.plan["inherit_env"], environ=environ,
+                                                               allocation=allocation, tau=tau), cwd), None
 
 
-def run_client(run: Run, attempt: Record, environ: dict[str, str], stop: Stop) -> ClientOutcome:
-    """Start the client and wait for it, keeping readiness, stop signals and cancellation in view."""
+def run_client(run: Run, attempt: Record, prepared: Prepared, stop: Stop,
+               services: Services | None = None) -> ClientOutcome:
+    """Start the prepared client (`command`) and wait for it, keeping readiness, stop signals, cancellation and the
+    services (their processes and probes) in view."""
     started = jsonio.now_rfc3339()
     log = run.dir.open_append(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "client.log"))
     try:
+        if services is not None:
+            services.client = "running"
         with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, locks.shard_lock_name(attempt["shard_id"])):
-            readiness(run, attempt, "running", None)
+            readiness.write(run, attempt, "running", None, services=services)
         if stop.signum is not None:  # stopped before the client started: do not start it
             return ClientOutcome(started, None, stop.signum, None, stop.signum)
-        argv, client_env, cwd, problem = command(run, attempt, environ)
-        if problem is not None:
-            return ClientOutcome(started, None, None, problem, None)
         try:
-            stop.client = proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                                  env=client_env, cwd=cwd, close_fds=True)
+            stop.client = proc = subprocess.Popen(prepared.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                                  env=prepared.env, cwd=prepared.cwd, close_fds=True)
         except OSError as exc:
-            return ClientOutcome(started, None, None, f"cannot start the client {argv[0]!r}: {exc.strerror}", None)
+            return ClientOutcome(started, None, None, f"cannot start the client {prepared.argv[0]!r}: "
+                                 f"{exc.strerror}", None)
     finally:
         os.close(log)
     stop.forward()  # a stop signal that arrived while the client was being started
     watch = drift.Watch(run, attempt)
-    code, why = _wait(run, attempt, proc, stop, watch)
+    code, why = _wait(run, attempt, proc, stop, watch, services)
+    if services is not None:
+        services.client = "ended"
     if stop.signum is None and why is None and -code in STOP_SIGNALS:
         stop.wait(STOP_GRACE)  # the scheduler signalled the client first: this process's signal is on its way
-    if why is not None and why == watch.stopped:  # its columns drifted: a failure, not a cancellation
-        return ClientOutcome(started, code if code >= 0 else None, -code if code < 0 else None, why, stop.signum)
+    failed = services.failure if services is not None else None
+    if why is not None and (why == watch.stopped or (failed is not None and why == failed.message)):
+        # its columns drifted, or a service failed: a failure, not a cancellation
+        return ClientOutcome(started, code if code >= 0 else None, -code if code < 0 else None, why, stop.signum,
+                             code=None if why == watch.stopped or failed is None else failed.code)
     return ClientOutcome(started, code if code >= 0 else None, -code if code < 0 else stop.signum, None,
                          stop.signum, why)
 
 
 def _wait(run: Run, attempt: Record, proc: subprocess.Popen[bytes], stop: Stop,
-          watch: drift.Watch) -> tuple[int, str | None]:
-    """Wait for the client: (its exit status, why it was stopped (cancelled, stalled, its columns drifted) or
-    None)."""
+          watch: drift.Watch, services: Services | None) -> tuple[int, str | None]:
+    """Wait for the client: (its exit status, why it was stopped (cancelled, stalled, its columns drifted, a
+    service failed) or None)."""
     heartbeat = run.plan["windows"]["heartbeat_seconds"]
     now = time.monotonic()
     next_beat, next_check, kill_at, why = now + heartbeat, now + CANCEL_CHECK, None, None
@@ -248,9 +260,17 @@ def _wait(run: Run, attempt: Record, proc: subprocess.Popen[bytes], stop: Stop,
         except subprocess.TimeoutExpired:
             pass
         if stop.signum is not None:
-            record_stop(run, attempt, stop)  # now, while the client ends, not after
+            record_stop(run, attempt, stop, services)  # now, while the client ends, not after
             continue
         now = time.monotonic()
+        if why is None and services is not None:
+            failure = services.check(now)
+            if failure is not None:
+                why = failure.message
+                proc.terminate()
+                kill_at = now + CANCEL_GRACE
+                briefly(run, attempt, STOP_LOCK_WAIT, lambda: readiness.write(run, attempt, "running", None,
+                                                                                services=services))
         if why is None and now >= next_check:
             next_check = now + CANCEL_CHECK
             why = cancelled(run, attempt)
@@ -264,9 +284,9 @@ def _wait(run: Run, attempt: Record, proc: subprocess.Popen[bytes], stop: Stop,
         elif kill_at is not None and now >= kill_at:
             proc.kill()
             kill_at = None
-        if why is None and now >= next_beat:
+        if why is None and (now >= next_beat or (services is not None and services.changed)):
             next_beat = now + heartbeat
-            _heartbeat(run, attempt)
+            _heartbeat(run, attempt, services)
 
 
 class Stall:
@@ -294,7 +314,7 @@ class Stall:
         if why is None:
             return None
         made: list[Record] = []
-        if not _briefly(self.run, self.attempt, STOP_LOCK_WAIT, lambda: made.append(
+        if not briefly(self.run, self.attempt, STOP_LOCK_WAIT, lambda: made.append(
                 stop_record(self.run, self.attempt, "stall", stall_rules.reason(why)))):
             return None  # the locks are busy: the next look tries again
         reason: str = made[0]["reason"]  # this stall's, or an earlier stop's that was there first
@@ -322,7 +342,8 @@ def stop_record(run: Run, attempt: Record, by: str, reason: str, at: str | None 
     return record
 
 
-def _heartbeat(run: Run, attempt: Record) -> None:
-    """Readiness again, with the client's progress; skipped rather than held up when the locks are busy."""
+def _heartbeat(run: Run, attempt: Record, services: Services | None = None) -> None:
+    """Readiness again, with the client's progress (and the services' newest probes); skipped rather than held up
+    when the locks are busy."""
     done = records_done(run, attempt)
-    _briefly(run, attempt, STOP_LOCK_WAIT, lambda: readiness(run, attempt, "running", None, done))
+    briefly(run, attempt, STOP_LOCK_WAIT, lambda: readiness.write(run, attempt, "running", None, done, services))

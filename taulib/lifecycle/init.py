@@ -28,6 +28,7 @@ from taulib.fs import atomic
 from taulib.rules import budget
 from taulib.rules import plan as defaults
 from taulib.rules import program as program_rules
+from taulib.rules import services as service_rules
 from taulib.rules.shards import shard_count
 from taulib.rundir import layout, locks
 from taulib.rundir.records import RunDir
@@ -81,13 +82,34 @@ def resolve_plan(request: Record, run_id: str) -> Record:
         "inherit_env": list(request.get("inherit_env", [])),
         "retry": dict(budget.DEFAULTS, **request.get("retry", {})),
     }
+    if "services" in request:  # a plan without services is exactly what it was before services existed
+        plan["services"] = service_rules.resolve(request["services"])
     _check_environment(plan)
     _check_output_types(plan["output"]["schema"] or [])
     schema.validate(plan, "plan")
     for name in executor.EXECUTORS:  # each section the plan carries can be submitted, whichever executor runs it
         executor.get(name).check_section(plan["scheduler"][name])
     _check_escalation(plan)
+    _check_services(plan)
     return plan
+
+
+def _check_services(plan: Record) -> None:
+    """Services that can run together, whose GPUs fit what each task of the run's executor is given (tau-run(5)
+    "Services")."""
+    services = plan.get("services")
+    if not services:
+        return
+    problem = service_rules.problem(services, tuple(plan["inherit_env"]))
+    if problem is not None:
+        raise BadInput(f"plan on standard input: {problem}")
+    need = service_rules.gpus_needed(services)
+    profile = plan["scheduler"]["profile"]
+    given = executor.get(profile).gpus(plan["scheduler"][profile])
+    if need > given:
+        raise BadInput(f"plan on standard input: its services need {need} GPU(s) per task, but "
+                       f"scheduler.{profile}.gpus gives each task {given}; give it at least {need} there",
+                       gpus_needed=need, gpus_given=given)
 
 
 def _check_escalation(plan: Record) -> None:
@@ -141,7 +163,7 @@ def _check_environment(plan: Record) -> None:
                            "run is created and TAU_* variables are tau's")
 
 
-def resolve_program(program: str, cwd: str, path: str, own: str | None = None) -> str:
+def resolve_program(program: str, cwd: str, path: str, own: str | None = None, what: str = "the client") -> str:
     """The pre-flight: the absolute path of the client's program (`command[0]`): a path with a `/` is taken
     relative to `cwd`, a bare name is looked up in `path`. It must be an executable regular file: NotFound (66)
     when it does not exist, BadInput (65) when it is not an executable file, or when a bare name is found inside
@@ -153,24 +175,36 @@ def resolve_program(program: str, cwd: str, path: str, own: str | None = None) -
         found = [os.path.join(d or ".", program) for d in path.split(os.pathsep)]
         found = [f for f in found if os.path.isfile(f) and os.access(f, os.X_OK)]
         if not found:
-            raise NotFound(f"the client program {program!r} is not on PATH; give its path, or run tau-init with it on "
+            raise NotFound(f"{what} program {program!r} is not on PATH; give its path, or run tau-init with it on "
                            "PATH", program=program)
         candidate = os.path.normpath(os.path.join(cwd, found[0]))
         if own is not None and program_rules.inside(candidate, own):
-            raise BadInput(f"the client program {program!r} resolves to {candidate!r}, inside tau's own environment "
+            raise BadInput(f"{what} program {program!r} resolves to {candidate!r}, inside tau's own environment "
                            f"{own!r}, not yours: give the program's absolute path, or put your environment first on "
                            "PATH", program=candidate)
     if not os.path.exists(candidate):
-        raise NotFound(f"the client program {candidate!r} does not exist", program=candidate)
+        raise NotFound(f"{what} program {candidate!r} does not exist", program=candidate)
     if not os.path.isfile(candidate):
-        raise BadInput(f"the client program {candidate!r} is not a regular file", program=candidate)
+        raise BadInput(f"{what} program {candidate!r} is not a regular file", program=candidate)
     if not os.access(candidate, os.X_OK):
-        raise BadInput(f"the client program {candidate!r} is not executable (chmod +x it, or name its "
+        raise BadInput(f"{what} program {candidate!r} is not executable (chmod +x it, or name its "
                        "interpreter first)", program=candidate)
     return candidate
 
 
-def check_script(argv: list[str], cwd: str) -> None:
+def _service_programs(service: Record, cwd: str, path: str, own: str | None) -> Record:
+    """A service's program and its probe command's, resolved and checked as the client's (tau-init(1) "The client's
+    program"), each named by the service in any refusal."""
+    found: Record = {"program": None, "probe": None}
+    for key, argv in (("program", service["command"]), ("probe", service["ready"].get("command"))):
+        if argv is not None:
+            what = f"service {service['name']!r}'s" + ("" if key == "program" else " probe")
+            found[key] = resolve_program(argv[0], cwd, path, own, what)
+            check_script(argv, cwd, what)
+    return found
+
+
+def check_script(argv: list[str], cwd: str, what: str = "the client") -> None:
     """When the program is an interpreter and its next argument is a script (`rules.program`), the script must be
     a readable regular file, its path taken relative to `cwd` as the client's will be: BadInput (65) naming it and
     the folder it was looked for in."""
@@ -187,7 +221,7 @@ def check_script(argv: list[str], cwd: str) -> None:
         problem = "is not readable"
     else:
         return
-    raise BadInput(f"the client script {script!r} (command[{index}], run by {argv[0]!r}) {problem} in {cwd!r}, the "
+    raise BadInput(f"{what} script {script!r} (command[{index}], run by {argv[0]!r}) {problem} in {cwd!r}, the "
                    "folder tau-init runs in, which the run records as its clients' working folder: fix its path, or "
                    "run tau-init from the folder it is relative to", script=where, cwd=cwd)
 
@@ -218,9 +252,12 @@ def init(run_dir: str, request: object, environ: dict[str, str] | None = None) -
     plan = resolve_plan(request, run_id)
     cwd = os.getcwd()
     path = (environ if environ is not None else env.current()).get("PATH", os.defpath)
-    environment = {"program": resolve_program(plan["command"][0], cwd, path, own_environment()), "path": path,
-                   "cwd": cwd}
+    own = own_environment()
+    environment: Record = {"program": resolve_program(plan["command"][0], cwd, path, own), "path": path, "cwd": cwd}
     check_script(plan["command"], cwd)
+    if plan.get("services"):
+        environment["services"] = {service["name"]: _service_programs(service, cwd, path, own)
+                                   for service in plan["services"]}
     # a plan that can never be submitted from here is refused now, not at its first tau-submit
     executor.get(plan["scheduler"]["profile"]).preflight(plan, os.path.abspath(run_dir), sys.executable)
     plan_bytes = jsonio.canonical(plan)

@@ -20,7 +20,6 @@ Only the supervisor writes its folder, under the lock `locks/local-<submission>.
 
   executor    the local executor as tau's `Executor` (taulib.executor): what lifecycle and collect call
   __main__    `python -m taulib.local RUN SUBMISSION`: the supervisor process tau-submit starts
-  proc        processes by pid and start time (/proc)
   supervisor  starting the supervisor, and its loop; stopping tasks; sweeping a dead supervisor's folder
   observe     the queue and accounting views of local attempts
 """

@@ -31,6 +31,8 @@ class Local(Executor):
         section = {"max_parallel": asked.get("max_parallel", MAX_PARALLEL)}
         if "time_limit" in asked:
             section["time_limit"] = asked["time_limit"]
+        if "gpus" in asked:
+            section["gpus"] = [str(device) for device in asked["gpus"]]
         return section
 
     def check_section(self, section: dict[str, Any]) -> None:
@@ -43,6 +45,9 @@ class Local(Executor):
 
     def preflight(self, plan: dict[str, Any], run_dir: str, python: str) -> None:
         return None  # any folder tau-init can write is one the supervisor can run from
+
+    def gpus(self, section: dict[str, Any]) -> int:
+        return len(section.get("gpus", []))  # a task may be given any of them, one live task each
 
     def limits(self, plan: dict[str, Any]) -> Limits:
         return Limits(parallel=plan["scheduler"]["local"]["max_parallel"])
@@ -131,6 +136,11 @@ class Local(Executor):
 
     def restarts(self, environ: dict[str, str]) -> int:
         return 0  # the supervisor never starts a task twice
+
+    def devices(self, environ: dict[str, str]) -> list[str] | None:
+        from taulib.rules.services import parse_devices
+
+        return parse_devices(env.get("TAU_LOCAL_GPUS", environ))  # the supervisor's, locked for this task
 
     def allocation_variables(self, environ: dict[str, str]) -> dict[str, str]:
         return {}  # a local task's environment is the submitter's: nothing of it passes but what the run names

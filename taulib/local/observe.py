@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from taulib.jsonio import Record
 
-from taulib.local.proc import alive
+from taulib.processes import alive
 from taulib.rundir import layout
 
 if TYPE_CHECKING:

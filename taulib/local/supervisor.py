@@ -1,12 +1,17 @@
-"""The local executor's supervisor: one detached process per submission that runs its tasks, at most
-`max_parallel` at once, each as its own process group (see `taulib.local`).
+"""The local executor's supervisor: one detached process per submission that runs its tasks, each as its own
+process group (see `taulib.local`), at most `max_parallel` of the whole run's at once, with the GPUs of
+`scheduler.local.gpus` that its services need, no GPU given to two live tasks.
 
 Reads: the submission plan. Writes: `submissions/<id>/local/{supervisor,task-NNNNN}.json` and their logs, through
-the one writer, under `locks/local-<submission>.lock` held for its whole life. Promises: a task is never run
-twice (a task with a record was started by an earlier supervisor of the submission), nothing of a task outlives
-it (its process group is killed when it ends), a task past its time limit (`scheduler.local.time_limit`, or its
-window's grown request) is stopped as Slurm stops one (SIGTERM, SIGKILL KILL_WAIT seconds later) and ends timed
-out, and every task's record says what it used (wait4's rusage).
+the one writer, under `locks/local-<submission>.lock` held for its whole life. A task's place and GPUs are the locks
+`local-slot-K` and `local-gpu-K` (`rundir.locks.try_hold`): every supervisor of the run takes them before it starts a
+task, shares them with the task's process, and lets them go once the task and all it left are gone.
+Promises: a task is never run twice (a task with a record was started by an earlier supervisor of the submission);
+nothing of a task outlives it: its process group is killed when it ends, and the supervisor is the subreaper of
+everything its tasks start, so what a killed task left behind is adopted and stopped (SIGTERM, SIGKILL KILL_WAIT
+seconds later) before its place and GPUs are given to another; a task past its time limit
+(`scheduler.local.time_limit`, or its window's grown request) is stopped as Slurm stops one and ends timed out;
+every task's record says what it used (wait4's rusage).
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ import signal
 import sys
 import time
 from types import FrameType
+from typing import BinaryIO
 
-from taulib import env, jsonio
+from taulib import env, jsonio, processes
 from taulib.jsonio import Record
 from taulib.errors import Busy
-from taulib.local.proc import alive, process_start_ticks
+from taulib.processes import alive, start_ticks as process_start_ticks
+from taulib.rules import services as service_rules
 from taulib.rundir import layout, locks, state
 from taulib.rundir.journal import tasks
 from taulib.rundir.run import Run
@@ -79,6 +86,8 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
     running: dict[int, Running] = {}
     stopping: dict[str, int | None] = {"signal": None}
     limit = time_limit(run, sub)
+    places = Places(run, max_parallel)
+    processes.become_subreaper()  # what a task leaves behind when it dies is ours to stop
 
     def forward(signum: int, frame: FrameType | None) -> None:
         """A stop signal for the whole job (as scancel sends it): pass it on to every task, then wait for them."""
@@ -99,15 +108,18 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
         record_rel = layout.local_task(sid, index)
         if run.dir.exists(record_rel):
             continue  # started by an earlier supervisor of this submission: never run a task twice
-        while len(running) >= max_parallel:
-            _reap(run, running, limit)
-        if stopping["signal"] is not None:
+        held = places.take()
+        while held is None and stopping["signal"] is None:
+            _reap(run, running, limit, block=False)  # a place (and GPUs) of the run's frees up, here or elsewhere
+            held = places.take()
+        if held is None:
             break
         if _cancelled(run, task):
+            held.release()
             _skip(run, sid, index)
             continue
-        pid = _start_task(run, sub, index)
-        running[pid] = Running(index, record_rel, time.monotonic())
+        pid = _start_task(run, sub, index, held)
+        running[pid] = Running(index, record_rel, time.monotonic(), held)
         ticks = process_start_ticks(pid) or 0
         run.dir.replace(record_rel, {
             "kind": "tau.local-task", "schema_version": 1, "run_id": run.run_id, "submission_id": sid,
@@ -115,6 +127,7 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
             "started_at": jsonio.now_rfc3339(), "finished_at": None, "exit_code": None, "signal": None})
     while running:
         _reap(run, running, limit)
+    processes.sweep(grace=KILL_WAIT)
     for task in queue:  # stopped (a cancelled run): what never started says so, so that it is not awaited
         if not run.dir.exists(layout.local_task(sid, task["task_index"])) and _cancelled(run, task):
             _skip(run, sid, task["task_index"])
@@ -213,30 +226,83 @@ def _recorded_soon(run: Run, submission_id: str, index: int, patience: float = 5
     return None
 
 
-def _start_task(run: Run, sub: Record, index: int) -> int:
+def _start_task(run: Run, sub: Record, index: int, held: Held) -> int:
     sid = sub["submission_id"]
     child = env.current()
     child.update({"TAU_LOCAL_JOB_ID": sid, "TAU_LOCAL_TASK_ID": str(index)})
+    child.pop("TAU_LOCAL_GPUS", None)
+    if held.gpus is not None:
+        child["TAU_LOCAL_GPUS"] = ",".join(held.gpus)
     log = run.dir.open_append(layout.local_task_log(sid, index))
     try:
         import subprocess
 
         proc = subprocess.Popen([sys.executable, "-m", "taulib.cli.attempt", "run", run.path, "--submission", sid],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                close_fds=True, env=child)
+                                close_fds=True, env=child, pass_fds=held.fds())
     finally:
         os.close(log)
     return proc.pid
 
 
+class Held:
+    """A task's place and GPUs: the open lock files that hold them (shared with the task's process), and the
+    GPUs' ids (None when the run hands out none)."""
+
+    __slots__ = ("files", "gpus")
+
+    def __init__(self, files: list[BinaryIO], gpus: list[str] | None) -> None:
+        self.files, self.gpus = files, gpus
+
+    def fds(self) -> tuple[int, ...]:
+        return tuple(fh.fileno() for fh in self.files)
+
+    def release(self) -> None:
+        for fh in self.files:
+            fh.close()
+        self.files = []
+
+
+class Places:
+    """The run's places for live tasks (`max_parallel` of them, run-wide) and its GPUs (`scheduler.local.gpus`), of
+    which each task takes those its services need."""
+
+    def __init__(self, run: Run, max_parallel: int) -> None:
+        self.run, self.max_parallel = run, max_parallel
+        self.gpus: list[str] | None = run.plan["scheduler"]["local"].get("gpus")
+        self.need = service_rules.gpus_needed(run.plan.get("services") or [])
+
+    def take(self) -> Held | None:
+        """A free place and the GPUs a task needs, locked now; None when the run has none free."""
+        for k in range(self.max_parallel):
+            place = locks.try_hold(self.run.dir, layout.local_slot(k))
+            if place is not None:
+                break
+        else:
+            return None
+        files, ids = [place], list[str]()
+        for k, gpu in enumerate(self.gpus or []):
+            if len(ids) == self.need:
+                break
+            fh = locks.try_hold(self.run.dir, layout.local_gpu(k))
+            if fh is not None:
+                files.append(fh)
+                ids.append(gpu)
+        held = Held(files, None if self.gpus is None else ids)
+        if len(ids) < self.need:
+            held.release()
+            return None
+        return held
+
+
 class Running:
-    """A task the supervisor started and has not reaped: its index, record, start (monotonic) and, once past the
-    time limit, when it was told to stop."""
+    """A task the supervisor started and has not reaped: its index, record, start (monotonic), place and GPUs and,
+    once past the time limit, when it was told to stop."""
 
-    __slots__ = ("index", "record", "started", "stopped")
+    __slots__ = ("index", "record", "started", "held", "stopped")
 
-    def __init__(self, index: int, record: str, started: float) -> None:
-        self.index, self.record, self.started = index, record, started
+    def __init__(self, index: int, record: str, started: float, held: Held) -> None:
+        self.index, self.record, self.started, self.held = index, record, started, held
         self.stopped: float | None = None
 
 
@@ -253,14 +319,18 @@ def time_limit(run: Run, sub: Record) -> float | None:
     return limit_seconds(grown if grown is not None else run.plan["scheduler"]["local"].get("time_limit"))
 
 
-def _reap(run: Run, running: dict[int, Running], limit: float | None) -> None:
+def _reap(run: Run, running: dict[int, Running], limit: float | None, block: bool = True) -> None:
     """Reap one task that ended (waiting for it), recording how it ended and what it used (wait4's rusage: the
-    task and every process it waited for). With a time limit, look every POLL seconds instead, and stop a task past
-    it as Slurm does: SIGTERM to its process group, SIGKILL KILL_WAIT seconds later; it ends timed out."""
+    task and every process it waited for), then stop what it left behind and let its place and GPUs go. With a
+    time limit (or not `block`), look every POLL seconds instead, and stop a task past the limit as Slurm does:
+    SIGTERM to its process group, SIGKILL KILL_WAIT seconds later; it ends timed out."""
     try:
-        pid, status, usage = os.wait4(-1, 0 if limit is None else os.WNOHANG)
+        pid, status, usage = os.wait4(-1, os.WNOHANG if limit is not None or not block else 0)
     except ChildProcessError:
+        for gone in running.values():
+            gone.held.release()
         running.clear()
+        time.sleep(0 if block else POLL)
         return
     except InterruptedError:
         return
@@ -268,14 +338,16 @@ def _reap(run: Run, running: dict[int, Running], limit: float | None) -> None:
         _enforce(running, limit)
         time.sleep(POLL)
         return
-    task = running.pop(pid, None)
+    task = running.pop(pid) if pid in running else None
     if task is None:
-        return
+        return  # a process a dead task left, adopted and now ended
     elapsed = time.monotonic() - task.started
     try:
         os.killpg(pid, signal.SIGKILL)  # like Slurm ending a job step: nothing of the task outlives it
     except (ProcessLookupError, PermissionError):
         pass
+    processes.sweep(keep=frozenset(running), grace=KILL_WAIT)  # what it left in other process groups
+    task.held.release()
     record = run.dir.read(task.record, "tau.local-task")
     if record is None:  # finished before its running record was written
         return

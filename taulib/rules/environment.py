@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Any
 
 
 def missing_inherited(inherit: list[str], environ: Mapping[str, str]) -> list[str]:
@@ -37,3 +38,12 @@ def client_environment(*, path: str, env: Mapping[str, str], inherit: list[str],
     out.update(env)
     out.update(tau)
     return out
+
+
+
+def attempt_variables(run_dir: str, run_id: str, attempt: Mapping[str, Any], shard_index: int) -> dict[str, str]:
+    """The variables naming the run, shard and attempt (its record), which the client and every service backend
+    get."""
+    return {"TAU_RUN_DIR": run_dir, "TAU_RUN_ID": run_id, "TAU_SHARD_ID": attempt["shard_id"],
+            "TAU_SHARD_INDEX": str(shard_index), "TAU_ATTEMPT_ID": attempt["attempt_id"],
+            "TAU_ATTEMPT_ORDINAL": str(attempt["ordinal"])}

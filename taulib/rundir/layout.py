@@ -4,6 +4,7 @@ RUN/
   run.json  plan.json                              run.json is published last by tau-init: its presence = the run exists
   cancel.json  schema.json                         the run's cancellation (tau-cancel), its output schema (first winner)
   locks/{run,submit,collect,index,shard-NNNNN,resume-shard-NNNNN,local-submission-NNNN}.lock
+  locks/{local-slot-K,local-gpu-K}.lock            (local executor: a task's place and GPUs, held while it lives)
   index/sealed-KKKK.json                           the sealed-shard index in segments (a cache of winners, rundir.index)
   index/sealed.json                                the whole-run index of earlier versions (read, never written)
   shards/shard-NNNNN/                              made by the first record about the shard (its range: from the plan)
@@ -11,6 +12,7 @@ RUN/
                                                     for resume "always")
     attempts/attempt-NNNN/
       attempt.json readiness.json observation.json result.json manifest.json client.log progress dataset/
+      endpoints.json services/NAME-K.log           (runs with services: the endpoints, each backend's output)
   submissions/submission-NNNN/
     plan.json status.json job.sh slurm-JOB_TASK.out       (job.sh and its output under Slurm only)
     local/supervisor.json local/supervisor.log     (local executor only)
@@ -28,6 +30,7 @@ SCHEMA = "schema.json"
 DEFERRAL = "submissions/deferral.json"  # the shards the last submission left for a later one, and why
 DRIVE = "drive/state.json"  # tau-drive's cycles and what its notifications last told (under drive.lock)
 SHARDS = "shards"
+ENDPOINTS = "endpoints.json"  # in an attempt's folder: its services' published endpoints (tau.endpoints)
 SEALED_LEGACY = "index/sealed.json"
 
 
@@ -113,6 +116,21 @@ def shard_dataset(sid: str) -> str:
 
 def attempts_dir(sid: str) -> str:
     return f"shards/{sid}/attempts"
+
+
+def service_log(sid: str, aid: str, name: str, backend: int) -> str:
+    """The output of backend `backend` (1, 2, ...) of service `name` in an attempt."""
+    return attempt_file(sid, aid, f"services/{name}-{backend}.log")
+
+
+def local_slot(k: int) -> str:
+    """The lock of the local executor's K-th place for a live task (of max_parallel, run-wide)."""
+    return f"local-slot-{k}"
+
+
+def local_gpu(k: int) -> str:
+    """The lock of the K-th GPU of scheduler.local.gpus, held by the live task it was given to."""
+    return f"local-gpu-{k}"
 
 
 def attempt_file(sid: str, aid: str, name: str) -> str:

@@ -18,6 +18,10 @@ Order (a process that holds a lock may only take locks that come later in this l
   5. `root.lock`            the records in the run's top folder written after tau-init (cancel.json, schema.json)
   6. `shard-<NNNNN>.lock`   one shard's records, in ascending shard order when several are held
 
+Apart from the order: `local-slot-K.lock` and `local-gpu-K.lock`, a live local task's place (of the run's
+max_parallel) and its GPUs, taken by the local executor's supervisor with `try_hold` (never waited for), and held
+through one open file, shared with the task's process, for as long as either lives.
+
 A lock not granted within the timeout (`TAU_LOCK_TIMEOUT` seconds, default 30) raises Busy (exit 75).
 portalocker uses flock(2) on Linux, which NFS (v4, or v3 with lockd) and Lustre (mounted with `flock`) support.
 portalocker is imported only when a lock is actually taken.
@@ -30,7 +34,7 @@ import sys
 import time
 import types
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Iterator
 
 from taulib import env
 from taulib.errors import Busy
@@ -125,3 +129,24 @@ def shard_lock_name(shard_id: str) -> str:
 
 def resume_lock_name(shard_id: str) -> str:
     return f"resume-{shard_id}"
+
+
+def try_hold(tree: Tree, name: str) -> BinaryIO | None:
+    """Lock `name` exclusively if it is free now, without waiting: the open lock file (the lock lasts while it, or
+    a copy a child process inherited, stays open; close it to let go), or None when another process holds it.
+    Outside the order: never waited for, it can hold up nobody who holds it."""
+    _skip_version_lookup()
+    import portalocker
+
+    rel = f"locks/{name}.lock"
+    while True:
+        fd = tree.open_lock_file(rel)
+        fh = os.fdopen(fd, "r+b", buffering=0)
+        try:
+            portalocker.lock(fh, portalocker.LOCK_EX | portalocker.LOCK_NB)
+        except portalocker.exceptions.LockException:
+            fh.close()
+            return None
+        if tree.same_file(rel, fd):
+            return fh
+        fh.close()  # the lock file was replaced under us: try the new one

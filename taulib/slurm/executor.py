@@ -103,6 +103,9 @@ class Slurm(Executor):
     def request(self, section: dict[str, Any]) -> dict[str, str | None]:
         return {"mem": section.get("mem") or None, "time": section.get("time") or None}
 
+    def gpus(self, section: dict[str, Any]) -> int:
+        return int(section.get("gpus") or 0)
+
     def limits(self, plan: dict[str, Any]) -> Limits:
         return Limits(parallel=plan["scheduler"]["slurm"].get("max_parallel"))
 
@@ -200,6 +203,14 @@ class Slurm(Executor):
 
     def restarts(self, environ: dict[str, str]) -> int:
         return env.get("SLURM_RESTART_COUNT", environ)
+
+    def devices(self, environ: dict[str, str]) -> list[str] | None:
+        """The devices Slurm bound (CUDA_VISIBLE_DEVICES, else SLURM_JOB_GPUS: the node's numbers, as Slurm sets
+        them without cgroup renumbering)."""
+        from taulib.rules.services import parse_devices
+
+        found = parse_devices(env.get("CUDA_VISIBLE_DEVICES", environ))
+        return found if found is not None else parse_devices(env.get("SLURM_JOB_GPUS", environ))
 
     def allocation_variables(self, environ: dict[str, str]) -> dict[str, str]:
         return {k: v for k, v in environ.items() if k.startswith("SLURM_") or k in DEVICE_VARIABLES}

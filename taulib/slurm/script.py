@@ -28,6 +28,8 @@ _SAFE_PATH = re.compile(r"^/[A-Za-z0-9_.,:=/+@%-]*\Z")
 _PROFILE_OPTIONS = {"--partition", "--account", "--qos", "--time", "--mem", "--cpus-per-task"}
 _RESERVED = {"--array", "--job-name", "--output", "--error", "--chdir", "--open-mode", "--requeue", "--no-requeue",
              "--export", "--parsable", "--wrap"}
+_GPU_OPTIONS = {"--gres", "--gpus", "--gpus-per-task", "--gpus-per-node", "--gpus-per-socket", "--ntasks",
+                "--ntasks-per-node"}  # what asking for gpus sets: an extra option beside it would contradict it
 
 
 def _check(pattern: re.Pattern[str], value: str, what: str) -> str:
@@ -42,10 +44,17 @@ def validate_profile(profile: dict[str, Any]) -> None:
                          ("time", _TIME), ("mem", _MEM)):
         if profile.get(key):
             _check(pattern, profile[key], key.replace("_", " "))
+    if profile.get("gpu_type"):
+        _check(_NAME, profile["gpu_type"], "gpu type")
+    if (profile.get("gpu_type") or profile.get("gpu_option")) and not profile.get("gpus"):
+        raise BadInput("scheduler.slurm.gpu_type and gpu_option say how to ask for gpus: set scheduler.slurm.gpus too")
     for extra in profile.get("extra", []):
         _check(_EXTRA, extra, "extra option")
         if extra.split("=", 1)[0] in _RESERVED | _PROFILE_OPTIONS:
             raise BadInput(f"slurm extra option {extra!r} would override one tau sets itself")
+        if profile.get("gpus") and extra.split("=", 1)[0] in _GPU_OPTIONS:
+            raise BadInput(f"slurm extra option {extra!r} contradicts scheduler.slurm.gpus, which asks for the GPUs; "
+                           "drop it")
 
 
 def _profile_options(profile: dict[str, Any], partition: str | None) -> dict[str, str]:
@@ -60,6 +69,19 @@ def _profile_options(profile: dict[str, Any], partition: str | None) -> dict[str
     return options
 
 
+def gpu_options(profile: dict[str, Any]) -> dict[str, str]:
+    """The #SBATCH options that ask for the plan's GPUs per task: `--gpus-per-task=[TYPE:]N` with `--ntasks=1`
+    (which --gpus-per-task needs), or `--gres=gpu:[TYPE:]N` where the site asks for GPUs as a generic resource."""
+    if not profile.get("gpus"):
+        return {}
+    count = str(int(profile["gpus"]))
+    if profile.get("gpu_type"):
+        count = f"{_check(_NAME, profile['gpu_type'], 'gpu type')}:{count}"
+    if profile.get("gpu_option") == "gres":
+        return {"--gres": f"gpu:{count}"}
+    return {"--gpus-per-task": count, "--ntasks": "1"}
+
+
 def check_path(path: str, what: str) -> str:
     return _check(_SAFE_PATH, path, what)
 
@@ -67,7 +89,7 @@ def check_path(path: str, what: str) -> str:
 def render(*, job_name: str, run_dir: str, submission_id: str, task_indices: list[int], python: str,
            profile: dict[str, Any]) -> str:
     """The script text. `profile` is the plan's `scheduler.slurm` (partition, time, account, qos, cpus_per_task,
-    mem, max_parallel, extra)."""
+    mem, gpus, gpu_option, gpu_type, max_parallel, extra)."""
     if not task_indices:
         raise BadInput("a submission needs at least one task: refusing to render an empty --array")
     _check(_NAME, job_name, "job name")
@@ -90,6 +112,7 @@ def render(*, job_name: str, run_dir: str, submission_id: str, task_indices: lis
     options.update(_profile_options(profile, profile.get("partition")))
     if profile.get("cpus_per_task"):
         options["--cpus-per-task"] = str(int(profile["cpus_per_task"]))
+    options.update(gpu_options(profile))
     lines = [f"#SBATCH {key}" if value is None else f"#SBATCH {key}={value}" for key, value in options.items()]
     for extra in profile.get("extra", []):
         _check(_EXTRA, extra, "extra option")

@@ -1,0 +1,130 @@
+"""The order of work inside an allocation once it is fenced (tau-attempt(1) "The order of work"):
+
+  1. the client's preflight (`client.command`): its program still an executable file, its inherited variables
+     there, its folder and its dataset folder usable; a failure ends the attempt before any service starts;
+  2. the services (`lifecycle.services`), when the plan has any: every backend started on its GPUs and port;
+  3. their probes, until every backend is ready or a start timeout passes, a backend that exits failing its
+     deployment at once; readiness.json written at every change and every heartbeat meanwhile, so that a model
+     still loading is never taken for a stall; a stop signal or a cancellation ends the wait;
+  4. the endpoints published: endpoints.json, and TAU_SERVICE_<NAME>_URL(S) and TAU_SERVICES_FILE for the client;
+  5. the client (`client.run_client`), the services watched while it runs;
+  6. `cleanup`, the one cleanup owner, whatever ended the attempt: every service stopped (SIGTERM to its process
+     group, SIGKILL after its grace), then every process left behind (a client's daemon, a service's orphan),
+     adopted by this process as their subreaper, stopped and named.
+
+Reads: the plan, the run's fixed environment, the allocation's environment, the cancellation records. Writes:
+readiness.json (`lifecycle.readiness`) and endpoints.json (through the one writer, under the shard lock).
+Promises: no service outlives its attempt; the client never starts before every deployment is ready; the
+allocation ends only once everything it started is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from taulib import executor, failpoints, jsonio, processes
+from taulib.lifecycle import client, readiness
+from taulib.lifecycle.client import ClientOutcome
+from taulib.rules import services as service_rules
+from taulib.rundir import layout, locks
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.lifecycle.services import Failure, Services
+    from taulib.rundir.run import Run
+
+WAIT_POLL = 0.2  # seconds between looks at the services while they start
+WRITE_WAIT = 10.0  # seconds a readiness change waits for its locks (a heartbeat waits client.STOP_LOCK_WAIT)
+LEFTOVER_GRACE = 5.0  # seconds a process left behind has between SIGTERM and SIGKILL
+SIGNAL_GRACE = 2.0  # the same, and a service's grace at most, once the scheduler has signalled the allocation
+
+
+def work(run: Run, attempt: Record, environ: dict[str, str], stop: client.Stop,
+         services: Services | None) -> ClientOutcome:
+    """Steps 1 to 5 of the module docstring; the caller runs `cleanup` whatever happens."""
+    started = jsonio.now_rfc3339()
+    prepared, problem = client.command(run, attempt, environ)
+    if problem is not None:
+        return ClientOutcome(started, None, None, problem, None, code="preflight")
+    if services is None:
+        return client.run_client(run, attempt, prepared, stop)
+    failure = services.start(environ, executor.of_attempt(attempt).devices(environ))
+    failpoints.hit("attempt.services_started")
+    if failure is None:
+        outcome = _await_ready(run, attempt, services, stop, started)
+        if outcome is not None:
+            return outcome
+        urls = services.publish()
+        path = os.path.join(run.path, _publish(run, attempt, urls))
+        _write(run, attempt, services, WRITE_WAIT)
+        failpoints.hit("attempt.endpoints_published")
+        prepared.env.update(service_rules.endpoint_variables(urls, path))
+        return client.run_client(run, attempt, prepared, stop, services)
+    _write(run, attempt, services, WRITE_WAIT)
+    return _failed(started, failure)
+
+
+def _failed(started: str, failure: Failure) -> ClientOutcome:
+    return ClientOutcome(started, None, None, f"{failure.message}; the client was never started", None,
+                         code=failure.code)
+
+
+def _await_ready(run: Run, attempt: Record, services: Services, stop: client.Stop,
+                 started: str) -> ClientOutcome | None:
+    """Wait until every deployment is ready (None), or what ended the wait: a deployment's failure, a stop signal,
+    a cancellation."""
+    heartbeat = run.plan["windows"]["heartbeat_seconds"]
+    now = time.monotonic()
+    next_beat, next_check = now, now + client.CANCEL_CHECK
+    while True:
+        if stop.signum is not None:
+            return ClientOutcome(started, None, stop.signum, None, stop.signum)
+        now = time.monotonic()
+        failure = services.check(now)
+        if failure is not None:
+            _write(run, attempt, services, WRITE_WAIT)
+            return _failed(started, failure)
+        if services.all_ready():
+            return None
+        if now >= next_check:
+            next_check = now + client.CANCEL_CHECK
+            why = client.cancelled(run, attempt)
+            if why is not None:
+                return ClientOutcome(started, None, None, None, None, f"{why}; the client was never started")
+        if services.changed or now >= next_beat:
+            next_beat = now + heartbeat
+            _write(run, attempt, services, WRITE_WAIT if services.changed else client.STOP_LOCK_WAIT)
+        stop.wait(WAIT_POLL)
+
+
+def _write(run: Run, attempt: Record, services: Services, wait: float, message: str | None = None) -> None:
+    """Readiness now (version 2), waiting `wait` seconds at most for the locks (else left to the next write)."""
+    client.briefly(run, attempt, wait, lambda: readiness.write(run, attempt, "starting", message, services=services))
+
+
+def _publish(run: Run, attempt: Record, urls: dict[str, list[str]]) -> str:
+    """endpoints.json: every service's URLs, for the client (TAU_SERVICES_FILE); its path in the run."""
+    rel = layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], layout.ENDPOINTS)
+    with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, locks.shard_lock_name(attempt["shard_id"])):
+        current = run.dir.read(rel, "tau.endpoints")
+        run.dir.replace(rel, {
+            "kind": "tau.endpoints", "schema_version": 1, "run_id": run.run_id, "shard_id": attempt["shard_id"],
+            "attempt_id": attempt["attempt_id"], "revision": 1 if current is None else current["revision"] + 1,
+            "restarts": attempt["restarts"], "published_at": jsonio.now_rfc3339(),
+            "services": [{"name": name, "url": found[0], "urls": found} for name, found in urls.items()]})
+    return rel
+
+
+def cleanup(run: Run, attempt: Record, services: Services | None, stop: client.Stop) -> list[Record]:
+    """The one cleanup owner (step 6): every service stopped, then every process left behind stopped and named
+    ({pid, command}). Shorter graces once the scheduler has signalled the allocation (it kills what is left soon)."""
+    signalled = stop.signum is not None
+    if services is not None:
+        services.stop(SIGNAL_GRACE if signalled else None)
+    left = processes.sweep(grace=SIGNAL_GRACE if signalled else LEFTOVER_GRACE)
+    if services is not None and signalled:  # the record of the stop, now with the services stopped
+        _write(run, attempt, services, client.STOP_LOCK_WAIT,
+               f"stopped by signal {stop.signum}; the scheduler's evidence decides the attempt")
+    return left
