@@ -55,6 +55,8 @@ def status(doc: Record) -> str:
             done = (f"{progress['records_done']}/{progress['records']}" if progress["records_done"] is not None
                     else "-") + f" {progress['age_seconds']:.0f}s ago"
         reason = shard["reason"] + (f" (stalled: {shard['stalled']})" if shard.get("stalled") else "")
+        if progress and progress.get("deployments"):
+            reason += "; " + ", ".join(_deployment(d) for d in progress["deployments"])
         if shard.get("log"):
             reason += f"; log {shard['log']}"
         tries = f"{shard['attempts']}/{shard['max_attempts']}" if "attempts" in shard else None
@@ -62,6 +64,14 @@ def status(doc: Record) -> str:
                      _used(shard.get("usage")), reason])
     return head + "\n" + render(["SHARD", "STATE", "ATTEMPT", "WINNER", "TRIES", "SCHEDULER", "PROGRESS", "USED",
                                  "REASON"], rows)
+
+
+def _deployment(d: Record) -> str:
+    """A running attempt's deployment in a few words: `generator 3/4 ready`, or with the last probe that failed,
+    `generator 1/2 starting (GET /health answered 503)`."""
+    probe = d.get("last_probe")
+    said = f" ({probe['message']})" if probe and probe["outcome"] == "failure" else ""
+    return f"{d['name']} {d['ready_backends']}/{d['expected_backends']} {d['state']}{said}"
 
 
 def _efficiency(summary: Record | None) -> str:

@@ -164,6 +164,17 @@ def as_format_1(run_dir: Path) -> Path:
     return run_dir
 
 
+def wait_for(predicate, timeout: float = 60, what: str = "it"):
+    """The first true value of predicate(), asked every 0.2 s; fails the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what} did not happen in {timeout}s"
+        time.sleep(0.2)
+
+
 def status(run_dir: Path) -> dict:
     obs = tau("tau-observe", str(run_dir))
     assert obs.returncode == 0, obs.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PYTHON, copy_run, error_of, init_run, settle, snapshot, tau, wait_settled
+from helpers import PYTHON, copy_run, error_of, init_run, settle, snapshot, tau, wait_for, wait_settled
 from test_cli_run_environment import PROBE
 
 
@@ -26,16 +26,6 @@ def status(run_dir: Path) -> dict:
     proc = tau("tau-status", str(run_dir))
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
-
-
-def wait_for(predicate, timeout: float = 60, what: str = "it"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} did not happen in {timeout}s"
-        time.sleep(0.2)
 
 
 def process_groups(run_dir: Path) -> set[int]:

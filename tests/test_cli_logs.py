@@ -9,7 +9,7 @@ import time
 import pytest
 
 from helpers import BIN, PYTHON, env_for_tests, error_of, init_run, settle, snapshot, tau
-from test_cli_cancel import wait_for
+from helpers import wait_for
 from test_cli_run_environment import PROBE
 
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from helpers import BIN, CLIENT, PYTHON, copy_run, env_for_tests, error_of, init_run, settle, snapshot, tau
-from test_cli_cancel import wait_for
+from helpers import wait_for
 from test_cli_run_environment import PROBE
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import CLIENT, PYTHON, error_of, init_run, settle, snapshot, tau
+from helpers import CLIENT, PYTHON, error_of, init_run, settle, snapshot, tau, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -37,16 +37,6 @@ def observed(run_dir: Path) -> dict:
     rec = tau("tau-reconcile", str(run_dir), input=obs.stdout)
     assert rec.returncode == 0, rec.stderr
     return json.loads(rec.stdout)
-
-
-def wait_for(predicate, timeout: float = 60, what: str = "it"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} did not happen in {timeout}s"
-        time.sleep(0.2)
 
 
 def hung_run(workspace: Path, **extra) -> Path:

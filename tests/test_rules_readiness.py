@@ -74,7 +74,7 @@ def test_the_whole_life_of_a_deployment_is_a_chain_of_valid_transitions():
             rec(READY, revision=5, at=T2, client="running"),
             rec(dep(state="stopped", endpoint="published", last_probe=probe()), revision=6, at=T2, client="ended")]
     assert readiness.transition(None, life[0]) is None
-    for before, after in zip(life, life[1:]):
+    for before, after in zip(life, life[1:], strict=False):
         assert readiness.transition(before, after) is None, (before, after)
 
 

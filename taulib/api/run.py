@@ -149,21 +149,17 @@ class Run:
                 doc = observe.observe(run)
             return RunStatus.of(reconcile.apply(run, reconcile.validate_document(doc)))
 
-    def logs(self, shard: Shard, attempt: str | None = None) -> str:
+    def logs(self, shard: Shard, attempt: str | None = None, service: str | None = None) -> str:
         """The output of the shard's newest attempt (or of `attempt`, such as "attempt-0001"), as tau-logs prints
-        it: the client's stdout and stderr, then the allocation's own output headed by its path. NotFound (66) for
-        a shard the run does not have or an attempt it never made."""
+        it: the client's stdout and stderr, then the allocation's own output headed by its path; with `service`
+        ("generator-2", or a service's name when it has one backend), that backend's output instead. NotFound
+        (66) for a shard, an attempt or a service backend the run does not have; UsageError (2) for the name of a
+        service of several backends."""
         from taulib.lifecycle import logs
 
         with self._opened() as run:
-            entries = logs.snapshot(run, logs.attempt_of(run, _shard_id(shard), attempt))
-        parts: list[str] = []
-        for entry in entries:
-            if entry["text"]:
-                text = entry["text"].decode("utf-8", "replace")
-                parts.append(text if not parts and entry["source"] == "client" else
-                             f"{chr(10) if parts else ''}==> {entry['path']} <==\n{text}")
-        return "".join(parts)
+            return logs.text(run, logs.attempt_of(run, _shard_id(shard), attempt), service).decode("utf-8",
+                                                                                                  "replace")
 
     # -- driving it to the end ----------------------------------------------------------------------------------
 

@@ -42,6 +42,12 @@ class ShardStatus:
         """The shard's number: 7 for shard-00007."""
         return int(self.id.removeprefix("shard-"))
 
+    @property
+    def deployments(self) -> tuple[Document, ...]:
+        """The services of its running attempt (tau-status(1) `progress.deployments`): each one's name, state,
+        ready and expected backends, endpoint and last probe; empty when it runs none."""
+        return tuple((self.progress or {}).get("deployments") or ())
+
     @classmethod
     def of(cls, doc: Document) -> ShardStatus:
         return cls(id=doc["id"], state=doc["state"], reason=doc["reason"], attempt=doc["attempt"],

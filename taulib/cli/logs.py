@@ -10,20 +10,24 @@ EXAMPLE = """
 tau-logs runs/demo shard-00003
 tau-logs runs/demo shard-00003 --attempt attempt-0001 | tail -n 20
 tau-logs runs/demo 5 --follow
+tau-logs runs/demo 5 --service generator-2 --follow
 """
 
 
 @common.command("tau-logs", "Print the output of SHARD_ID's newest attempt (or of --attempt; SHARD_ID is an id or a "
                 "number: shard-00003 or 3): the client's stdout and stderr (client.log), then the allocation's own "
-                "output (under Slurm its slurm-JOB_TASK.out), each headed by its path when both have something. "
-                "--follow streams what is appended while the attempt is live and ends when it ends.", EXAMPLE)
+                "output (under Slurm its slurm-JOB_TASK.out), each headed by its path when both have something; with "
+                "--service, one service backend's output instead. --follow streams what is appended while the "
+                "attempt is live and ends when it ends.", EXAMPLE)
 @common.run_dir_argument
 @click.argument("shard", metavar="SHARD_ID", type=common.SHARD)
 @click.option("--attempt", "attempt_id", metavar="ATTEMPT_ID", help="This attempt instead of the newest one.")
+@click.option("--service", "service", metavar="NAME[-K]",
+              help="The output of backend K of service NAME (NAME alone: a service of one backend) instead.")
 @click.option("--follow", is_flag=True, help="Keep printing what is appended until the attempt has ended.")
 @click.option("-o", "--output", "output", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text for people and tail; json for programs (the paths and what they hold).")
-def cli(run_dir: str, shard: str, attempt_id: str | None, follow: bool, output: str) -> None:
+def cli(run_dir: str, shard: str, attempt_id: str | None, service: str | None, follow: bool, output: str) -> None:
     import sys
 
     from taulib.errors import UsageError
@@ -38,22 +42,14 @@ def cli(run_dir: str, shard: str, attempt_id: str | None, follow: bool, output: 
             common.emit({"kind": "tau.logs", "schema_version": 1, "run_id": run.run_id, "shard_id": shard,
                          "attempt_id": attempt["attempt_id"], "state": attempt["state"],
                          "logs": [dict(entry, text=entry["text"].decode("utf-8", "replace"))
-                                  for entry in logs.snapshot(run, attempt)]})
+                                  for entry in logs.snapshot(run, attempt, service)]})
             return
-        last: list[str | None] = [None]
-
-        def write(source: str, path: str, data: bytes) -> None:
-            if source != last[0] and (last[0] is not None or source != "client"):
-                common.emit_bytes(f"{chr(10) if last[0] else ''}==> {path} <==\n".encode())
-            last[0] = source
-            common.emit_bytes(data)
-
         if follow:
-            logs.follow(run, attempt, write)
+            headed = logs.Headings(logs.sources(run, attempt, service)[0][0])
+            logs.follow(run, attempt, lambda source, path, data: common.emit_bytes(headed(source, path, data)),
+                        service=service)
         else:
-            for entry in logs.snapshot(run, attempt):
-                if entry["text"]:
-                    write(entry["source"], entry["path"], entry["text"])
+            common.emit_bytes(logs.text(run, attempt, service))
         sys.stdout.flush()
 
 

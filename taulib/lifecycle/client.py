@@ -234,6 +234,9 @@ def run_client(run: Run, attempt: Record, prepared: Prepared, stop: Stop,
     watch = drift.Watch(run, attempt)
     code, why = _wait(run, attempt, proc, stop, watch, services)
     if services is not None:
+        failure = services.check(time.monotonic()) if why is None and stop.signum is None else None
+        if failure is not None:  # a backend that died as the client ended is what ended it: it is named
+            why = failure.message
         services.client = "ended"
     if stop.signum is None and why is None and -code in STOP_SIGNALS:
         stop.wait(STOP_GRACE)  # the scheduler signalled the client first: this process's signal is on its way

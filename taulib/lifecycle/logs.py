@@ -1,10 +1,13 @@
-"""An attempt's output (tau-logs): the client's stdout and stderr, and the allocation's own output file.
+"""An attempt's output (tau-logs): the client's stdout and stderr and the allocation's own output file, or one
+service backend's output.
 
 Reads: the attempt's client.log and, beside its submission, the allocation's output (Slurm's
-`slurm-JOB_TASK.out`, the local executor's `local/task-NNNNN.log`), never through a symlink; for `follow`, the
-attempt record and the executor's view of the attempt (the local executor's records, or squeue). Writes: nothing.
+`slurm-JOB_TASK.out`, the local executor's `local/task-NNNNN.log`), or a backend's `services/NAME-K.log`, never
+through a symlink; for `follow`, the attempt record and the executor's view of the attempt (the local executor's
+records, or squeue). Writes: nothing.
 Promises: the newest attempt of the shard unless one is named; `follow` streams what is appended while the attempt
-is live and returns once it has ended (its record says so, or the executor no longer has it), after the last bytes.
+is live and returns once it has ended (its record says so, or the executor no longer has it), after the last bytes;
+every file's text but the first's is headed by its path (`Headings`), the same for tau-logs and the Python API.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from taulib import executor
-from taulib.errors import NotFound
+from taulib.errors import NotFound, UsageError
 from taulib.rundir import layout, state
 
 if TYPE_CHECKING:
@@ -40,10 +43,32 @@ def attempt_of(run: Run, sid: str, aid: str | None) -> Record:
     return attempt
 
 
-def sources(run: Run, attempt: Record) -> list[tuple[str, str]]:
-    """(name, path relative to the run) of the attempt's output files: the client's, then the allocation's."""
+def sources(run: Run, attempt: Record, service: str | None = None) -> list[tuple[str, str]]:
+    """(name, path relative to the run) of the attempt's output files: the client's, then the allocation's; or,
+    with `service` (NAME-K, or NAME for a service of one backend), that backend's."""
+    if service is not None:
+        name, backend = backend_of(run, service)
+        return [(f"{name}-{backend}", layout.service_log(attempt["shard_id"], attempt["attempt_id"], name, backend))]
     return [("client", layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "client.log")),
             ("allocation", executor.of_attempt(attempt).output_path(attempt))]
+
+
+def backend_of(run: Run, given: str) -> tuple[str, int]:
+    """The service and backend (1, 2, ...) a person named: NAME-K, or NAME alone for a service of one backend.
+    NotFound for a service or a backend the plan does not have; UsageError for NAME alone when it has several."""
+    services = {s["name"]: s["backends"] for s in run.plan.get("services") or []}
+    if not services:
+        raise NotFound(f"run {run.run_id!r} has no services; tau-logs without --service shows the client's output")
+    if given in services:
+        if services[given] > 1:
+            raise UsageError(f"service {given!r} has {services[given]} backends: name one, from {given}-1 to "
+                             f"{given}-{services[given]}")
+        return given, 1
+    name, _, number = given.rpartition("-")
+    if name in services and number.isascii() and number.isdigit() and 1 <= int(number) <= services[name]:
+        return name, int(number)
+    choices = ", ".join(f"{n}-1..{n}-{k}" if k > 1 else n for n, k in services.items())
+    raise NotFound(f"run {run.run_id!r} has no service backend {given!r}; its services: {choices}", service=given)
 
 
 def read(run: Run, rel: str, offset: int = 0) -> bytes:
@@ -62,31 +87,57 @@ def read(run: Run, rel: str, offset: int = 0) -> bytes:
         os.close(fd)
 
 
-def snapshot(run: Run, attempt: Record) -> list[Record]:
-    """Every output file of the attempt with what it holds now."""
+def snapshot(run: Run, attempt: Record, service: str | None = None) -> list[Record]:
+    """Every output file of the attempt (or of one service backend) with what it holds now."""
     return [{"source": name, "path": os.path.join(run.path, rel), "text": read(run, rel)}
-            for name, rel in sources(run, attempt)]
+            for name, rel in sources(run, attempt, service)]
+
+
+class Headings:
+    """The text of output files one after another, as tau-logs prints it: each file's bytes, headed by
+    `==> PATH <==` when they follow another file's, or when the first bytes are not the first file's (the client's,
+    or the one backend's)."""
+
+    def __init__(self, first: str) -> None:
+        self.first = first
+        self.last: str | None = None
+
+    def __call__(self, source: str, path: str, data: bytes) -> bytes:
+        head = b""
+        if source != self.last and (self.last is not None or source != self.first):
+            head = f"{chr(10) if self.last else ''}==> {path} <==\n".encode()
+        self.last = source
+        return head + data
+
+
+def text(run: Run, attempt: Record, service: str | None = None) -> bytes:
+    """What the attempt's output files (or one backend's) hold now, as tau-logs prints them."""
+    entries = snapshot(run, attempt, service)
+    headed = Headings(entries[0]["source"])
+    return b"".join(headed(e["source"], e["path"], e["text"]) for e in entries if e["text"])
 
 
 def follow(run: Run, attempt: Record, write: Callable[[str, str, bytes], None],
-           stop: Callable[[], bool] = lambda: False) -> None:
+           stop: Callable[[], bool] = lambda: False, service: str | None = None) -> None:
     """Call write(source, path, bytes) with what the files hold and then with what is appended to them, until the
     attempt has ended (or `stop()` says so), and then with the rest."""
-    offsets = {rel: 0 for _, rel in sources(run, attempt)}
+    files = sources(run, attempt, service)
+    offsets = {rel: 0 for _, rel in files}
     next_look = time.monotonic() + LIVE_EVERY
     while True:
         ended = _ended(run, attempt) if time.monotonic() >= next_look else False
         if ended is not False or stop():
-            _drain(run, attempt, offsets, write)
+            _drain(run, files, offsets, write)
             return
-        _drain(run, attempt, offsets, write)
+        _drain(run, files, offsets, write)
         if time.monotonic() >= next_look:
             next_look = time.monotonic() + LIVE_EVERY
         time.sleep(POLL)
 
 
-def _drain(run: Run, attempt: Record, offsets: dict[str, int], write: Callable[[str, str, bytes], None]) -> None:
-    for name, rel in sources(run, attempt):
+def _drain(run: Run, files: list[tuple[str, str]], offsets: dict[str, int],
+           write: Callable[[str, str, bytes], None]) -> None:
+    for name, rel in files:
         data = read(run, rel, offsets[rel])
         if data:
             offsets[rel] += len(data)

@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING
 
 from taulib import jsonio
-from taulib.rules import budget, efficiency, rollup, stall
+from taulib.rules import budget, efficiency, readiness, rollup, stall
 from taulib.rundir import index, layout, state, usage
 from taulib.rundir.journal import COLLECTIONS, SUBMISSIONS, Journal, task_count
 
@@ -161,20 +161,29 @@ def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple
 
 
 def _progress(run: Run, attempt: Record, now: float) -> Record | None:
-    """The running attempt's readiness: its state, the records its client reported done and when that count last
-    changed, and how long ago (by the observer's clock, never less than 0) it last wrote a heartbeat
-    (`still_seconds`: how long the count has stood still, for the stall rule; not part of the status)."""
+    """The running attempt's readiness: its state (in version 1's words: `rules.readiness.phase`), the records its
+    client reported done and when that count last changed, how long ago (by the observer's clock, never less than
+    0) it last wrote a heartbeat, and its deployments (null for a run without services) (`still_seconds`: how long
+    the count has stood still, for the stall rule; not part of the status)."""
     record = run.dir.read(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "readiness.json"),
                           "tau.readiness")
     if record is None:
         return None
     shard = run.shard(attempt["shard_id"])
     progressed = record.get("progress_at")
-    return {"state": record["state"], "records_done": record.get("records_done"),
+    return {"state": readiness.phase(record), "records_done": record.get("records_done"),
             "records": shard["record_end"] - shard["record_start"], "updated_at": record["updated_at"],
             "progress_at": progressed,
             "age_seconds": round(max(0.0, now - jsonio.parse_time(record["updated_at"])), 1),
+            "deployments": None if record["schema_version"] == 1 else [deployment(d) for d in record["deployments"]],
             "still_seconds": None if progressed is None else max(0.0, now - jsonio.parse_time(progressed))}
+
+
+def deployment(record: Record) -> Record:
+    """A deployment as the status shows it: its name, state, ready and expected backends, endpoint and last probe
+    (readiness.json's, without its backends)."""
+    return {key: record[key] for key in ("name", "state", "ready_backends", "expected_backends", "endpoint",
+                                         "last_probe")}
 
 
 def deferred_reason(deferral: Record) -> str:

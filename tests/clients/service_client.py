@@ -31,7 +31,7 @@ def main() -> int:
     key = "".join(c if c.isalnum() else "_" for c in args.service.upper())
     urls = os.environ[f"TAU_SERVICE_{key}_URLS"].split(",")
     if args.setsid:
-        forgotten = subprocess.Popen(["setsid", "sleep", "3600"], start_new_session=True)
+        forgotten = subprocess.Popen(["setsid", "sleep", "3600"])  # not a group leader: setsid(1) execs, no fork
         with open(os.path.join(args.report, f"setsid-{shard}-{attempt}.pid"), "w") as fh:
             fh.write(str(forgotten.pid))
     if args.report:

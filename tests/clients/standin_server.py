@@ -93,8 +93,8 @@ def main() -> int:
             print(f"standin {name}-{backend}: {fmt % fargs}", flush=True)
 
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    print(f"standin {name}-{backend}: pid {os.getpid()} listening on 127.0.0.1:{args.port}, model {args.model}",
-          flush=True)
+    print(f"standin {name}-{backend}: pid {os.getpid()} listening on 127.0.0.1:{args.port}, model {args.model}, "
+          f"devices {os.environ.get('CUDA_VISIBLE_DEVICES')!r}", flush=True)
     if args.exit_after is not None:
         def die() -> None:
             time.sleep(args.exit_after)
