@@ -4,6 +4,8 @@
 # Idempotent: a daemon whose pid file names a live process is left alone. FRESH=1 wipes controller state and the
 # accounting database first (refused while daemons run). Stop with cluster-down.sh (by pid files only).
 #   partitions: debug (default, PriorityTier=1, preemptable by requeue) and high (PriorityTier=10)
+#   GPUs: the node declares 4 fake GPUs (gres/gpu over character devices made here, copies of /dev/null), which
+#   Slurm really schedules: a job asking --gpus-per-task or --gres=gpu gets its own, named in CUDA_VISIBLE_DEVICES
 set -euo pipefail
 
 CLUSTER=${CLUSTER:-taucluster}
@@ -14,6 +16,7 @@ RUNDIR=/run/slurm
 LOGDIR=/var/log/slurm
 STATEDIR=/var/lib/slurm/slurmctld
 SPOOLDIR=/var/lib/slurm/slurmd
+GPUDIR=${TAU_FAKE_GPUS:-/var/lib/slurm/tau-fake-gpus}
 EPILOG_CTLD=${TAU_EPILOG_CTLD:-/etc/slurm/tau-epilog-slurmctld.sh}
 
 log() { printf '%s cluster-up: %s\n' "$(date +%T.%3N)" "$*" >&2; }
@@ -46,7 +49,13 @@ read -r CPUS SOCKETS CORES THREADS MEM < <(slurmd -C | awk '
   /^NodeName/ { for (i=1;i<=NF;i++){ split($i,a,"="); v[a[1]]=a[2] } }
   END { print v["CPUs"], v["SocketsPerBoard"], v["CoresPerSocket"], v["ThreadsPerCore"], v["RealMemory"] }')
 
-mkdir -p /etc/slurm
+mkdir -p /etc/slurm "$GPUDIR"
+# fake GPUs: character devices (plain files make Slurm set no GPU variables); nothing opens them
+for i in 0 1 2 3; do [ -c "$GPUDIR/gpu$i" ] || { rm -f "$GPUDIR/gpu$i"; mknod -m 666 "$GPUDIR/gpu$i" c 1 3; }; done
+cat > /etc/slurm/gres.conf <<CONF
+AutoDetect=off
+NodeName=$NODE Name=gpu File=$GPUDIR/gpu[0-3]
+CONF
 cat > /etc/slurm/slurm.conf.new <<CONF
 ClusterName=$CLUSTER
 SlurmctldHost=localhost
@@ -94,9 +103,11 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=6819
 AccountingStorageEnforce=associations,limits
+AccountingStorageTRES=gres/gpu
+GresTypes=gpu
 JobCompType=jobcomp/none
 EpilogSlurmctld=$EPILOG_CTLD
-NodeName=$NODE CPUs=$CPUS Boards=1 SocketsPerBoard=$SOCKETS CoresPerSocket=$CORES ThreadsPerCore=$THREADS RealMemory=$MEM State=UNKNOWN
+NodeName=$NODE CPUs=$CPUS Boards=1 SocketsPerBoard=$SOCKETS CoresPerSocket=$CORES ThreadsPerCore=$THREADS RealMemory=$MEM Gres=gpu:4 State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP PriorityTier=1
 PartitionName=high  Nodes=$NODE Default=NO  MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 CONF
