@@ -308,3 +308,32 @@ def test_a_service_log_is_shown_by_tau_logs_and_the_status_shows_deployments(wor
 
     assert api.open(str(run_dir)).logs(0, service="generator-1").startswith("standin generator-1: pid ")
     assert stat.S_IMODE((attempt_dir(run_dir) / "services" / "generator-1.log").stat().st_mode) == 0o600
+
+
+def test_each_executor_reads_the_gpus_its_allocation_was_given_and_how_many_a_task_gets():
+    from taulib import executor
+
+    slurm, local = executor.get("slurm"), executor.get("local")
+    assert slurm.devices({"CUDA_VISIBLE_DEVICES": "2,3", "SLURM_JOB_GPUS": "0,1"}) == ["2", "3"]
+    assert slurm.devices({"SLURM_JOB_GPUS": "0,1"}) == ["0", "1"]
+    assert slurm.devices({"SLURM_JOB_ID": "7"}) is None
+    assert local.devices({"TAU_LOCAL_GPUS": "GPU-a,GPU-b"}) == ["GPU-a", "GPU-b"]
+    assert local.devices({"CUDA_VISIBLE_DEVICES": "0"}) is None  # a local task gets only what its supervisor gave
+    assert (slurm.gpus({"gpus": 4}), slurm.gpus({}), local.gpus({"gpus": ["0", "1", "2"]}), local.gpus({})) == \
+        (4, 0, 3, 0)
+
+
+def test_a_slurm_plan_whose_services_need_gpus_it_does_not_ask_for_is_refused_and_one_that_asks_is_made(workspace):
+    plan = services_plan(workspace / "pids", service={"gpus": 1})
+    plan["scheduler"] = {"profile": "slurm", "slurm": {"partition": "debug"}}
+    before = snapshot(workspace)
+    proc = tau("tau-init", str(workspace / "run"), input=json.dumps(plan))
+    assert proc.returncode == 65 and error_of(proc)["message"] == (
+        "tau-init: plan on standard input: its services need 2 GPU(s) per task, but scheduler.slurm.gpus gives each "
+        "task 0; give it at least 2 there")
+    assert snapshot(workspace) == before
+    plan["scheduler"]["slurm"]["gpus"] = 2
+    assert tau("tau-init", str(workspace / "run"), input=json.dumps(plan)).returncode == 0
+    resolved = json.loads((workspace / "run" / "plan.json").read_text())
+    assert resolved["scheduler"]["slurm"] == {"partition": "debug", "gpus": 2}
+    assert resolved["services"][0]["gpus"] == 1 and resolved["services"][0]["ports"] is None

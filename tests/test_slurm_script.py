@@ -81,3 +81,41 @@ def test_an_extra_option_cannot_override_what_tau_sets(extra):
 def test_a_run_directory_with_a_space_is_refused():
     with pytest.raises(BadInput, match="run directory"):
         render(**{**BASE, "run_dir": "/scratch/my runs/demo"}, task_indices=[0], profile={})
+
+
+def test_gpus_per_task_render_with_one_task_as_sbatch_needs_and_a_gpu_type_when_given():
+    text = render(**{**BASE, "submission_id": "submission-0003", "job_name": "tau-demo-6ddb4c9a-0003"},
+                  task_indices=[0, 1, 2, 3], profile={"partition": "gpu", "gpus": 2, "time": "4:00:00",
+                                                      "cpus_per_task": 8, "mem": "64G"})
+    check_golden("sbatch-gpus.sh", text)
+    assert "#SBATCH --gpus-per-task=2\n" in text and "#SBATCH --ntasks=1\n" in text
+    typed = render(**BASE, task_indices=[0], profile={"gpus": 1, "gpu_type": "a100"})
+    assert "#SBATCH --gpus-per-task=a100:1\n" in typed
+
+
+def test_gpus_as_a_generic_resource_where_the_site_asks_for_them_so():
+    text = render(**BASE, task_indices=[0], profile={"gpus": 4, "gpu_option": "gres"})
+    assert "#SBATCH --gres=gpu:4\n" in text and "--gpus-per-task" not in text and "--ntasks" not in text
+    typed = render(**BASE, task_indices=[0], profile={"gpus": 4, "gpu_option": "gres", "gpu_type": "h100"})
+    assert "#SBATCH --gres=gpu:h100:4\n" in typed
+    assert "gpu" not in render(**BASE, task_indices=[0], profile={"gpu_option": None, "gpus": None})
+
+
+@pytest.mark.parametrize("profile, message", [
+    ({"gpus": 2, "extra": ["--gres=gpu:1"]}, "slurm extra option '--gres=gpu:1' contradicts scheduler.slurm.gpus, "
+                                             "which asks for the GPUs; drop it"),
+    ({"gpus": 2, "extra": ["--ntasks=4"]}, "slurm extra option '--ntasks=4' contradicts scheduler.slurm.gpus"),
+    ({"gpus": 2, "extra": ["--gpus=8"]}, "slurm extra option '--gpus=8' contradicts scheduler.slurm.gpus"),
+    ({"gpu_type": "a100"}, "scheduler.slurm.gpu_type and gpu_option say how to ask for gpus: set "
+                           "scheduler.slurm.gpus too"),
+    ({"gpu_option": "gres"}, "scheduler.slurm.gpu_type and gpu_option say how to ask for gpus"),
+    ({"gpus": 1, "gpu_type": "a100;id"}, "slurm gpu type 'a100;id' is not allowed in an sbatch script"),
+])
+def test_gpu_fields_that_contradict_each_other_or_could_inject_are_refused(profile, message):
+    with pytest.raises(BadInput) as err:
+        render(**BASE, task_indices=[0], profile=profile)
+    assert err.value.message.startswith(message)
+
+
+def test_without_gpus_an_extra_gres_stays_the_sites_business():
+    assert "#SBATCH --gres=gpu:1\n" in render(**BASE, task_indices=[0], profile={"extra": ["--gres=gpu:1"]})

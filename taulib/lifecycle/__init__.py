@@ -5,6 +5,10 @@ executors (`taulib.executor`, which lifecycle asks and never names).
   submission  the submission journal handing new attempts to an executor (tau-submit, tau-retry)
   retry       which shards a submission gives attempts to
   attempt     the in-allocation side: fence, run the client, record its result (tau-attempt run)
+  allocation  the order of work inside an allocation: preflight, services, readiness, endpoints, client, cleanup
+  services    an attempt's services: backends started on their GPUs and ports, watched, published, stopped
+  probes      probing a service backend: HTTP, TCP or a command, each in a thread of its own
+  readiness   recording an attempt's readiness: version 1, or version 2 with its deployments
   client      running the client: the run's program and environment, the heartbeat, stop signals, cancellation
   candidate   describing and re-verifying what an attempt produced
   drift       a running client's Parquet files checked against the run's schema as it writes them

@@ -43,6 +43,8 @@ REACHED_ELSEWHERE = {  # failpoints this life cannot reach, and the tests that c
     "cancel.recorded": "test_a_cancel_killed_after_its_records_stops_the_attempts_when_run_again (below)",
     "fetch.staged": "tests/integration/test_azurite_bundles.py (real Azurite)",
     "fetch.published": "tests/integration/test_azurite_bundles.py (real Azurite)",
+    "attempt.services_started": "tests/adversarial/test_crash_services.py (a run with services)",
+    "attempt.endpoints_published": "tests/adversarial/test_crash_services.py (a run with services)",
 }
 MAY_REACH = {  # pairs the life reaches or not by timing alone, and the tests that crash them
     ("tau-reconcile", "store.mkdir.created"):
@@ -144,7 +146,8 @@ def uncrashed(tmp_path_factory) -> tuple[dict, list[tuple[str, str]]]:
 
 KNOWN = [  # (command, failpoint) the uncrashed life reaches: exactly its trace (checked below)
     *[("tau-attempt", name) for name in (
-        "attempt.manifest_written", "attempt.recorded", "attempt.result_written", "attempt.running",
+        "attempt.cleaned_up", "attempt.manifest_written", "attempt.recorded", "attempt.result_written",
+        "attempt.running",
         "store.mkdir.created", "store.publish.linked", "store.publish.temp_removed", "store.publish.temp_synced",
         "store.publish.temp_written", "store.replace.renamed", "store.replace.temp_synced",
         "store.replace.temp_written", "winner.published", "winner.validated",)],

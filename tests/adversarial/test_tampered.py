@@ -310,3 +310,49 @@ def test_a_live_shards_attempts_folder_that_contradicts_the_run_is_refused_namin
     assert error["message"] == f"{command}: {run_dir}/{message}", error["message"]
     after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and "locks" not in p.parts}
     assert after == before
+
+
+# -- the readiness of a running attempt with services -----------------------------------------------------------------
+
+def _truncated(doc: dict, path: Path) -> None:
+    data = jsonio.canonical(doc)
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _more_backends(doc: dict, path: Path) -> None:
+    deployment = doc["deployments"][0]
+    deployment["expected_backends"] += 1
+    deployment["backends"].append(dict(deployment["backends"][0], backend=3))
+    path.write_bytes(jsonio.canonical(doc))
+
+
+@pytest.mark.parametrize("tamper, status_code, message", [
+    (_truncated, 65, "is not valid JSON"),
+    (_more_backends, 0, "the deployments and their expected backends never change"),
+])
+def test_a_tampered_readiness_of_a_running_attempt_with_services_is_refused_and_no_service_survives(
+        workspace, tamper, status_code, message):
+    from services_fixtures import attempt_dir, backend_pids, record, running, services_plan
+
+    from helpers import init_run, settle, tau, wait_for
+
+    pids = workspace / "pids"
+    run_dir = init_run(workspace, plan_doc=services_plan(pids, client=("--sleep", "30")))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    doc = wait_for(lambda: (r := record(run_dir, "readiness.json")) and r["client"] == "running" and r,
+                   what="the client running")
+    started = backend_pids(run_dir, pids)
+    path = attempt_dir(run_dir) / "readiness.json"
+    tamper(doc, path)
+    shown = tau("tau-status", str(run_dir))
+    assert shown.returncode == status_code, shown.stderr
+    if status_code:
+        assert json.loads(shown.stderr)["message"].startswith(f"tau-status: {path} is not valid JSON")
+    # the allocation's next heartbeat reads it, refuses it and ends, stopping its services
+    wait_for(lambda: not running(started), timeout=30, what="every backend gone")
+    log = (run_dir / "submissions" / "submission-0001" / "local" / "task-00000.log").read_text()
+    assert message in log, log
+    if tamper is _more_backends:
+        assert json.loads(path.read_text())["deployments"][0]["expected_backends"] == 3  # never written over
+    final = settle(run_dir)  # the attempt's scheduler evidence says it failed: its readiness is not read again
+    assert final["shards"][0]["state"] == "failed" and final["retryable"] == ["shard-00000"]
