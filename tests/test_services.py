@@ -337,3 +337,22 @@ def test_a_slurm_plan_whose_services_need_gpus_it_does_not_ask_for_is_refused_an
     resolved = json.loads((workspace / "run" / "plan.json").read_text())
     assert resolved["scheduler"]["slurm"] == {"partition": "debug", "gpus": 2}
     assert resolved["services"][0]["gpus"] == 1 and resolved["services"][0]["ports"] is None
+
+
+def test_waiting_for_a_model_to_load_is_never_a_stall_while_the_heartbeat_goes_on(workspace):
+    pids = workspace / "pids"
+    plan = services_plan(pids, backends=1, server=("--ready-after", "6"), service={"probe_seconds": 1})
+    plan["windows"].update(heartbeat_seconds=1, stall_seconds=3, progress_stall_seconds=2, stall_action="stop")
+    run_dir = init_run(workspace, plan_doc=plan)
+    submit(run_dir)
+    seen = []
+    while not (readiness := record(run_dir, "readiness.json")) or readiness["client"] == "waiting":
+        doc = json.loads(tau("tau-status", str(run_dir)).stdout)
+        shard = doc["shards"][0]
+        if shard["progress"]:
+            seen.append((shard["progress"]["state"], shard["stalled"]))
+        time.sleep(0.5)
+    assert seen and all(state == "starting" and stalled is None for state, stalled in seen), seen
+    assert len(seen) >= 6  # looked at for longer than both stall windows while the model loaded
+    assert settle(run_dir)["state"] == "succeeded"
+    assert not (run_dir / "shards" / "shard-00000" / "attempts" / "attempt-0001" / "stop.json").exists()

@@ -78,9 +78,9 @@ def test_a_backend_killed_under_slurm_fails_the_attempt_naming_it_and_the_retry_
     assert status["state"] == "succeeded" and shard(status, "shard-00000")["winner"] == "attempt-0002"
 
 
-@pytest.mark.parametrize("when", ["readiness", "client"])
-def test_scancel_while_services_start_or_while_the_client_runs_leaves_no_backend(cluster, workspace, extra_jobs,
-                                                                                  when):
+@pytest.mark.parametrize("when, how", [("readiness", "scancel"), ("client", "scancel"), ("client", "tau-cancel")])
+def test_scancel_or_tau_cancel_while_services_start_or_while_the_client_runs_leaves_no_backend(
+        cluster, workspace, extra_jobs, when, how):
     pids = workspace / "pids"
     server = ("--never-ready", "--child") if when == "readiness" else ("--child",)
     run_dir = init_run(workspace, plan_doc=slurm_services_plan(pids, server=server, client=("--sleep", "120"),
@@ -91,10 +91,14 @@ def test_scancel_while_services_start_or_while_the_client_runs_leaves_no_backend
                and (when == "readiness" or r["client"] == "running"), 60, f"the {when}", pause=0.2)
     wait_until(lambda: len(list(pids.glob("*.child.pid"))) == 2, 30, "the servers' children", pause=0.2)
     started = backend_pids(run_dir, pids)
-    run_cmd("scancel", f"{job}_0")
+    if how == "scancel":
+        run_cmd("scancel", f"{job}_0")
+    else:
+        assert tau("tau-cancel", str(run_dir)).returncode == 0
     gone_by = time.monotonic() + 2 + 5 + 3  # the services' grace, Slurm's KillWait, a look
     wait_until(lambda: not running(started), gone_by - time.monotonic(), "every backend gone", pause=0.2)
-    status = wait_for(lambda st: shard(st, "shard-00000")["state"] == "failed", run_dir, timeout=60)
+    state = "failed" if how == "scancel" else "cancelled"
+    status = wait_for(lambda st: shard(st, "shard-00000")["state"] == state, run_dir, timeout=60)
     assert "CANCELLED" in shard(status, "shard-00000")["reason"] or "cancel" in shard(status, "shard-00000")["reason"]
 
 
