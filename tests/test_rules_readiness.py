@@ -114,12 +114,12 @@ def test_a_record_whose_fields_contradict_each_other_is_refused(after, message):
     assert readiness.transition(None, after).startswith(message)
 
 
-@pytest.mark.parametrize("after, message", [
-    (rec(dep(state="starting"), revision=2), "the first readiness record is revision 1, pending or restarting"),
-    (rec(dep(state="starting")), "the first readiness record is revision 1, pending or restarting"),
-])
-def test_the_first_record_is_revision_1_pending_or_restarting(after, message):
-    assert readiness.transition(None, after) == message
+@pytest.mark.parametrize("after", [rec(dep(state="starting"), revision=2), rec(dep(state="starting")),
+                                   rec(dep(state="pending"), revision=2), rec(READY), rec(dep(state="failed"))])
+def test_the_first_record_is_revision_1_pending_restarting_or_stopped(after):
+    assert readiness.transition(None, after) == "the first readiness record is revision 1, pending, restarting or " \
+                                                "stopped"
+    assert readiness.transition(None, rec(dep(state="stopped"))) is None  # cancelled before anything started
 
 
 BEFORE = rec(dep(state="starting", ready=1, last_probe=probe(T1)), revision=3, at=T1)

@@ -356,3 +356,18 @@ def test_waiting_for_a_model_to_load_is_never_a_stall_while_the_heartbeat_goes_o
     assert len(seen) >= 6  # looked at for longer than both stall windows while the model loaded
     assert settle(run_dir)["state"] == "succeeded"
     assert not (run_dir / "shards" / "shard-00000" / "attempts" / "attempt-0001" / "stop.json").exists()
+
+
+def test_an_attempt_cancelled_as_its_allocation_starts_ends_cancelled_with_its_services_never_started(workspace):
+    pids = workspace / "pids"
+    run_dir = init_run(workspace, plan_doc=services_plan(pids))
+    proc = tau("tau-submit", str(run_dir), env={"TAU_FAILPOINTS": "tau-attempt:attempt.recorded=delay:3"})
+    assert proc.returncode == 0, proc.stderr
+    wait_for(lambda: (attempt_dir(run_dir) / "attempt.json").exists(), what="the allocation fenced")
+    assert tau("tau-cancel", str(run_dir)).returncode == 0
+    doc = settle(run_dir)
+    assert doc["state"] == "cancelled"
+    readiness = record(run_dir, "readiness.json")
+    assert (readiness["revision"], readiness["state"], readiness["client"]) == (1, "stopped", "waiting")
+    assert readiness["message"].endswith("; the client was never started")
+    assert not (attempt_dir(run_dir) / "services").exists() and list(pids.iterdir()) == []

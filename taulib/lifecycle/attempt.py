@@ -151,10 +151,11 @@ def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict[
                 services = _services(run, attempt, restarting)
                 why = client.cancelled(run, attempt)
                 if why is not None:  # cancelled before its client started: it never will
-                    return _end(run, attempt, "cancelled", f"{why}; the client was never started", services)
+                    return _end(run, attempt, "cancelled", f"{why}; the client was never started", services,
+                                restarting)
                 failed = _failed_before(run, attempt) if restarting and services is not None else None
                 if failed is not None:  # a deployment failed, then the allocation was requeued: it stays failed
-                    return _end(run, attempt, "failed", failed, services)
+                    return _end(run, attempt, "failed", failed, services, restarting)
                 attempt = _update(run, attempt, state="running", started_at=jsonio.now_rfc3339(),
                                   restarts=restarts if restarting else attempt["restarts"])
                 readiness.write(run, attempt, "restarting" if restarting else "starting",
@@ -214,14 +215,17 @@ def _failed_before(run: Run, attempt: Record) -> str | None:
     return f"{probes[0] if probes else 'a service failed'}; the allocation was requeued after it, and it stays failed"
 
 
-def _end(run: Run, attempt: Record, classification: str, why: str, services: Services | None) -> Record:
+def _end(run: Run, attempt: Record, classification: str, why: str, services: Services | None,
+         restarting: bool) -> Record:
     """End an attempt whose client never started (its shard cancelled, or a deployment that failed before a
-    requeue); the caller holds the shard lock."""
+    requeue); the caller holds the shard lock. The readiness of a requeued allocation with services is left as its
+    last allocation wrote it: this one started nothing."""
     attempt = _update(run, attempt, state="failed",
                       terminal={"classification": classification, "reason": why, "exit_code": None})
-    if services is not None:
-        services.stop()
-    readiness.write(run, attempt, "stopped", why, services=services)
+    if services is None or not restarting:
+        if services is not None:
+            services.stop()
+        readiness.write(run, attempt, "stopped", why, services=services)
     return {"shard_id": attempt["shard_id"], "attempt_id": attempt["attempt_id"], "state": "failed",
             "outcome": classification, "exit_code": None, "records": None, "error": why}
 

@@ -271,7 +271,9 @@ class Services:
 
 
 def _free_ports(count: int) -> list[int]:
-    """`count` distinct ports free on 127.0.0.1 now (held open together while they are picked)."""
+    """`count` distinct ports free on 127.0.0.1 now (held open together while they are picked). Another process
+    may still take one before its backend binds it: that backend then exits, failing its deployment, and the
+    attempt is retried like any other that failed; a plan that must avoid this fixes its ports."""
     held = []
     try:
         for _ in range(count):

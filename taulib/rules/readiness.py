@@ -116,9 +116,9 @@ def transition(before: dict[str, Any] | None, after: dict[str, Any]) -> str | No
             return problem
     if after["state"] != aggregate(deployments):
         return f"the readiness state is {after['state']}, but its deployments make it {aggregate(deployments)}"
-    if before is None:
-        if after["revision"] != 1 or after["state"] not in ("pending", "restarting"):
-            return "the first readiness record is revision 1, pending or restarting"
+    if before is None:  # stopped: an attempt ended (cancelled) before it started anything
+        if after["revision"] != 1 or after["state"] not in ("pending", "restarting", "stopped"):
+            return "the first readiness record is revision 1, pending, restarting or stopped"
         return None
     if before["schema_version"] != 2:
         return "an attempt's readiness cannot change its version"
