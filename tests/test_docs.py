@@ -383,11 +383,27 @@ def test_the_page_of_a_document_that_is_not_a_record_names_every_field_at_every_
 def test_tau_run_5_names_every_record_kind_and_field(schema_path):
     schema = json.loads(schema_path.read_text(encoding="utf-8"))
     text = plain((MAN / "tau-run.5").read_text(encoding="utf-8"))
-    kind = schema["properties"].get("kind", {}).get("const")
-    if kind:
-        assert kind in text, f"tau-run(5) does not describe the record kind {kind}"
-    missing = [field for field in schema["properties"] if not re.search(rf"\b{re.escape(field)}\b", text)]
-    assert not missing, f"tau-run(5) does not describe the fields {missing} of {schema_path.name}"
+    for shape in versions(schema):
+        kind = shape["properties"].get("kind", {}).get("const")
+        if kind:
+            assert kind in text, f"tau-run(5) does not describe the record kind {kind}"
+        fields = nested_fields(shape) if len(versions(schema)) > 1 else shape["properties"]
+        missing = sorted(field for field in fields if not re.search(rf"\b{re.escape(field)}\b", text))
+        assert not missing, f"tau-run(5) does not describe the fields {missing} of {schema_path.name}"
+
+
+def versions(schema: dict) -> list[dict]:
+    """The shapes a record's schema allows: itself, or each version its top-level oneOf names in its $defs (a
+    record with several schema versions, such as readiness.json); a version's fields are named at every depth."""
+    if "properties" in schema:
+        return [schema]
+    return [schema["$defs"][alternative["$ref"].rsplit("/", 1)[1]] for alternative in schema["oneOf"]]
+
+
+def test_a_record_with_versions_has_each_of_them_read_as_a_shape_of_its_own():
+    shapes = versions(json.loads((ROOT / "share" / "schemas" / "readiness.schema.json").read_text()))
+    assert [s["properties"]["schema_version"]["const"] for s in shapes] == [1, 2]
+    assert "deployments" in nested_fields(shapes[1]) and "last_probe" in nested_fields(shapes[1])
 
 
 def test_tau_1_environment_lists_exactly_the_variables_a_user_sets():

@@ -106,8 +106,9 @@ def test_a_backend_gets_its_name_number_port_and_devices_in_every_device_variabl
 
 def test_the_client_gets_no_gpu_in_any_device_variable():
     assert services.client_devices({}) == {"CUDA_VISIBLE_DEVICES": ""}
-    assert services.client_devices({"ROCR_VISIBLE_DEVICES": "0", "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_X": "1"}) == \
-        {"CUDA_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": ""}
+    assert services.client_devices({"ROCR_VISIBLE_DEVICES": "0", "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_X": "1",
+                                     "ZE_AFFINITY_MASK": "0"}) == \
+        {"CUDA_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": "", "ZE_AFFINITY_MASK": ""}
 
 
 def test_the_client_finds_each_service_by_its_first_url_and_all_of_them():

@@ -55,7 +55,8 @@ def test_two_backends_become_ready_one_after_the_other_the_client_reaches_both_a
     assert {r["answer"] for r in rows} == {f"{r['prompt'][::-1].upper()} [stand-in generator-{1 + r['id'] % 2}]"
                                            for r in rows}  # derived from the prompt, by both backends in turn
     endpoints = record(run_dir, "endpoints.json")
-    assert {r["url"] for r in rows} == set(endpoints["services"][0]["urls"]) and len(endpoints["services"][0]["urls"]) == 2
+    urls = endpoints["services"][0]["urls"]
+    assert {r["url"] for r in rows} == set(urls) and len(urls) == 2
     report = json.loads((pids / "client-shard-00000-attempt-0001.json").read_text())
     assert report["services"] == endpoints and report["env"]["CUDA_VISIBLE_DEVICES"] == ""
     assert report["env"]["TAU_SERVICE_GENERATOR_URLS"] == ",".join(endpoints["services"][0]["urls"])
@@ -271,6 +272,11 @@ def test_gpus_are_split_between_backends_without_overlap_and_the_client_gets_non
      "'no-such-server' is not on PATH"),
     (lambda p: p["services"][0].update(ready={"command": ["/nonexistent/probe"]}), 66, "tau-init: service "
      "'generator''s probe program '/nonexistent/probe' does not exist"),
+    (lambda p: p.update(env={"CUDA_VISIBLE_DEVICES": "0"}), 65, "tau-init: plan on standard input names "
+     "'CUDA_VISIBLE_DEVICES' in env or inherit_env, which tau sets itself in a run with services: each backend gets "
+     "its own GPUs and the client none"),
+    (lambda p: p.update(inherit_env=["ZE_AFFINITY_MASK"]), 65, "tau-init: plan on standard input names "
+     "'ZE_AFFINITY_MASK' in env or inherit_env"),
 ])
 def test_tau_init_refuses_services_it_could_never_run_and_writes_nothing(workspace, change, code, message):
     plan = services_plan(workspace / "pids")

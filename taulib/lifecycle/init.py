@@ -103,6 +103,10 @@ def _check_services(plan: Record) -> None:
     problem = service_rules.problem(services, tuple(plan["inherit_env"]))
     if problem is not None:
         raise BadInput(f"plan on standard input: {problem}")
+    for name in [*plan["env"], *plan["inherit_env"]]:
+        if name in service_rules.DEVICE_VARIABLES:
+            raise BadInput(f"plan on standard input names {name!r} in env or inherit_env, which tau sets itself in a "
+                           "run with services: each backend gets its own GPUs and the client none", variable=name)
     need = service_rules.gpus_needed(services)
     profile = plan["scheduler"]["profile"]
     given = executor.get(profile).gpus(plan["scheduler"][profile])
@@ -193,8 +197,8 @@ def resolve_program(program: str, cwd: str, path: str, own: str | None = None, w
 
 
 def _service_programs(service: Record, cwd: str, path: str, own: str | None) -> Record:
-    """A service's program and its probe command's, resolved and checked as the client's (tau-init(1) "The client's
-    program"), each named by the service in any refusal."""
+    """A service's program and its probe command's, resolved and checked as the client's (tau-init(1) "The
+    pre-flight"), each named by the service in any refusal."""
     found: Record = {"program": None, "probe": None}
     for key, argv in (("program", service["command"]), ("probe", service["ready"].get("command"))):
         if argv is not None:

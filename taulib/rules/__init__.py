@@ -12,6 +12,8 @@
   efficiency   what attempts cost and how much of their request they used (seff's arithmetic)
   drive        when a driven run is finished, and the notifications owed
   stall        when a running attempt is stalled (no heartbeat, no progress), and whether the plan stops it
+  readiness    an attempt's readiness from its deployments, and the transitions a revision may make
+  services     the plan's services: defaults, what they ask of a task, GPUs dealt to backends, their names
   journal      resolving an ambiguous submission by its job's exact name
   chain        whether a shard's attempt, result and manifest make a chain that may win
   fields       a candidate's columns against the run's output schema, field by field

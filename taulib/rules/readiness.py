@@ -11,8 +11,8 @@ state moving only as NEXT allows, an endpoint published or failed for good, prob
 except that a restart (a requeued allocation, which writes `restarting` before it starts again) resets every
 deployment to no ready backend and a pending endpoint. Readiness is evidence of progress, never of success.
 
-One change from the transitions Data Designer's runtime allows: `stopped` may become `restarting`. A requeue reaches
-an allocation as a stop signal, which is recorded (stopped) before the scheduler starts the same attempt again.
+`stopped` may become `restarting`: a requeue reaches an allocation as a stop signal, which is recorded (stopped)
+before the scheduler starts the same attempt again.
 """
 
 from __future__ import annotations

@@ -17,9 +17,10 @@ DEFAULTS: dict[str, Any] = {"env": {}, "backends": 1, "gpus": 0, "probe_seconds"
                             "start_timeout": 1800, "stop_grace": 10, "ports": None}
 PORT = "{port}"  # in a service's command (and its probe command): the backend's port
 HOST = "127.0.0.1"  # where a backend listens and is probed; its URL is http://HOST:PORT
-# the variables that say which GPUs a process may use (CUDA's, ROCm's, Level Zero's): a backend's are its own devices,
-# the client's are empty
-DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+# the variables that say which GPUs a process may use (CUDA's, ROCm's, Level Zero's), as a scheduler sets them for an
+# allocation: a backend's are its own devices, the client's are empty
+DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
+                    "ZE_AFFINITY_MASK")
 _NOT_NAME = re.compile(r"[^A-Z0-9]")
 
 

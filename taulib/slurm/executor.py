@@ -21,13 +21,11 @@ from taulib.errors import BadInput, Refused, Unavailable, UsageError
 from taulib.executor import (Capacity, CollectionJobs, Executor, Limits, Measured, Observed, Resolved,
                              Stopped)
 from taulib.rules import journal as journal_rules
+from taulib.rules.services import DEVICE_VARIABLES  # the allocation's variables a client gets beside Slurm's own
 from taulib.rundir.journal import task_indices
 from taulib.rundir.run import Run
 from taulib.slurm import commands, parse, script
 
-# the allocation's variables a client gets beside Slurm's own: the devices Slurm bound to it
-DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
-                    "ZE_AFFINITY_MASK")
 
 
 class SlurmCollectionJobs(CollectionJobs):
