@@ -198,15 +198,31 @@ def _validate(value: object, schema: dict, root: dict, path: str) -> tuple[str, 
     if "anyOf" in schema:
         errors = [_validate(value, sub, root, path) for sub in schema["anyOf"]]
         if all(e is not None for e in errors):
-            return _most_telling(errors, path)  # type: ignore[arg-type]
+            return _most_telling(_discriminated(value, schema["anyOf"], errors, root), path)
     if "oneOf" in schema:
         errors = [_validate(value, sub, root, path) for sub in schema["oneOf"]]
         passing = sum(e is None for e in errors)
         if passing == 0:
-            return _most_telling(errors, path)  # type: ignore[arg-type]
+            return _most_telling(_discriminated(value, schema["oneOf"], errors, root), path)
         if passing > 1:
             return path, "matches more than one alternative"
     return None
+
+
+def _discriminated(value: object, alternatives: list[dict], errors: list, root: dict) -> list[tuple[str, str]]:
+    """The errors of the alternatives an object means to be: those whose `const` properties it matches (the
+    version of a record whose `schema_version` it has), so that its own mistake is named, not the other version's
+    constant; every alternative's when it matches none of them, or all."""
+    if isinstance(value, dict):
+        kept = []
+        for sub, error in zip(alternatives, errors, strict=True):
+            node = _resolve(root, sub["$ref"]) if "$ref" in sub else sub
+            consts = [(k, p["const"]) for k, p in node.get("properties", {}).items() if "const" in p]
+            if all(k in value and _equal(value[k], c) for k, c in consts):
+                kept.append(error)
+        if kept:
+            return kept
+    return errors
 
 
 def _most_telling(errors: list[tuple[str, str]], path: str) -> tuple[str, str]:

@@ -159,8 +159,19 @@ def corpus(tmp_path_factory) -> dict:
                                          "ordinals": "1,1", "durations": "0,0"}))
     legacy.chmod(0o600)
 
+    # runs with services: readiness version 2, endpoints.json, a result naming a leftover process, and one whose
+    # service never got ready (result.json's error_code)
+    from services_fixtures import services_plan
+
+    served = init_run(ws, "served", plan_doc=services_plan(ws / "pids", backends=1, client=("--setsid",)))
+    timed_out = init_run(ws, "timed-out", plan_doc=services_plan(ws / "pids-2", backends=1, server=("--never-ready",),
+                                                                service={"start_timeout": 1}))
+    for root in (served, timed_out):
+        assert tau("tau-submit", str(root)).returncode == 0
+        wait_settled(root)
+
     files = []
-    for root in (run_dir, live, cancelled, old):
+    for root in (run_dir, live, cancelled, old, served, timed_out):
         for dirpath, _, names in os.walk(root):
             files += [(str(root), os.path.join(dirpath, n)) for n in names if n.endswith(".json")]
     for _, path in files:
@@ -201,7 +212,7 @@ def test_every_record_file_of_a_completed_run_validates_with_both_validators(cor
         kinds.add(name)
         assert reference_valid(record, name), (rel, [e.message for e in VALIDATORS[name].iter_errors(record)])
     assert kinds >= {"run", "plan", "shard", "sealed-index", "sealed-segment", "attempt", "readiness", "observation",
-                     "result", "manifest",
+                     "result", "manifest", "endpoints",
                      "winner", "submission-plan", "submission-status", "local-supervisor", "local-task",
                      "collection-plan", "collection-status"}
 

@@ -119,7 +119,10 @@ def test_a_requeued_task_writes_restarting_starts_its_services_again_and_the_sam
     assert status["state"] == "succeeded", status
     s = shard(status, "shard-00000")
     assert (s["attempt"], s["winner"]) == ("attempt-0001", "attempt-0001")
-    seen = [(state, client) for _, state, _, client in revisions(allocation_log(run_dir, job))]
+    seen = []
+    for _, state, _, client in revisions(allocation_log(run_dir, job)):
+        if not seen or seen[-1] != (state, client):  # backends ready together or one after the other: same phases
+            seen.append((state, client))
     life = [("pending", "waiting"), ("starting", "waiting"), ("ready", "waiting"), ("ready", "running")]
     assert seen == [*life, ("stopped", "ended"),  # the requeue's signal: the client and the services stopped
                     ("restarting", "waiting"), *life[1:], ("stopped", "ended")], seen
