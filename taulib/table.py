@@ -67,10 +67,10 @@ def status(doc: Record) -> str:
 
 
 def _deployment(d: Record) -> str:
-    """A running attempt's deployment in a few words: `generator 3/4 ready`, or with the last probe that failed,
-    `generator 1/2 starting (GET /health answered 503)`."""
+    """A running attempt's deployment in a few words, with its last probe's message: `generator 3/4 ready (GET
+    /health answered 200)`, `generator 1/2 starting (GET /health answered 503)`."""
     probe = d.get("last_probe")
-    said = f" ({probe['message']})" if probe and probe["outcome"] == "failure" else ""
+    said = f" ({probe['message']})" if probe else ""
     return f"{d['name']} {d['ready_backends']}/{d['expected_backends']} {d['state']}{said}"
 
 

@@ -299,7 +299,7 @@ def test_a_service_log_is_shown_by_tau_logs_and_the_status_shows_deployments(wor
                                         "expected_backends": 2, "endpoint": "published",
                                         "last_probe": progress["deployments"][0]["last_probe"]}]
     table = tau("tau-status", str(run_dir), "-o", "table").stdout
-    assert "generator 2/2 ready" in table
+    assert "generator 2/2 ready (GET /v1/models answered 200)" in table
     settle(run_dir)
     shown = tau("tau-logs", str(run_dir), "0", "--service", "generator-2")
     assert shown.returncode == 0 and shown.stdout.startswith("standin generator-2: pid ")
