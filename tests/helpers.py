@@ -164,15 +164,15 @@ def as_format_1(run_dir: Path) -> Path:
     return run_dir
 
 
-def wait_for(predicate, timeout: float = 60, what: str = "it"):
-    """The first true value of predicate(), asked every 0.2 s; fails the test after `timeout` seconds."""
+def wait_for(predicate, timeout: float = 60, what: str = "it", pause: float = 0.2):
+    """The first true value of predicate(), asked every `pause` seconds; fails the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         assert time.monotonic() < deadline, f"{what} did not happen in {timeout}s"
-        time.sleep(0.2)
+        time.sleep(pause)
 
 
 def status(run_dir: Path) -> dict:

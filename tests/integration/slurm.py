@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import BIN, CLIENT, PYTHON, ROOT, init_run, tau
+from helpers import wait_for as helpers_wait_for
 
 CLUSTER_UP = str(ROOT / "contrib" / "slurm" / "cluster-up.sh")
 CLUSTER_DOWN = str(ROOT / "contrib" / "slurm" / "cluster-down.sh")
@@ -136,14 +137,9 @@ def run_cmd(*argv: str, check: bool = True, timeout: float = 30) -> subprocess.C
 
 
 def wait_until(predicate, timeout: float, what: str, pause: float = 0.5):
-    """Poll predicate() until it returns something truthy; returns that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what}: not reached in {timeout}s"
-        time.sleep(pause)
+    """Poll predicate() until it returns something truthy; returns that value (helpers.wait_for, every half
+    second by default: the scheduler's commands are not free)."""
+    return helpers_wait_for(predicate, timeout, what, pause)
 
 
 def task_states(job: str) -> dict[int, str]:
