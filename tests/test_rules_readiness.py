@@ -48,6 +48,7 @@ def test_the_attempts_state_follows_from_its_deployments(states, expected):
     ({"schema_version": 1, "state": "starting"}, "starting"),
     ({"schema_version": 2, "state": "restarting", "client": "waiting"}, "restarting"),
     ({"schema_version": 2, "state": "stopped", "client": "ended"}, "stopped"),
+    ({"schema_version": 2, "state": "stopped", "client": "waiting"}, "stopped"),  # cancelled before it started
     ({"schema_version": 2, "state": "failed", "client": "running"}, "failed"),
     ({"schema_version": 2, "state": "ready", "client": "running"}, "running"),
     ({"schema_version": 2, "state": "ready", "client": "waiting"}, "starting"),
@@ -60,7 +61,8 @@ def test_a_record_reads_in_version_1s_words(record, expected):
 
 
 def test_a_message_loses_its_control_characters_and_is_cut_at_512_characters():
-    assert readiness.clean("a\tb\nc\x7fd\x85e ok") == "a b c d e ok"
+    assert readiness.clean("a\tb\nc\x7fd\x85e\x1fok\u2028!") == "a b c d e ok !"
+    assert readiness.clean("GET /health answered 503 ü") == "GET /health answered 503 ü"
     assert readiness.clean("x" * 512) == "x" * 512
     cut = readiness.clean("y" * 600)
     assert len(cut) == 512 and cut.endswith("...") and cut.startswith("y" * 509)

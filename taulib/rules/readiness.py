@@ -63,8 +63,9 @@ def phase(record: dict[str, Any]) -> str:
 
 
 def clean(text: str) -> str:
-    """A message fit for a record: no control character (each becomes a space), MESSAGE characters at most."""
-    out = "".join(" " if ord(c) < 32 or 127 <= ord(c) < 160 else c for c in text)
+    """A message fit for a record: nothing unprintable (a control character, a line break: each becomes a space),
+    MESSAGE characters at most."""
+    out = "".join(c if c.isprintable() else " " for c in text)
     return out if len(out) <= MESSAGE else out[:MESSAGE - 3] + "..."
 
 
@@ -131,8 +132,8 @@ def transition(before: dict[str, Any] | None, after: dict[str, Any]) -> str | No
         return "the deployments and their expected backends never change"
     if after["state"] != "restarting" and after["client"] not in CLIENT_NEXT[before["client"]]:
         return f"the client cannot go from {before['client']} to {after['client']}"
-    for was, now in zip(before["deployments"], deployments, strict=True):
-        problem = _step_problem(was, now)
+    for index, now in enumerate(deployments):  # as many as before: their shape was compared above
+        problem = _step_problem(before["deployments"][index], now)
         if problem is not None:
             return problem
     return None

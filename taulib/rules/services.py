@@ -96,9 +96,7 @@ def parse_devices(text: str | None) -> list[str] | None:
     if text is None:
         return None
     ids = [item.strip() for item in text.split(",")]
-    if ids == [""] or ids == ["NoDevFiles"]:
-        return []
-    return [item for item in ids if item]
+    return [] if ids == ["NoDevFiles"] else [item for item in ids if item]
 
 
 def url(port: int) -> str:
