@@ -302,12 +302,13 @@ def _drain(groups: dict[int, float], procs: list[subprocess.Popen[bytes]]) -> li
     backends' own processes are collected through their Popen, and processes of the groups this process adopted
     (a backend's children whose parent died) as they end. Returns the groups still there after KILL_PATIENCE."""
     killed: dict[int, float] = {}
+    owned = {proc.pid for proc in procs}  # collected by their Popen only, which would otherwise lose their status
     while groups:
         for proc in procs:
             proc.poll()
         for pid in processes.children():
             try:
-                if os.getpgid(pid) in groups:
+                if pid not in owned and os.getpgid(pid) in groups:
                     processes.reap(pid)
             except ProcessLookupError:
                 pass

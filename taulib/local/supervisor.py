@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 from types import FrameType
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from taulib import env, jsonio, processes
 from taulib.jsonio import Record
@@ -31,6 +31,9 @@ from taulib.rules import services as service_rules
 from taulib.rundir import layout, locks, state
 from taulib.rundir.journal import tasks
 from taulib.rundir.run import Run
+
+if TYPE_CHECKING:
+    import subprocess
 
 STARTUP_WAIT = 5.0
 
@@ -118,8 +121,9 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
             held.release()
             _skip(run, sid, index)
             continue
-        pid = _start_task(run, sub, index, held)
-        running[pid] = Running(index, record_rel, time.monotonic(), held)
+        proc = _start_task(run, sub, index, held)
+        pid = proc.pid
+        running[pid] = Running(index, record_rel, time.monotonic(), held, proc)
         ticks = process_start_ticks(pid) or 0
         run.dir.replace(record_rel, {
             "kind": "tau.local-task", "schema_version": 1, "run_id": run.run_id, "submission_id": sid,
@@ -226,7 +230,7 @@ def _recorded_soon(run: Run, submission_id: str, index: int, patience: float = 5
     return None
 
 
-def _start_task(run: Run, sub: Record, index: int, held: Held) -> int:
+def _start_task(run: Run, sub: Record, index: int, held: Held) -> subprocess.Popen[bytes]:
     sid = sub["submission_id"]
     child = env.current()
     child.update({"TAU_LOCAL_JOB_ID": sid, "TAU_LOCAL_TASK_ID": str(index)})
@@ -242,7 +246,7 @@ def _start_task(run: Run, sub: Record, index: int, held: Held) -> int:
                                 close_fds=True, env=child, pass_fds=held.fds())
     finally:
         os.close(log)
-    return proc.pid
+    return proc
 
 
 class Held:
@@ -296,13 +300,15 @@ class Places:
 
 
 class Running:
-    """A task the supervisor started and has not reaped: its index, record, start (monotonic), place and GPUs and,
-    once past the time limit, when it was told to stop."""
+    """A task the supervisor started and has not reaped: its index, record, start (monotonic), place and GPUs, its
+    Popen and, once past the time limit, when it was told to stop. The Popen is kept until the task is reaped by
+    `_reap` (wait4, for its rusage): a Popen dropped while its process lives is waited for by the next Popen this
+    process makes (the subprocess module's clean-up), which would take the task's exit from `_reap`."""
 
-    __slots__ = ("index", "record", "started", "held", "stopped")
+    __slots__ = ("index", "record", "started", "held", "proc", "stopped")
 
-    def __init__(self, index: int, record: str, started: float, held: Held) -> None:
-        self.index, self.record, self.started, self.held = index, record, started, held
+    def __init__(self, index: int, record: str, started: float, held: Held, proc: subprocess.Popen[bytes]) -> None:
+        self.index, self.record, self.started, self.held, self.proc = index, record, started, held, proc
         self.stopped: float | None = None
 
 
@@ -341,6 +347,8 @@ def _reap(run: Run, running: dict[int, Running], limit: float | None, block: boo
     task = running.pop(pid) if pid in running else None
     if task is None:
         return  # a process a dead task left, adopted and now ended
+    code = os.waitstatus_to_exitcode(status)
+    task.proc.returncode = code  # reaped here: its Popen must never wait for it again
     elapsed = time.monotonic() - task.started
     try:
         os.killpg(pid, signal.SIGKILL)  # like Slurm ending a job step: nothing of the task outlives it
@@ -351,7 +359,6 @@ def _reap(run: Run, running: dict[int, Running], limit: float | None, block: boo
     record = run.dir.read(task.record, "tau.local-task")
     if record is None:  # finished before its running record was written
         return
-    code = os.waitstatus_to_exitcode(status)
     record = dict(record, revision=record["revision"] + 1, state="finished", finished_at=jsonio.now_rfc3339(),
                   exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
                   timed_out=task.stopped is not None,
