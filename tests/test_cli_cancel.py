@@ -28,6 +28,12 @@ def status(run_dir: Path) -> dict:
     return json.loads(proc.stdout)
 
 
+def clients_started(run_dir: Path) -> list[str]:
+    """The shards whose attempt is marked running (its tau-attempt is past its look at the cancellations)."""
+    records = [json.loads(p.read_text()) for p in run_dir.glob("shards/*/attempts/*/attempt.json")]
+    return sorted(r["shard_id"] for r in records if r["state"] == "running")
+
+
 def process_groups(run_dir: Path) -> set[int]:
     """The process groups of the run's local tasks and its supervisors (their pids)."""
     out = set()
@@ -65,7 +71,10 @@ def cancel(run_dir: Path, *args: str) -> dict:
 def test_cancelling_a_running_local_run_stops_every_process_and_nothing_starts_again(workspace):
     run_dir = init_run(workspace, plan_doc=sleeping())
     assert tau("tau-submit", str(run_dir)).returncode == 0
-    wait_for(lambda: status(run_dir)["counts"]["running"] == 3, what="three running shards")
+    # Each of the three has its client started: a task whose tau-attempt has not yet marked its attempt running sees
+    # the cancellation under its shard's lock and ends on its own, the client never started, and is not "stopped".
+    wait_for(lambda: status(run_dir)["counts"]["running"] == 3 and len(clients_started(run_dir)) == 3,
+             what="three running shards, each with its client started")
     result = cancel(run_dir)
     assert result["scope"] == "run" and result["cancelled"] == [f"shard-{i:05d}" for i in range(6)]
     assert sorted(s["shard_id"] for s in result["stopped"]) == ["shard-00000", "shard-00001", "shard-00002"]
