@@ -48,6 +48,20 @@ def test_sacct_duplicates_give_each_task_its_newest_row_and_a_restart_count():
     assert latest[("13", 1)][1] == 0
 
 
+def test_only_an_earlier_requeued_preempted_or_node_failed_row_counts_as_a_restart():
+    started = "123_2|123|x|RUNNING|0:0|2026-12-05T09:00:00|2026-12-05T09:00:05|Unknown\n"
+    remainder = "123_[2-5]|123|x|PENDING|0:0|2026-12-05T09:00:00|Unknown|Unknown\n"  # the array's unsplit rest
+    latest = parse.latest_by_task(parse.sacct(remainder + started, arrays={"123"}))
+    assert (latest[("123", 2)][0].state, latest[("123", 2)][1]) == ("running", 0)  # no run of task 2 came before
+    assert [latest[("123", t)][1] for t in (3, 4, 5)] == [0, 0, 0]
+    pending_again = "123_2|123|x|PENDING|0:0|2026-12-05T09:00:05|Unknown|Unknown\n"  # not a run: no restart
+    assert parse.latest_by_task(parse.sacct(remainder + pending_again, arrays={"123"}))[("123", 2)][1] == 0
+    for state in ("REQUEUED", "PREEMPTED", "NODE_FAIL"):
+        earlier = f"123_2|123|x|{state}|0:0|2026-12-05T08:59:00|2026-12-05T08:59:01|2026-12-05T08:59:59\n"
+        latest = parse.latest_by_task(parse.sacct(remainder + earlier + started, arrays={"123"}))
+        assert (latest[("123", 2)][0].state, latest[("123", 2)][1]) == ("running", 1), state
+
+
 def test_sacct_terminal_states_exit_codes_signals_and_unknown_spellings():
     rows = parse.sacct((FIXTURES / "sacct-terminal-states.txt").read_text(), arrays={"9", "10"})
     check_fixture("sacct-terminal-states", rows_json(rows))

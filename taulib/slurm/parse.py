@@ -7,9 +7,12 @@ sacct   `sacct --noheader --parsable2 --allocations --duplicates
          --format=JobID,JobIDRaw,JobName%200,State,ExitCode,Submit,Start,End --jobs=...`
         rows `JOB_TASK|RAW|NAME|STATE|EXIT:SIGNAL|SUBMIT|START|END`. With --duplicates a requeued or preempted task
         has several rows (REQUEUED/PREEMPTED first); the newest (latest Submit, then Start, then row order) is its
-        state and the others count its restarts. Placeholder rows written during accounting lag (JobName
-        `allocation`, or an array job's id without `_task`) are recognised and dropped: that task is simply not in
-        accounting yet. Step rows (`123_4.batch`) never appear with --allocations and are refused if they do.
+        state, and the earlier rows that a run of it left when it was requeued (REQUEUED, PREEMPTED, NODE_FAIL: the
+        states in RESTARTED) count its restarts; any other earlier row of the task, such as the unsplit pending
+        rest of its array (`123_[2-5]`), is no run of it and counts nothing. Placeholder rows written during
+        accounting lag (JobName `allocation`, or an array job's id without `_task`) are recognised and dropped:
+        that task is simply not in accounting yet. Step rows (`123_4.batch`) never appear with --allocations and
+        are refused if they do.
 usage   `sacct --noheader --parsable2 --format=JobID,State,Start,Elapsed,TotalCPU,MaxRSS,AllocCPUS,ReqMem,
          AllocTRES,Timelimit,NNodes --jobs=...` (no --allocations, no --duplicates: each task's latest run and its
         steps) rows `JOB_TASK[.STEP]|STATE|START|ELAPSED|TOTALCPU|MAXRSS|CPUS|REQMEM|TRES|TIMELIMIT|NODES`: what
@@ -45,6 +48,7 @@ STATE_MAP = {
     "REQUEUED": "requeued",
     "TIMEOUT": "timed_out",
 }
+RESTARTED = frozenset({"requeued", "preempted", "node_failed"})  # what a run that was requeued leaves in accounting
 
 JOB_ID_MAX = 4_294_967_295  # Slurm's job ids are 32-bit (a federation's carry the cluster's id in the high bits)
 TASK_MAX = 4_000_000  # the largest array task index: MaxArraySize is at most 4000001
@@ -251,7 +255,8 @@ def accounting_by_task(rows: list[Row]) -> tuple[dict[tuple[str, int | None], tu
 
 
 def latest_by_task(rows: list[Row]) -> dict[tuple[str, int | None], tuple[Row, int]]:
-    """Per (job, task): its newest row and how many earlier (requeued/preempted) rows it has."""
+    """Per (job, task): its newest row and its restarts, how many earlier rows are runs of it that were requeued
+    (a state in RESTARTED); an earlier row in any other state (its array's pending rest) is not a restart."""
     grouped: dict[tuple[str, int | None], list[tuple[int, Row]]] = {}
     for order, row in enumerate(rows):
         grouped.setdefault((row.job_id, row.task), []).append((order, row))
@@ -259,7 +264,7 @@ def latest_by_task(rows: list[Row]) -> dict[tuple[str, int | None], tuple[Row, i
     for key, items in grouped.items():
         items.sort(key=lambda item: (item[1].submit, item[1].start if item[1].start not in ("None", "Unknown")
                                      else "", item[0]))
-        out[key] = (items[-1][1], len(items) - 1)
+        out[key] = (items[-1][1], sum(1 for _, row in items[:-1] if row.state in RESTARTED))
     return out
 
 
