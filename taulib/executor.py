@@ -146,6 +146,12 @@ class Executor(ABC):
         """For the run's own executor, at tau-init before anything is written: refuse a plan that could never be
         submitted from `run_dir` (UsageError or BadInput), as the first submission would find out."""
 
+    def check_request(self, run: Run, request: dict[str, str]) -> None:
+        """Refuse (BadInput) a request a person grants (tau-retry --mem/--time: {mem and/or time}, Slurm's
+        spelling) that this executor's site could never give, as far as its limits can be read; what cannot be
+        read is not guessed (the submission finds out)."""
+        return None
+
     @abstractmethod
     def request(self, section: dict[str, Any]) -> dict[str, str | None]:
         """What each task of a first attempt asks for, as {"mem", "time"} in Slurm's spelling (None where this

@@ -45,7 +45,7 @@ def test_a_second_retry_creates_nothing(settled, tmp_path):
                                          "tasks": [], "skipped": [], "run_id": "run", "stopped": None,
                                          "job_name": None, "state": None, "adopted": False, "windows": [],
                                          "deferred": {"shards": 0, "holding": None, "unread": []},
-                                         "reopened": [], "exhausted": [],
+                                         "reopened": [], "exhausted": [], "waiting": [], "granted_request": None,
                                          "reason": "no shard is retryable: 1 shard(s) are live (pending, running or "
                                                    "waiting for their winner), and a live shard is retried only "
                                                    "once its attempt has failed"}

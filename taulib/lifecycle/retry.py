@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from taulib import executor
+from taulib.errors import UsageError
 from taulib.lifecycle import submission
 from taulib.rules.retry import ShardFacts, select_initial, select_retry
 from taulib.rundir import layout, state
@@ -25,16 +26,26 @@ if TYPE_CHECKING:
     from taulib.rundir.run import Run
 
 
-def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False) -> Record:
+def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False,
+          grant: Record | None = None) -> Record:
     """Submit the retryable shards (or, with `explicit`, these shards, granting exhausted ones one attempt more).
     With `reopen`, the cancellation of the named shards (or, with none named, of the run) is lifted first
-    (`lifecycle.cancel.reopen`). The result names the exhausted shards left alone, and says why nothing was
-    submitted (`reason`; `stopped` when the run is past its failure budget)."""
+    (`lifecycle.cancel.reopen`). With `grant` ({mem, time}, Slurm's spelling, None where not granted), the named
+    shards' new attempts ask for that instead of what escalation would ask (checked against the site's limits
+    where its executor can read them), recorded in the submission. A shard whose newest attempt was killed without
+    a cause yet waits for it (`rules.escalation.next_attempt`) unless named. The result names the exhausted shards
+    left alone and the waiting ones, and says why nothing was submitted (`reason`; `stopped` when the run is past
+    its failure budget)."""
     wanted = None
     if explicit:
         for sid in explicit:
             run.check_shard(sid)
         wanted = set(explicit)
+    grant = {k: v for k, v in (grant or {}).items() if v is not None} or None
+    if grant is not None:
+        if wanted is None:
+            raise UsageError("--mem and --time grant named shards more; name them with --shard")
+        executor.of(run).check_request(run, grant)
     reopened: list[Record] = []
     if reopen:
         from taulib.lifecycle import cancel
@@ -42,34 +53,44 @@ def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False) -> 
         reopened = cancel.reopen(run, explicit)
     stopped = None
     exhausted: list[Record] = []
+    waiting: list[Record] = []
     cancelled = False
     live = 0
 
     def select(run_: Run) -> submission.Selection:
-        nonlocal stopped, exhausted, cancelled, live
+        nonlocal stopped, exhausted, cancelled, live, waiting
         status = run_status(run_, parallel=executor.of(run_).limits(run_.plan).parallel)
         stopped = status["budget"]["stopped"]
         cancelled = status["cancelled"] is not None
         live = sum(status["counts"][k] for k in LIVE)
+        waiting = [{"shard_id": s["id"], "reason": s["next"]["reason"], "until": s["next"]["until"]}
+                   for s in status["shards"] if wanted is None and s["next"] and s["next"]["action"] == "wait"]
+        held = {w["shard_id"] for w in waiting}
         facts = [ShardFacts(s["id"], s["state"], s["reason"], s["attempts"]) for s in status["shards"]
-                 if wanted is None or s["id"] in wanted]
+                 if (wanted is None or s["id"] in wanted) and s["id"] not in held]
         exhausted = [{"shard_id": f.shard_id, "reason": f.reason} for f in facts
                      if f.state == "exhausted" and wanted is None]
         return select_retry(facts, explicit=wanted is not None, stopped=stopped, unsubmitted=initial_made(run_))
 
-    result = submission.submit(run, "retry", select)
+    result = submission.submit(run, "retry", select, grant=grant)
     result["run_id"] = run.run_id
     result["stopped"] = stopped
     result["reopened"] = reopened
     result["exhausted"] = exhausted
+    result["waiting"] = waiting
+    result["granted_request"] = grant
     result["reason"] = None if result["submission_id"] is not None else why_nothing(
-        run, stopped, exhausted, result["skipped"], cancelled, result["deferred"], live)
+        run, stopped, exhausted, result["skipped"], cancelled, result["deferred"], live, waiting)
     return result
 
 
 def why_nothing(run: Run, stopped: str | None, exhausted: list[Record], skipped: list[Record], cancelled: bool,
-                deferred: Record, live: int) -> str:
+                deferred: Record, live: int, waiting: list[Record] | None = None) -> str:
     """Why a retry submitted nothing, in one sentence a person can act on."""
+    if waiting:
+        first = waiting[0]
+        return (f"{len(waiting)} shard(s) wait to learn why their attempt was killed ({first['shard_id']}: "
+                f"{first['reason']}; at most until {first['until']}); a later tau-retry submits them")
     if deferred["shards"]:
         return (f"{deferred['shards']} shard(s) wait until the queue has room "
                 f"({deferred['holding'] or 'the scheduler limits'}); a later tau-retry or tau-submit submits them")

@@ -36,7 +36,7 @@ from taulib import env, executor, failpoints, jsonio
 from taulib.errors import BadInput, Busy, Conflict, SubmitLimited, SubmitRefused
 from taulib.executor import UNLIMITED, Capacity
 from taulib.rules import environment as environment_rules
-from taulib.rules import escalation, windows
+from taulib.rules import windows
 from taulib.rundir import layout, locks, state, usage
 from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks, job_name, tasks
 
@@ -59,14 +59,16 @@ NO_DEFERRAL: Record = {"shards": 0, "holding": None, "unread": []}
 
 
 def submit(run: Run, purpose: str, select: Callable[[Run], Selection], via: str | None = None,
-           extra: Record | None = None) -> Record:
+           extra: Record | None = None, grant: Record | None = None) -> Record:
     """Create and hand off submissions for the shards `select(run)` returns ((shard ids, skipped, granted): each
     gets its next attempt; a granted one is recorded as such), in windows that fit the scheduler now (the rest are
     deferred to a later call), or, for the initial submission of a run already submitted whole, report it.
 
     `select` runs under the submit lock, so concurrent callers see each other's attempts and converge. `via`
     names the executor that runs them when it is not the run's (an adoption runs locally, `lifecycle.adopt`);
-    `extra`, fields every submission plan made carries (`adopt_from`).
+    `extra`, fields every submission plan made carries (`adopt_from`); `grant`, what a person granted the selected
+    shards ({mem and/or time}: tau-retry --mem/--time), asked instead of what escalation asks and recorded as the
+    plan's `grant`.
     """
     book = journal(run)
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "submit"):
@@ -91,7 +93,7 @@ def submit(run: Run, purpose: str, select: Callable[[Run], Selection], via: str 
                     "windows": [], "deferred": NO_DEFERRAL}
         _check_inherited(run)
         chosen = _next_attempts(run, shard_ids, granted)
-        requests = _requests(run, book, chosen) if via is None else None
+        requests = _requests(run, book, chosen, grant) if via is None else None
         capacity = (executor.of(run) if via is None else executor.get(via)).capacity(run)
         cut = windows.cut(sorted(chosen), capacity.max_index, capacity.max_tasks, capacity.room, capacity.least)
         made: list[Record] = []
@@ -100,7 +102,7 @@ def submit(run: Run, purpose: str, select: Callable[[Run], Selection], via: str 
         for number, (array, request) in enumerate(arrays):
             try:
                 made.append(_window(run, book, purpose, [dict(chosen[s], task_index=i) for s, i in array], capacity,
-                                    request, via, extra))
+                                    request, via, dict(extra or {}, **({"grant": grant} if grant else {}))))
             except SubmitLimited as exc:  # a limit filled meanwhile: nothing of this window was submitted
                 deferred += sum(len(rest) for rest, _ in arrays[number:])
                 holding = exc.message
@@ -125,32 +127,30 @@ def _next_attempts(run: Run, shard_ids: list[str], granted: list[str]) -> dict[i
     return chosen
 
 
-def _requests(run: Run, book: Journal, chosen: dict[int, Record]) -> dict[int, Record] | None:
-    """Each chosen shard's request ({mem, time}) when the run's retry grows requests (`retry.escalate`), else None:
-    a first attempt asks for the plan's own request; a later one for what the attempt before it asked for, grown
-    after it ran out of memory or time (`rules.escalation`)."""
-    escalate = run.plan["retry"].get("escalate")
-    if not escalate:
+def _requests(run: Run, book: Journal, chosen: dict[int, Record], grant: Record | None = None
+              ) -> dict[int, Record] | None:
+    """Each chosen shard's request ({mem, time}) when the run's retry grows requests (`retry.escalate`), a person
+    grants one (`grant`) or granted one before, else None (the plan's own request, rendered by the executor): a
+    first attempt asks for the plan's own request; a later one for what its shard's next attempt asks
+    (`rundir.state.next_attempt`: the request before it, grown after it ran out of memory or time), with what is
+    granted in its place."""
+    entries = book.entries()
+    if not run.plan["retry"].get("escalate") and grant is None and not any(p.get("grant") for p, _ in entries):
         return None
     base = executor.of(run).request(run.plan["scheduler"][run.plan["scheduler"]["profile"]])
-    asked = {plan["submission_id"]: plan.get("resources") for plan, _ in book.entries()}
+    plans: dict[str, Record | None] = {plan["submission_id"]: plan for plan, _ in entries}
     submitted = state.Submitted(run)
     measured = usage.load(run)
     out: dict[int, Record] = {}
     for index, task in chosen.items():
-        if task["ordinal"] == 1:
-            out[index] = dict(base)
-            continue
-        sid, before = task["shard_id"], layout.attempt_id(task["ordinal"] - 1)
-        attempt = state.attempt_record(run, sid, before, submitted)
-        if attempt is None:  # its attempt before was never submitted: nothing ended it
-            out[index] = dict(base)
-            continue
-        evidence = state.read_evidence(run, sid, before)
-        ended = escalation.ended_as((attempt.get("terminal") or {}).get("classification"),
-                                    evidence.classification if evidence is not None and evidence.terminal else None,
-                                    measured.get((sid, before)))
-        out[index] = escalation.next_request(asked.get(attempt["submission_id"]) or base, ended, escalate)
+        request = dict(base)
+        if task["ordinal"] > 1:
+            sid, before = task["shard_id"], layout.attempt_id(task["ordinal"] - 1)
+            attempt = state.attempt_record(run, sid, before, submitted)
+            if attempt is not None:  # else its attempt before was never submitted: nothing ended it
+                request = state.next_attempt(run, attempt, state.read_evidence(run, sid, before), measured,
+                                             plans).request
+        out[index] = dict(request, **grant) if grant else request
     return out
 
 

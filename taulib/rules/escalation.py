@@ -9,13 +9,21 @@ cap, and a request the plan does not set (no `mem`, no `time`) is never invented
 Memory is spelt as Slurm spells it (`4096`, `512M`, `4G`, `1T`: mebibytes unless suffixed) and written back in
 whole mebibytes or the largest unit that divides it; time as Slurm spells it (`M`, `M:S`, `H:M:S`, `D-H`,
 `D-H:M`, `D-H:M:S`) and written back as `D-HH:MM:SS` or `HH:MM:SS`, rounded up to whole seconds.
+
+What the next attempt of a failed shard does (`next_attempt`), so that a killed request is never asked again:
+  - ran out of memory (or time): it asks for the grown request; when the cap holds it where it was (the request
+    killed was the cap's), a retry would ask the same again: the shard is exhausted at once, with the cap named;
+  - killed without a word on why (no result of its own, or its client killed by SIGKILL: what a memory kill looks
+    like before the scheduler's accounting says more) while memory grows on retry and the executor has not measured
+    it yet: its retry waits for the measurement, at most until the end of the accounting window after it ended;
+  - anything else (or once the window has passed): it asks for the same request again.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 _UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 _MEM = re.compile(r"^([0-9]+)([KMGT]?)\Z")
@@ -78,15 +86,17 @@ def next_request(previous: dict[str, str | None], classification: str | None,
     if not escalate:
         return grown
     if classification == "out_of_memory" and previous.get("mem") and escalate.get("mem", 1) != 1:
-        mib = mem_mib(str(previous["mem"])) * float(escalate["mem"])
+        before = mem_mib(str(previous["mem"]))
+        mib = before * float(escalate["mem"])
         if escalate.get("max_mem"):
             mib = min(mib, mem_mib(str(escalate["max_mem"])))
-        grown["mem"] = format_mem(mib)
+        grown["mem"] = previous["mem"] if mib <= before else format_mem(mib)  # a grant past the cap never shrinks
     if classification == "timed_out" and previous.get("time") and escalate.get("time", 1) != 1:
-        seconds = time_seconds(str(previous["time"])) * float(escalate["time"])
+        before = time_seconds(str(previous["time"]))
+        seconds = before * float(escalate["time"])
         if escalate.get("max_time"):
             seconds = min(seconds, time_seconds(str(escalate["max_time"])))
-        grown["time"] = format_time(seconds)
+        grown["time"] = previous["time"] if seconds <= before else format_time(seconds)
     return grown
 
 
@@ -102,3 +112,38 @@ def ended_as(recorded: str | None, scheduler: str | None, measured: dict[str, An
             and measured["mem_requested_bytes"] and measured["max_rss_bytes"] > measured["mem_requested_bytes"]):
         return "out_of_memory"
     return recorded
+
+
+class Next(NamedTuple):
+    """What a failed shard's next attempt does: `action` submit (asking `request`), wait (until `until`, an epoch)
+    or exhausted (no retry can help: `reason` says why and how to grant more)."""
+
+    action: str
+    request: dict[str, str | None]
+    reason: str | None = None
+    until: float | None = None
+
+
+CAPS = {"out_of_memory": ("mem", "max_mem", "memory", "--mem SIZE"),
+        "timed_out": ("time", "max_time", "time", "--time LIMIT")}
+
+
+def next_attempt(previous: dict[str, str | None], ended: str | None, escalate: dict[str, Any] | None,
+                 killed: bool, measured: bool, ended_at: float, window: float, now: float) -> Next:
+    """The next attempt of a shard whose newest attempt asked for `previous` and ended as `ended` (`ended_as`), at
+    `ended_at`; `killed`: it recorded no end of its own, or its client was killed by SIGKILL; `measured`: its
+    executor's figures are in; `window`: the accounting window (seconds) a wait is bounded by."""
+    grown = next_request(previous, ended, escalate)
+    if ended in CAPS and escalate:
+        key, cap, what, option = CAPS[ended]
+        if previous.get(key) and escalate.get(key, 1) != 1 and grown[key] == previous[key]:
+            return Next("exhausted", grown, f"ran out of {what} asking for {previous[key]}, the cap "
+                        f"(retry.escalate.{cap}): a retry would ask the same; tau-retry --shard S {option} grants "
+                        "more")
+        return Next("submit", grown)
+    if (ended not in ("cancelled", "node_failed", "preempted", "fenced") and killed and not measured and escalate
+            and previous.get("mem") and escalate.get("mem", 1) != 1 and now < ended_at + window):
+        return Next("wait", grown, f"killed without a cause yet: its retry waits for the executor's measure of its "
+                    f"memory, so that a memory kill is not retried with the same {previous['mem']}",
+                    ended_at + window)
+    return Next("submit", grown)

@@ -35,10 +35,11 @@ LIFECYCLE = {"succeeded": "succeeded", "running": "running", "accounting_lag": "
 
 
 def shard_state(has_winner: bool, latest: tuple[str, str] | None, attempts: int = 0,
-                max_attempts: int | None = None, cancelled: str | None = None) -> tuple[str, str]:
+                max_attempts: int | None = None, cancelled: str | None = None,
+                futile: str | None = None) -> tuple[str, str]:
     """(state, reason) of a shard: sealed by a winner, else cancelled (`cancelled` is why), else its latest
     attempt's verdict (state, reason), `exhausted` when that would be retried but `attempts` reached
-    `max_attempts`."""
+    `max_attempts`, or a retry could not help (`futile` says why: `rules.escalation.next_attempt`)."""
     if has_winner:
         return "succeeded", "sealed by its winner"
     if cancelled is not None:
@@ -48,6 +49,8 @@ def shard_state(has_winner: bool, latest: tuple[str, str] | None, attempts: int 
     state, reason = latest
     if state == "succeeded":
         return "candidate", "the latest attempt succeeded; its winner is not published yet (run tau-winner)"
+    if futile is not None and state in RETRYABLE:
+        return "exhausted", f"{reason}; {futile}"
     if max_attempts is not None and exhausted(state in RETRYABLE, attempts, max_attempts):
         return "exhausted", (f"{reason}; {attempts} attempts used of a budget of {max_attempts}, not retried "
                              "(tau-retry --shard grants one more)")

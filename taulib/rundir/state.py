@@ -21,12 +21,14 @@ from taulib import failpoints, jsonio
 from taulib.errors import BadInput, Conflict
 from taulib.rules import rollup
 from taulib.rules.attempt import Verdict, effective_attempt
+from taulib.rules.budget import RETRYABLE
 from taulib.rules.evidence import Evidence
 from taulib.rundir import index, layout
 from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks, range_task_index
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record
+    from taulib.rules.escalation import Next
     from taulib.rundir.run import Run
 
 
@@ -179,6 +181,23 @@ def attempt_record(run: Run, sid: str, aid: str, submitted: Submitted | None = N
                                                                            layout.attempt_ordinal(aid))
 
 
+def attempt_request(run: Run, attempt: Record, plans: dict[str, Record | None] | None = None) -> Record:
+    """What the attempt's allocation asked for, {mem, time} in Slurm's spelling (None where nothing was asked): its
+    submission's `resources` (grown on retry by `retry.escalate`, or granted by tau-retry --mem/--time), else the
+    request its executor makes of the plan's own section. `plans` caches submission plans by id across calls."""
+    from taulib import executor
+
+    sub_id = attempt["submission_id"]
+    cache = plans if plans is not None else {}
+    if sub_id not in cache:
+        cache[sub_id] = run.dir.read(f"{SUBMISSIONS.folder}/{sub_id}/plan.json", "tau.submission-plan")
+    plan = cache[sub_id]
+    if plan is not None and plan.get("resources") is not None:
+        return {"mem": plan["resources"].get("mem"), "time": plan["resources"].get("time")}
+    name = plan["executor"] if plan is not None else run.plan["scheduler"]["profile"]
+    return dict(executor.get(name).request(run.plan["scheduler"].get(name) or {}))
+
+
 def latest_attempt(run: Run, sid: str, submitted: Submitted | None = None, on_disk: bool = True) -> Record | None:
     """The newest attempt record of a shard (an attempt folder without a record, of no bound submission, is an
     interrupted submission that never reached the scheduler)."""
@@ -213,14 +232,17 @@ class ShardView(NamedTuple):
     reason: str
     attempts: int = 0  # the ordinal of its newest attempt
     cancelled: Record | None = None  # the cancellation record that applies to it
+    next: Next | None = None  # what its next attempt does, when its newest failed (`rules.escalation`)
 
 
 def shard_view(run: Run, sid: str, whole_run_cancel: Record | None = None,
                evidence: dict[tuple[str, str], Evidence] | None = None,
-               submitted: Submitted | None = None) -> ShardView:
+               submitted: Submitted | None = None, figures: dict[tuple[str, str], Record] | None = None,
+               plans: dict[str, Record | None] | None = None, now: float | None = None) -> ShardView:
     """What the records say of shard `sid`. `evidence` replaces the persisted evidence of the attempts it names
     (tau-status: the evidence tau-reconcile would persist, computed and not written); `submitted`, the journal's
-    snapshot of a pass over many shards."""
+    snapshot of a pass over many shards; `figures`, what the attempts used (`rundir.usage.load`, read here when
+    None and needed); `plans`, a cache of submission plans; `now`, the observer's clock."""
     if submitted is None and run.format >= 2:
         submitted = Submitted(run)
     winner = run.dir.read(layout.winner(sid), "tau.winner")
@@ -239,9 +261,47 @@ def shard_view(run: Run, sid: str, whole_run_cancel: Record | None = None,
         found = None
         verdict = Verdict("succeeded", "the winner's attempt")
     cancelled = None if winner is not None else cancellation(run, sid, whole_run_cancel)
+    following = None
+    if winner is None and cancelled is None and attempt is not None and verdict is not None \
+            and verdict.state in RETRYABLE:
+        following = next_attempt(run, attempt, found, figures, plans, now)
     state, reason = rollup.shard_state(winner is not None, verdict, attempts, run.plan["retry"]["max_attempts"],
-                                       cancel_reason(cancelled) if cancelled else None)
-    return ShardView(sid, winner, attempt, found, verdict, state, reason, attempts, cancelled)
+                                       cancel_reason(cancelled) if cancelled else None,
+                                       following.reason if following and following.action == "exhausted" else None)
+    return ShardView(sid, winner, attempt, found, verdict, state, reason, attempts, cancelled, following)
+
+
+def next_attempt(run: Run, attempt: Record, evidence: Evidence | None,
+                 figures: dict[tuple[str, str], Record] | None = None, plans: dict[str, Record | None] | None = None,
+                 now: float | None = None) -> Next:
+    """What the next attempt of the shard whose newest attempt (`attempt`, failed) is does: the request it asks
+    for, or why it waits or cannot help (`rules.escalation.next_attempt`), from the attempt's request, what ended it
+    (its record, the scheduler's terminal evidence, the executor's figures) and whether it was killed without a
+    word on why (no result of its own, or its client killed by SIGKILL)."""
+    import signal
+    import time
+
+    from taulib.rules import escalation
+
+    sid, aid = attempt["shard_id"], attempt["attempt_id"]
+    escalate = run.plan["retry"].get("escalate")
+    previous = attempt_request(run, attempt, plans)
+    if figures is None and escalate:
+        from taulib.rundir import usage
+
+        figures = usage.load(run)
+    measured = (figures or {}).get((sid, aid))
+    terminal = evidence if evidence is not None and evidence.terminal else None
+    ended = escalation.ended_as((attempt.get("terminal") or {}).get("classification"),
+                                terminal.classification if terminal is not None else None, measured)
+    killed = False
+    if escalate and ended not in escalation.CAPS:
+        result = run.dir.read(layout.attempt_file(sid, aid, "result.json"), "tau.result")
+        killed = result is None or result.get("signal") == signal.SIGKILL
+    ended_at = terminal.changed_at if terminal is not None else jsonio.parse_time(attempt["updated_at"])
+    return escalation.next_attempt(previous, ended, escalate, killed, measured is not None, ended_at,
+                                   float(run.plan["windows"]["accounting_lag_seconds"]),
+                                   time.time() if now is None else now)
 
 
 def unsealed_shards(run: Run) -> list[str]:

@@ -53,6 +53,7 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
     max_attempts = run.plan["retry"]["max_attempts"]
     found: dict[int, tuple[int, int | None]] = {}
     submitted = state.Submitted(run)
+    plans: dict[str, Record | None] = {}  # the submission plans read, by id (each attempt's request)
     shards: list[Record] = []
     failed_attempts = 0  # of the whole run, counted shard by shard by the budget's rules
     for position, sid in enumerate(run.shard_ids()):
@@ -60,7 +61,7 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
             shards.append(sealed_entry(sid, sealed[position], max_attempts, figures))
             failed_attempts += budget.won(sealed[position])
             continue
-        view = state.shard_view(run, sid, whole_run, evidence, submitted)
+        view = state.shard_view(run, sid, whole_run, evidence, submitted, figures, plans, now)
         if view.winner is not None:
             ordinal = view.winner["ordinal"]
             found[position] = (ordinal, index.seconds(view.attempt))
@@ -115,7 +116,7 @@ def sealed_entry(sid: str, ordinal: int, max_attempts: int, figures: dict[tuple[
     aid = layout.attempt_id(ordinal)
     return {"id": sid, "state": "succeeded", "reason": "sealed by its winner", "attempt": aid, "winner": aid,
             "attempts": ordinal, "max_attempts": max_attempts, "log": None, "progress": None, "stalled": None,
-            "evidence": None, "usage": efficiency.attempt(figures.get((sid, aid)))}
+            "evidence": None, "usage": efficiency.attempt(figures.get((sid, aid))), "next": None}
 
 
 def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple[str, str], Record]) -> Record:
@@ -157,6 +158,9 @@ def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple
         },
         "usage": efficiency.attempt(figures.get((view.shard_id, attempt["attempt_id"])))
         if attempt is not None and view.verdict is not None and view.verdict.state in FINISHED else None,
+        "next": None if view.next is None else {
+            "action": view.next.action, "request": view.next.request, "reason": view.next.reason,
+            "until": None if view.next.until is None else jsonio.format_time(view.next.until)},
     }
 
 

@@ -101,6 +101,11 @@ class Slurm(Executor):
     def request(self, section: dict[str, Any]) -> dict[str, str | None]:
         return {"mem": section.get("mem") or None, "time": section.get("time") or None}
 
+    def check_request(self, run: Run, request: dict[str, str]) -> None:
+        from taulib.slurm import limits
+
+        limits.check_request(request, run.plan["scheduler"]["slurm"].get("partition"))
+
     def gpus(self, section: dict[str, Any]) -> int:
         return int(section.get("gpus") or 0)
 

@@ -254,3 +254,59 @@ def _accounting_limits(config: dict[str, str], profile: dict[str, object], user:
     limits += qos_limits(str(qos), row, mine, account, _queue(f"--qos={qos}") if needs_all else [])
     return limits
 
+
+
+def partition_fields(text: str, wanted: str | None) -> dict[str, str] | None:
+    """The fields (`Key=Value`) of partition `wanted` (None: the default one, `Default=YES`) in `scontrol show
+    partition --oneliner` output; None when it is not there."""
+    for line in text.splitlines():
+        fields = dict(item.partition("=")[::2] for item in line.split() if "=" in item)
+        if fields.get("PartitionName") and (fields["PartitionName"] == wanted
+                                            or (wanted is None and fields.get("Default") == "YES")):
+            return fields
+    return None
+
+
+def request_problem(request: dict[str, str], fields: dict[str, str], node_mib: list[int]) -> str | None:
+    """Why a partition (its `scontrol show partition` fields, and its nodes' RealMemory in MiB from sinfo) could
+    never give `request` ({mem and/or time}, Slurm's spelling), or None. Pure."""
+    from taulib.rules.escalation import mem_mib, time_seconds
+
+    name = fields.get("PartitionName", "?")
+    if request.get("time") and fields.get("MaxTime", "UNLIMITED") not in ("UNLIMITED", "INFINITE"):
+        try:
+            most = parse.clock_seconds(fields["MaxTime"]) if ":" in fields["MaxTime"] else time_seconds(
+                fields["MaxTime"])
+        except (parse.ParseError, ValueError):
+            most = None
+        if most is not None and time_seconds(request["time"]) > most:
+            return f"--time {request['time']} is more than partition {name}'s MaxTime={fields['MaxTime']}"
+    if request.get("mem"):
+        asked = mem_mib(request["mem"])
+        cap = fields.get("MaxMemPerNode", "UNLIMITED")
+        if cap.isdigit() and asked > int(cap):
+            return f"--mem {request['mem']} is more than partition {name}'s MaxMemPerNode={cap} (MiB)"
+        if node_mib and asked > max(node_mib):
+            return f"--mem {request['mem']} is more than the largest node of partition {name} has ({max(node_mib)}M)"
+    return None
+
+
+def check_request(request: dict[str, str], partition: str | None) -> None:
+    """BadInput when the partition (the plan's, else the cluster's default) could never give `request`; a partition
+    whose limits cannot be read is not guessed about (sbatch decides)."""
+    from taulib.errors import BadInput
+
+    try:
+        shown = commands.run_query(["scontrol", "show", "partition", "--oneliner"])
+        nodes = commands.run_query(["sinfo", "--noheader", "--format=%m"]
+                                   + ([f"--partition={partition}"] if partition else []))
+    except Unavailable:
+        return
+    fields = partition_fields(shown.stdout, partition) if shown.returncode == 0 else None
+    if fields is None:
+        return
+    node_mib = [int(m.rstrip("+")) for m in nodes.stdout.split() if m.rstrip("+").isdigit()] \
+        if nodes.returncode == 0 else []
+    problem = request_problem(request, fields, node_mib)
+    if problem is not None:
+        raise BadInput(f"cannot grant that: {problem}")
