@@ -1,4 +1,5 @@
-"""tau-logs: a failed attempt's stderr, a named attempt, a live attempt followed to its end, and the errors."""
+"""tau-logs: a failed attempt's stderr, a named attempt, a live attempt followed to its end, an attempt without output
+yet (said on stderr, or an earlier attempt's shown instead), and the errors."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 import pytest
 
 from helpers import BIN, PYTHON, env_for_tests, error_of, init_run, settle, snapshot, tau
-from helpers import wait_for
+from helpers import quiesce, status, wait_for
 from test_cli_run_environment import PROBE
 
 
@@ -95,3 +96,58 @@ def test_a_number_past_the_run_a_negative_or_junk_is_66_and_changes_nothing(sett
     assert error_of(proc)["message"] == f"tau-logs: run 'run' has no shard '{named}'"
     assert proc.stdout == ""
     assert snapshot(settled) == before
+
+
+QUEUEING = ("import os, sys, time; s = os.environ['TAU_SHARD_ID']; print(s, os.environ['TAU_ATTEMPT_ID'], 'here', "
+            "flush=True); sys.exit(3) if s == 'shard-00001' else time.sleep(60)")
+
+
+@pytest.mark.slow
+def test_an_attempt_still_queued_is_said_to_have_no_output_yet_or_the_newest_with_output_is_shown(workspace):
+    """One place for the whole run: shard-00001 fails at once; then shard-00000 or shard-00002 sleeps in the place
+    while the other, and shard-00001's second attempt, wait in the queue."""
+    run_dir = init_run(workspace, plan_doc={
+        "records": 30, "shards": 3, "command": [PYTHON, "-c", QUEUEING], "retry": {"max_attempts": 3},
+        "scheduler": {"profile": "local", "local": {"max_parallel": 1}},
+        "windows": {"accounting_lag_seconds": 5, "preemption_seconds": 5, "submission_visibility_seconds": 5}})
+    try:
+        assert tau("tau-submit", str(run_dir), "--shard", "1").returncode == 0
+        quiesce(run_dir)
+        assert tau("tau-submit", str(run_dir)).returncode == 0
+        client_log = "shards/{}/attempts/attempt-0001/client.log"
+        running = wait_for(lambda: next((s for s in ("shard-00000", "shard-00002")
+                                         if (run_dir / client_log.format(s)).exists()), None), what="a client")
+        queued = ({"shard-00000", "shard-00002"} - {running}).pop()
+        assert tau("tau-retry", str(run_dir)).returncode == 0  # shard-00001's attempt-0002 waits for the place
+        status(run_dir)  # observe | reconcile: the queue's word on the waiting attempts is recorded
+        assert not (run_dir / client_log.format(queued)).exists()
+
+        proc = tau("tau-logs", str(run_dir), "1")
+        assert (proc.returncode, proc.stdout) == (0, "")
+        assert proc.stderr == "tau-logs: shard-00001 attempt-0002 has no output yet: it is pending (queued)\n"
+        proc = tau("tau-logs", str(run_dir), queued)
+        assert (proc.returncode, proc.stdout) == (0, "")
+        assert proc.stderr == f"tau-logs: {queued} attempt-0001 has no output yet: it is pending (queued)\n"
+
+        earlier = tau("tau-logs", str(run_dir), "1", "--attempt", "attempt-0001")
+        assert earlier.stdout.startswith("shard-00001 attempt-0001 here\n") and earlier.stderr == ""
+        proc = tau("tau-logs", str(run_dir), "1", "--latest-with-output")
+        assert (proc.returncode, proc.stdout) == (0, earlier.stdout)
+        assert proc.stderr == ("tau-logs: shard-00001 attempt-0002 has no output yet: it is pending (queued); "
+                               "showing attempt-0001, the newest attempt with output\n")
+        doc = json.loads(tau("tau-logs", str(run_dir), "1", "--latest-with-output", "-o", "json").stdout)
+        assert (doc["attempt_id"], doc["state"]) == ("attempt-0001", "failed")
+        proc = tau("tau-logs", str(run_dir), queued, "--latest-with-output")  # a first attempt: nothing earlier
+        assert (proc.returncode, proc.stdout) == (0, "")
+        assert proc.stderr == f"tau-logs: {queued} attempt-0001 has no output yet: it is pending (queued)\n"
+        proc = tau("tau-logs", str(run_dir), running)  # it printed: no word on stderr
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"{running} attempt-0001 here\n", "")
+
+        proc = tau("tau-logs", str(run_dir), "1", "--latest-with-output", "--attempt", "attempt-0001")
+        assert proc.returncode == 2 and error_of(proc)["message"] == (
+            "tau-logs: --attempt names the attempt to show: drop --latest-with-output")
+        proc = tau("tau-logs", str(run_dir), "1", "--latest-with-output", "--follow")
+        assert proc.returncode == 2 and error_of(proc)["message"] == (
+            "tau-logs: --follow waits for the newest attempt's output: drop --latest-with-output")
+    finally:
+        tau("tau-cancel", str(run_dir))

@@ -3,11 +3,14 @@ service backend's output.
 
 Reads: the attempt's client.log and, beside its submission, the allocation's output (Slurm's
 `slurm-JOB_TASK.out`, the local executor's `local/task-NNNNN.log`), or a backend's `services/NAME-K.log`, never
-through a symlink; for `follow`, the attempt record and the executor's view of the attempt (the local executor's
-records, or squeue). Writes: nothing.
+through a symlink; for an attempt without output, its observation.json and stop.json; for `follow`, the attempt
+record and the executor's view of the attempt (the local executor's records, or squeue). Writes: nothing.
 Promises: the newest attempt of the shard unless one is named; `follow` streams what is appended while the attempt
 is live and returns once it has ended (its record says so, or the executor no longer has it), after the last bytes;
-every file's text but the first's is headed by its path (`Headings`), the same for tau-logs and the Python API.
+every file's text but the first's is headed by its path (`Headings`), the same for tau-logs and the Python API. An
+attempt none of whose output files holds a byte (not started yet, or silent so far) is said to have no output, with
+its state as the records say it (`chosen`; the scheduler is not asked); `chosen` can show the newest attempt with
+output instead.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from taulib import executor
 from taulib.errors import NotFound, UsageError
+from taulib.rules.attempt import effective_attempt
 from taulib.rundir import layout, state
 
 if TYPE_CHECKING:
@@ -41,6 +45,55 @@ def attempt_of(run: Run, sid: str, aid: str | None) -> Record:
     if attempt is None:
         raise NotFound(f"{sid} has no attempt {aid!r}", shard_id=sid, attempt_id=aid)
     return attempt
+
+
+def chosen(run: Run, sid: str, aid: str | None, service: str | None = None,
+           latest_with_output: bool = False) -> tuple[Record, str | None]:
+    """(the attempt tau-logs shows, what it says of it on stderr or None). The attempt is `attempt_of`'s; when none
+    of its output files (or the backend's) holds a byte, the note says so with its state, and with
+    `latest_with_output` the newest earlier attempt that has output is shown instead (the note names it), or,
+    when there is none, the one asked for."""
+    attempt = attempt_of(run, sid, aid)
+    if has_output(run, attempt, service):
+        return attempt, None
+    note = no_output(run, attempt, service)
+    if not latest_with_output:
+        return attempt, note
+    for earlier in reversed(state.attempt_ids(run, sid)[:attempt["ordinal"] - 1]):
+        record = state.attempt_record(run, sid, earlier)
+        if record is not None and has_output(run, record, service):
+            return record, f"{note}; showing {earlier}, the newest attempt with output"
+    return attempt, note if attempt["ordinal"] == 1 else f"{note}; no earlier attempt of {sid} has output"
+
+
+def has_output(run: Run, attempt: Record, service: str | None = None) -> bool:
+    """Whether one of the attempt's output files (or the backend's) holds a byte."""
+    for _, rel in sources(run, attempt, service):
+        try:
+            fd = run.dir.open_read(rel)
+        except NotFound:
+            continue
+        try:
+            if os.fstat(fd).st_size > 0:
+                return True
+        finally:
+            os.close(fd)
+    return False
+
+
+SAYS = {"pending": "it is pending", "running": "it is running", "accounting_lag": "it is in accounting lag",
+        "unknown": "its state is unknown", "succeeded": "it succeeded", "failed": "it failed"}
+
+
+def no_output(run: Run, attempt: Record, service: str | None = None) -> str:
+    """That the attempt has no output (of `service`), and its state and why: the verdict on its record and the
+    evidence tau-reconcile last recorded (`rules.attempt`), such as `it is pending (queued)`."""
+    sid, aid = attempt["shard_id"], attempt["attempt_id"]
+    stopped = state.attempt_stop(run, sid, aid) if attempt["state"] != "succeeded" else None
+    verdict = effective_attempt(attempt, state.read_evidence(run, sid, aid), stopped)
+    live = verdict.state not in ("succeeded", "failed")
+    of = f" of {service}" if service is not None else ""
+    return f"{sid} {aid} has no output{of}{' yet' if live else ''}: {SAYS[verdict.state]} ({verdict.reason})"
 
 
 def sources(run: Run, attempt: Record, service: str | None = None) -> list[tuple[str, str]]:
