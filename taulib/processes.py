@@ -97,6 +97,28 @@ def children(parent: int | None = None) -> list[int]:
     return sorted(found)
 
 
+def tree_rss(roots: list[int]) -> dict[int, int]:
+    """{root: the resident memory, in bytes, of that process and every process descended from it}, from one pass
+    over the process table (as Slurm's jobacct_gather/linux sums a step's processes); 0 for a root that is gone."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _stat(int(name))
+            if fields is not None and len(fields) > 21 and fields[0] not in ("Z", "X"):
+                parents[int(name)] = int(fields[1])
+                rss[int(name)] = int(fields[21]) * page
+    total = dict.fromkeys(roots, 0)
+    for pid, size in rss.items():
+        seen, up = 0, pid
+        while up not in total and up in parents and seen < 64:  # the nearest root above it, if any
+            up, seen = parents[up], seen + 1
+        if up in total:
+            total[up] += size
+    return total
+
+
 def command_line(pid: int) -> str:
     """A process's command line, its arguments joined by spaces, without control characters, COMMAND_CHARS
     characters at most ("" when it is gone or a zombie)."""

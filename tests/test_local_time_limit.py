@@ -106,7 +106,7 @@ def test_without_escalation_a_timed_out_attempt_is_retried_with_the_same_limit_w
 
 @pytest.mark.parametrize(("scheduler", "escalate", "message"), [
     ({"profile": "local", "local": {"time_limit": 60}}, {"mem": 2},
-     "grows memory on retry (retry.escalate.mem) but asks for none: the local executor asks for no memory"),
+     "grows memory on retry (retry.escalate.mem) but asks for none: set scheduler.local.mem"),
     ({"profile": "local"}, {"time": 2},
      "grows time on retry (retry.escalate.time) but asks for none: set scheduler.local.time_limit"),
     ({"profile": "slurm", "slurm": {"time": "10:00"}}, {"mem": 2, "max_mem": "8G"},

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from taulib.rules.escalation import (ended_as, format_mem, format_time, limit_seconds, mem_mib, next_request,
-                                     time_seconds)
+from taulib.rules.escalation import (Next, ended_as, format_mem, format_time, limit_seconds, mem_mib, next_attempt,
+                                     next_request, time_seconds)
 
 ESCALATE = {"mem": 2, "time": 1.5, "max_mem": "16G", "max_time": "1-00:00:00"}
 
@@ -94,3 +94,55 @@ def test_a_peak_equal_to_the_request_is_not_over_it():
     at = {"state": "FAILED", "max_rss_bytes": 256 << 20, "mem_requested_bytes": 256 << 20}
     assert ended_as("failed", "failed", at) == "failed"
     assert ended_as("failed", "failed", dict(at, max_rss_bytes=(256 << 20) + 1)) == "out_of_memory"
+
+
+def test_a_request_granted_past_the_cap_never_shrinks_after_a_kill():
+    assert next_request({"mem": "32G", "time": "2-00:00:00"}, "out_of_memory", ESCALATE)["mem"] == "32G"
+    assert next_request({"mem": "32G", "time": "2-00:00:00"}, "timed_out", ESCALATE)["time"] == "2-00:00:00"
+
+
+GROW = {"mem": 2, "max_mem": "2G", "time": 2, "max_time": "4:00:00"}
+ASKED = {"mem": "256M", "time": "1:00:00"}
+
+
+def decide(previous=ASKED, ended="failed", escalate=GROW, killed=False, measured=False, now=1000.0):
+    return next_attempt(previous, ended, escalate, killed, measured, ended_at=900.0, window=300.0, now=now)
+
+
+def test_a_memory_kill_asks_for_more_at_once_whether_or_not_its_usage_arrived():
+    for measured in (False, True):
+        assert decide(ended="out_of_memory", killed=True, measured=measured) == Next(
+            "submit", {"mem": "512M", "time": "1:00:00"})
+    assert decide({"mem": "1G", "time": None}, "out_of_memory").request == {"mem": "2G", "time": None}
+    assert decide(ended="timed_out") == Next("submit", {"mem": "256M", "time": "02:00:00"})
+
+
+def test_a_kill_at_the_cap_is_exhausted_with_the_cap_named_and_a_grant_named():
+    at_cap = decide({"mem": "2G", "time": None}, "out_of_memory")
+    assert at_cap.action == "exhausted" and at_cap.request == {"mem": "2G", "time": None}
+    assert at_cap.reason == ("ran out of memory asking for 2G, the cap (retry.escalate.max_mem): a retry would ask "
+                             "the same; tau-retry --shard S --mem SIZE grants more")
+    past = decide({"mem": "4G", "time": None}, "out_of_memory")  # granted past the cap
+    assert past.action == "exhausted" and past.request["mem"] == "4G"
+    slow = decide({"mem": None, "time": "4:00:00"}, "timed_out")
+    assert slow.action == "exhausted" and "the cap (retry.escalate.max_time)" in slow.reason
+    assert "--time LIMIT" in slow.reason
+    # without a factor nothing grows, and nothing is called futile
+    assert decide({"mem": "2G", "time": None}, "out_of_memory", {"time": 2}).action == "submit"
+    assert decide({"mem": None, "time": None}, "out_of_memory").action == "submit"
+
+
+def test_a_kill_without_a_cause_waits_for_its_measure_within_the_window_only():
+    wait = decide(killed=True)
+    assert wait.action == "wait" and wait.request == ASKED and wait.until == 1200.0
+    assert "not retried with the same 256M" in wait.reason
+    assert decide(killed=True, now=1199.9).action == "wait"
+    assert decide(killed=True, now=1200.0) == Next("submit", ASKED)  # the window passed: the same request
+    assert decide(killed=True, measured=True) == Next("submit", ASKED)  # measured, and not a memory kill
+    assert decide(killed=False) == Next("submit", ASKED)  # the client exited by itself
+    for ended in ("cancelled", "node_failed", "preempted", "fenced"):
+        assert decide(ended=ended, killed=True).action == "submit"
+    assert decide(killed=True, escalate={"time": 2}).action == "submit"  # memory never grows: nothing to learn
+    assert decide(killed=True, escalate={"mem": 1}).action == "submit"
+    assert decide(killed=True, escalate=None).action == "submit"
+    assert decide({"mem": None, "time": "1:00:00"}, killed=True).action == "submit"

@@ -25,12 +25,14 @@ MAX_PARALLEL = 4  # tasks of a submission that run at once when the plan does no
 
 class Local(Executor):
     name = "local"
-    request_fields = {"time": "time_limit"}
+    request_fields = {"mem": "mem", "time": "time_limit"}
 
     def section(self, asked: dict[str, Any]) -> dict[str, Any]:
         section = {"max_parallel": asked.get("max_parallel", MAX_PARALLEL)}
         if "time_limit" in asked:
             section["time_limit"] = asked["time_limit"]
+        if "mem" in asked:
+            section["mem"] = asked["mem"]
         if "gpus" in asked:
             section["gpus"] = [str(device) for device in asked["gpus"]]
         return section
@@ -38,10 +40,21 @@ class Local(Executor):
     def check_section(self, section: dict[str, Any]) -> None:
         if escalation.limit_seconds(section.get("time_limit")) == 0:
             raise BadInput("scheduler.local.time_limit is zero; give the longest an attempt may run, at least 1 s")
+        if "mem" in section and escalation.mem_mib(section["mem"]) < 1:
+            raise BadInput("scheduler.local.mem is less than 1M; give the most memory a task may use, like 4G")
 
     def request(self, section: dict[str, Any]) -> dict[str, str | None]:
         limit = escalation.limit_seconds(section.get("time_limit"))
-        return {"mem": None, "time": None if limit is None else escalation.format_time(limit)}
+        return {"mem": section.get("mem") or None, "time": None if limit is None else escalation.format_time(limit)}
+
+    def check_request(self, run: Run, request: dict[str, str]) -> None:
+        """A granted --mem more than this machine has is refused; a time limit is anything."""
+        if not request.get("mem"):
+            return
+        total = _mem_total()
+        if total is not None and escalation.mem_mib(request["mem"]) * 1024 * 1024 > total:
+            raise BadInput(f"cannot grant that: --mem {request['mem']} is more than this machine has "
+                           f"({total // (1024 * 1024)}M)")
 
     def preflight(self, plan: dict[str, Any], run_dir: str, python: str) -> None:
         return None  # any folder tau-init can write is one the supervisor can run from
@@ -101,7 +114,8 @@ class Local(Executor):
                 used = task.get("usage") or {"elapsed_seconds": 0.0, "cpu_seconds": 0.0, "max_rss_bytes": None}
                 state = "CANCELLED" if task["state"] == "skipped" else observe.finished(task)["raw"]
                 found.setdefault(plan["submission_id"], {})[index] = {
-                    "state": state, **used, "cpus": 1, "gpus": 0, "mem_requested_bytes": None,
+                    "state": state, **used, "cpus": 1, "gpus": 0,
+                    "mem_requested_bytes": supervisor.mem_limit(run, plan),
                     "time_limit_seconds": limit, "source": "rusage"}
         return Measured(found, None)
 
@@ -150,3 +164,15 @@ class Local(Executor):
 
 
 EXECUTOR = Local()
+
+
+def _mem_total() -> int | None:
+    """This machine's memory in bytes (/proc/meminfo MemTotal), or None when it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

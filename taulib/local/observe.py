@@ -51,6 +51,14 @@ def finished(task: Record) -> Record:
     if task.get("timed_out"):
         return {"state": "timed_out", "raw": "TIMEOUT", "exit_code": task["exit_code"],
                 "reason": "TIMEOUT: the supervisor stopped it at its time limit (scheduler.local.time_limit)"}
+    killed = task.get("memory_killed")
+    if killed is not None:
+        used = "" if killed["rss_bytes"] is None else f"its processes used {_mib(killed['rss_bytes'])}, "
+        limit = "" if killed["limit_bytes"] is None else f"over the {_mib(killed['limit_bytes'])} it asked for; "
+        by = ("killed by the supervisor, which samples its memory every second (scheduler.local.mem)"
+              if killed["cause"] == "limit" else "killed by the kernel's OOM killer (cgroup memory.events oom_kill)")
+        return {"state": "out_of_memory", "raw": "OUT_OF_MEMORY", "exit_code": None,
+                "reason": f"OUT_OF_MEMORY: {used}{limit}{by}"}
     sig = task["signal"]
     if sig is not None:
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
@@ -60,3 +68,7 @@ def finished(task: Record) -> Record:
     if code == 0:
         return {"state": "completed", "raw": "COMPLETED", "exit_code": 0, "reason": None}
     return {"state": "failed", "raw": "FAILED", "exit_code": code, "reason": f"exited with status {code}"}
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MiB"

@@ -89,6 +89,7 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
     running: dict[int, Running] = {}
     stopping: dict[str, int | None] = {"signal": None}
     limit = time_limit(run, sub)
+    memory = Memory(mem_limit(run, sub))
     places = Places(run, max_parallel)
     processes.become_subreaper()  # what a task leaves behind when it dies is ours to stop
 
@@ -113,7 +114,7 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
             continue  # started by an earlier supervisor of this submission: never run a task twice
         held = places.take()
         while held is None and stopping["signal"] is None:
-            _reap(run, running, limit, block=False)  # a place (and GPUs) of the run's frees up, here or elsewhere
+            _reap(run, running, limit, memory, block=False)  # a place (and GPUs) frees up, here or elsewhere
             held = places.take()
         if held is None:
             break
@@ -123,14 +124,14 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
             continue
         proc = _start_task(run, sub, index, held)
         pid = proc.pid
-        running[pid] = Running(index, record_rel, time.monotonic(), held, proc)
+        running[pid] = Running(index, record_rel, time.monotonic(), held, proc, memory.oom_kills())
         ticks = process_start_ticks(pid) or 0
         run.dir.replace(record_rel, {
             "kind": "tau.local-task", "schema_version": 1, "run_id": run.run_id, "submission_id": sid,
             "task_index": index, "revision": 1, "state": "running", "pid": pid, "start_ticks": ticks,
             "started_at": jsonio.now_rfc3339(), "finished_at": None, "exit_code": None, "signal": None})
     while running:
-        _reap(run, running, limit)
+        _reap(run, running, limit, memory)
     processes.sweep(grace=KILL_WAIT)
     for task in queue:  # stopped (a cancelled run): what never started says so, so that it is not awaited
         if not run.dir.exists(layout.local_task(sid, task["task_index"])) and _cancelled(run, task):
@@ -305,15 +306,83 @@ class Running:
     `_reap` (wait4, for its rusage): a Popen dropped while its process lives is waited for by the next Popen this
     process makes (the subprocess module's clean-up), which would take the task's exit from `_reap`."""
 
-    __slots__ = ("index", "record", "started", "held", "proc", "stopped")
+    __slots__ = ("index", "record", "started", "held", "proc", "stopped", "peak", "killed", "oom_kills")
 
-    def __init__(self, index: int, record: str, started: float, held: Held, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, index: int, record: str, started: float, held: Held, proc: subprocess.Popen[bytes],
+                 oom_kills: int | None = None) -> None:
         self.index, self.record, self.started, self.held, self.proc = index, record, started, held, proc
         self.stopped: float | None = None
+        self.peak = 0  # the largest sum of its processes' resident memory sampled (bytes)
+        self.killed: Record | None = None  # why it was killed for memory
+        self.oom_kills = oom_kills  # the cgroup's oom_kill count when it started
 
 
 KILL_WAIT = 5.0  # seconds between SIGTERM and SIGKILL of a task past its time limit (Slurm's KillWait)
-POLL = 0.1  # seconds between looks at the tasks while a time limit applies
+POLL = 0.1  # seconds between looks at the tasks while a time or memory limit applies
+SAMPLE = 1.0  # seconds between samples of the tasks' memory (Slurm's --acctg-freq=task=1)
+
+
+def mem_limit(run: Run, sub: Record) -> int | None:
+    """The most memory, in bytes, a task of this submission's processes may use together: the window's request
+    (grown by retry.escalate, or granted), else the plan's `scheduler.local.mem`; None when neither says."""
+    from taulib.rules.escalation import mem_mib
+
+    asked = (sub.get("resources") or {}).get("mem") or run.plan["scheduler"]["local"].get("mem")
+    return None if not asked else int(mem_mib(asked) * 1024 * 1024)
+
+
+class Memory:
+    """The memory limit of a submission's tasks and its sampling: every SAMPLE seconds the resident memory of each
+    task's whole process tree is summed (services and their children included), its peak kept, and a task over the
+    limit is killed at once (SIGKILL to its process group, as Slurm's OverMemoryKill kills a step). The kernel's
+    OOM killer is seen in the supervisor's cgroup (memory.events oom_kill): a task killed by SIGKILL while that
+    count rose ends out of memory too."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.next_sample = 0.0
+        self.events = _cgroup_events()
+
+    def sample(self, running: dict[int, Running]) -> None:
+        now = time.monotonic()
+        if not running or now < self.next_sample:
+            return
+        self.next_sample = now + SAMPLE
+        for pid, used in processes.tree_rss(list(running)).items():
+            task = running[pid]
+            task.peak = max(task.peak, used)
+            if self.limit is not None and used > self.limit and task.killed is None:
+                task.killed = {"cause": "limit", "rss_bytes": used, "limit_bytes": self.limit}
+                _signal_group(pid, signal.SIGKILL)
+
+    def oom_kills(self) -> int | None:
+        """The cgroup's oom_kill count now (None where it cannot be read)."""
+        return None if self.events is None else _oom_kill_count(self.events)
+
+
+def _cgroup_events() -> str | None:
+    """The memory.events file of this process's cgroup (cgroup v2), or None."""
+    try:
+        with open("/proc/self/cgroup", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("0::"):
+                    path = "/sys/fs/cgroup" + line[3:].strip().rstrip("/") + "/memory.events"
+                    return path if _oom_kill_count(path) is not None else None
+    except OSError:
+        return None
+    return None
+
+
+def _oom_kill_count(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as fh:
+            for line in fh:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def time_limit(run: Run, sub: Record) -> float | None:
@@ -325,13 +394,14 @@ def time_limit(run: Run, sub: Record) -> float | None:
     return limit_seconds(grown if grown is not None else run.plan["scheduler"]["local"].get("time_limit"))
 
 
-def _reap(run: Run, running: dict[int, Running], limit: float | None, block: bool = True) -> None:
+def _reap(run: Run, running: dict[int, Running], limit: float | None, memory: Memory, block: bool = True) -> None:
     """Reap one task that ended (waiting for it), recording how it ended and what it used (wait4's rusage: the
     task and every process it waited for), then stop what it left behind and let its place and GPUs go. With a
     time limit (or not `block`), look every POLL seconds instead, and stop a task past the limit as Slurm does:
     SIGTERM to its process group, SIGKILL KILL_WAIT seconds later; it ends timed out."""
     try:
-        pid, status, usage = os.wait4(-1, os.WNOHANG if limit is not None or not block else 0)
+        polling = limit is not None or memory.limit is not None or memory.events is not None or not block
+        pid, status, usage = os.wait4(-1, os.WNOHANG if polling else 0)
     except ChildProcessError:
         for gone in running.values():
             gone.held.release()
@@ -342,6 +412,7 @@ def _reap(run: Run, running: dict[int, Running], limit: float | None, block: boo
         return
     if pid == 0:
         _enforce(running, limit)
+        memory.sample(running)
         time.sleep(POLL)
         return
     task = running.pop(pid) if pid in running else None
@@ -364,7 +435,14 @@ def _reap(run: Run, running: dict[int, Running], limit: float | None, block: boo
                   timed_out=task.stopped is not None,
                   usage={"elapsed_seconds": round(elapsed, 3),
                          "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
-                         "max_rss_bytes": usage.ru_maxrss * 1024})  # Linux counts ru_maxrss in KiB
+                         "max_rss_bytes": max(usage.ru_maxrss * 1024, task.peak)})  # ru_maxrss counts KiB
+    killed = task.killed
+    if killed is None and code == -signal.SIGKILL and task.oom_kills is not None:
+        now = memory.oom_kills()
+        if now is not None and now > task.oom_kills:
+            killed = {"cause": "oom_killer", "rss_bytes": task.peak or None, "limit_bytes": memory.limit}
+    if killed is not None:
+        record["memory_killed"] = killed
     run.dir.replace(task.record, record)
 
 

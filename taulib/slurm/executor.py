@@ -151,6 +151,7 @@ class Slurm(Executor):
         from taulib.slurm import observe
 
         views, sources = observe.observe(attempts)
+        _explain_kills(run, attempts, views)
         return Observed(views, sources)
 
     def usage(self, run: Run, submissions: list[tuple[dict[str, Any], str, set[int]]]) -> Measured:
@@ -224,3 +225,34 @@ class Slurm(Executor):
 
 _COLLECTION_JOBS = SlurmCollectionJobs()
 EXECUTOR = Slurm()
+
+
+def _explain_kills(run: Run, attempts: list[dict[str, Any]], views: list[dict[str, Any]]) -> None:
+    """Where accounting says a task FAILED or was CANCELLED, what its own output says killed it (`slurm.kills`:
+    Slurm's memory enforcement without cgroups, a time limit) becomes its accounting state, slurmstepd's words
+    added to the reason: the kill is named out_of_memory or timed_out, as escalation needs."""
+    import os
+
+    from taulib.errors import NotFound, Refused
+    from taulib.rules.escalation import mem_mib
+    from taulib.rundir import state
+    from taulib.slurm import kills
+
+    plans: dict[str, Any] = {}
+    for attempt, view in zip(attempts, views, strict=True):
+        seen = view.get("accounting")
+        if seen is None or seen["state"] not in ("failed", "cancelled"):
+            continue
+        try:
+            fd = run.dir.open_read(EXECUTOR.output_path(attempt))
+        except (NotFound, Refused):  # not written yet, or not a file of ours: nothing it says is believed
+            continue
+        try:
+            size = os.fstat(fd).st_size
+            tail = os.pread(fd, kills.TAIL, max(0, size - kills.TAIL))
+        finally:
+            os.close(fd)
+        mem = state.attempt_request(run, attempt, plans).get("mem")
+        found = kills.cause(tail, seen["state"], None if not mem else int(mem_mib(mem) * 1024 * 1024))
+        if found is not None:
+            view["accounting"] = dict(seen, state=found.state, reason=f"{seen['reason']}: {found.evidence}")

@@ -1,0 +1,118 @@
+"""Memory under the local executor, as Slurm's OverMemoryKill enforces it: `scheduler.local.mem` caps the sum of a
+task's processes' resident memory, sampled every second; a task over it is killed and ends out of memory with the
+evidence named; a retry asks for more (retry.escalate) and never for the request that was killed; a shard whose
+next request the cap holds where it was killed is exhausted at once; a person's grant (tau-retry --mem) is
+submitted as asked, recorded and shown."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import error_of, init_run, quiesce, settle, snapshot, status, tau
+
+HOG = Path(__file__).parent / "clients" / "hog.py"
+pytestmark = pytest.mark.slow
+
+
+def hog_plan(mem: str, max_mem: str, max_attempts: int = 3, **extra) -> dict:
+    """One shard whose client holds 100 MiB for 2.5 s (with tau-attempt and Python beside it: about 135 MiB)."""
+    return {"records": 2, "shards": 1, "command": [sys.executable, str(HOG), "100", "2.5"],
+            "scheduler": {"profile": "local", "local": {"mem": mem, "max_parallel": 1}},
+            "retry": {"max_attempts": max_attempts, "escalate": {"mem": 2, "max_mem": max_mem}},
+            "windows": {"accounting_lag_seconds": 20, "preemption_seconds": 5, "submission_visibility_seconds": 5},
+            **extra}
+
+
+def drive(run: Path, code: int = 0):
+    """tau-drive in the foreground until the run is finished; its exit code must be `code`."""
+    proc = tau("tau-drive", str(run), "--interval", "0.3", timeout=240)
+    assert proc.returncode == code, proc.stderr
+    return json.loads(proc.stdout) if code == 0 else error_of(proc)
+
+
+def asked(run: Path) -> list[str | None]:
+    """The memory each submission asked for, in order."""
+    plans = sorted((run / "submissions").glob("submission-*/plan.json"))
+    return [json.loads(p.read_bytes())["resources"]["mem"] for p in plans]
+
+
+def attempt(run: Path, n: int) -> dict:
+    return json.loads((run / f"shards/shard-00000/attempts/attempt-{n:04d}/attempt.json").read_bytes())
+
+
+def tasks(run: Path) -> list[dict]:
+    return [json.loads(p.read_bytes()) for p in sorted((run / "submissions").glob("submission-*/local/task-*.json"))]
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_tau_drive_grows_memory_after_each_kill_and_the_shard_wins_within_its_budget(workspace):
+    run = init_run(workspace, plan_doc=hog_plan("64M", "512M"))
+    result = drive(run)
+    assert result["finished"] == "succeeded" and result["state"] == "succeeded"
+    assert asked(run) == ["64M", "128M", "256M"]  # never the same request twice after a kill
+    quiesce(run)
+    for n, limit in ((1, 64), (2, 128)):
+        terminal = attempt(run, n)["terminal"]
+        assert terminal["classification"] == "out_of_memory", terminal
+        assert terminal["reason"].startswith("OUT_OF_MEMORY: its processes used ")
+        assert f"over the {limit}.0 MiB it asked for; killed by the supervisor" in terminal["reason"]
+    killed = tasks(run)[:2]
+    assert [t["memory_killed"]["cause"] for t in killed] == ["limit", "limit"]
+    assert all(t["signal"] == 9 and t["memory_killed"]["rss_bytes"] > t["memory_killed"]["limit_bytes"]
+               for t in killed)
+    assert all(gone(t["pid"]) for t in tasks(run))
+    doc = status(run)
+    won = doc["shards"][0]
+    assert won["winner"] == "attempt-0003" and won["usage"]["mem_requested_bytes"] == 256 << 20
+    assert 100 << 20 < won["usage"]["max_rss_bytes"] < 256 << 20
+
+
+def test_a_shard_killed_at_the_cap_is_exhausted_at_once_and_a_grant_of_more_memory_wins(workspace):
+    run = init_run(workspace, plan_doc=hog_plan("64M", "128M", max_attempts=5))
+    error = drive(run, code=1)  # finished without succeeding
+    assert error["message"].startswith("tau-drive: run 'run' finished without succeeding: shard-00000 exhausted: "
+                                       "OUT_OF_MEMORY: its processes used ")
+    assert error["message"].endswith("ran out of memory asking for 128M, the cap (retry.escalate.max_mem): a retry "
+                                     "would ask the same; tau-retry --shard S --mem SIZE grants more")
+    assert asked(run) == ["64M", "128M"]  # not a third attempt at the cap, though the budget gives five
+    doc = settle(run)
+    shard = doc["shards"][0]
+    assert shard["state"] == "exhausted" and shard["attempts"] == 2
+    assert ("ran out of memory asking for 128M, the cap (retry.escalate.max_mem): a retry would ask the same; "
+            "tau-retry --shard S --mem SIZE grants more") in shard["reason"]
+    assert shard["next"]["action"] == "exhausted"
+    plain = tau("tau-retry", str(run))
+    assert plain.returncode == 0 and json.loads(plain.stdout)["submission_id"] is None
+
+    before = snapshot(run)
+    for args, code, words in ((["--mem", "256M"], 2, "name them with --shard"),
+                              (["--shard", "0", "--mem", "4GB"], 2, "'4GB' is not a memory size like 4G"),
+                              (["--shard", "0", "--mem", "0"], 2, "grants nothing"),
+                              (["--shard", "0", "--time", "1h"], 2, "is not a time limit"),
+                              (["--shard", "0", "--mem", "64T"], 65, "is more than this machine has")):
+        bad = tau("tau-retry", str(run), *args)
+        assert bad.returncode == code, (args, bad.stderr)
+        assert words in error_of(bad)["message"], (args, bad.stderr)
+    assert snapshot(run) == before  # a refused grant changes nothing
+
+    granted = tau("tau-retry", str(run), "--shard", "0", "--mem", "256M")
+    assert granted.returncode == 0, granted.stderr
+    out = json.loads(granted.stdout)
+    assert out["granted_request"] == {"mem": "256M"} and [t["shard_id"] for t in out["tasks"]] == ["shard-00000"]
+    plan = json.loads((run / "submissions" / out["submission_id"] / "plan.json").read_bytes())
+    assert plan["resources"] == {"mem": "256M", "time": None} and plan["grant"] == {"mem": "256M"}
+    doc = settle(run)
+    assert doc["state"] == "succeeded" and doc["shards"][0]["winner"] == "attempt-0003"
+    assert asked(run) == ["64M", "128M", "256M"]
