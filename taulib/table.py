@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from taulib.jsonio import Record
 
+# why an attempt that asked for memory can have no peak: Slurm samples it every JobAcctGatherFrequency seconds
+UNSAMPLED = "job shorter than the sampling period; --acctg-freq=task=1 measures it"
+
 
 def render(headers: list[str], rows: list[list[object]]) -> str:
     cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
@@ -61,7 +64,7 @@ def status(doc: Record) -> str:
             reason += f"; log {shard['log']}"
         tries = f"{shard['attempts']}/{shard['max_attempts']}" if "attempts" in shard else None
         rows.append([shard["id"], shard["state"], shard["attempt"], shard["winner"], tries, scheduler, done,
-                     _used(shard.get("usage")), reason])
+                     _used(shard.get("usage"), shard.get("request")), reason])
     return head + "\n" + render(["SHARD", "STATE", "ATTEMPT", "WINNER", "TRIES", "SCHEDULER", "PROGRESS", "USED",
                                  "REASON"], rows)
 
@@ -84,9 +87,14 @@ def _efficiency(summary: Record | None) -> str:
             f"{summary['gpu_hours']:.4g} GPU-hours\n")
     if summary["measured"]:
         cpu = "-" if summary["cpu_efficiency"] is None else f"{summary['cpu_efficiency']:.1%}"
-        memory = ("no memory requested" if summary["memory_efficiency"] is None else
-                  f"memory {summary['memory_efficiency']:.1%} of the request on average "
-                  f"(at most {summary['memory_efficiency_max']:.1%})")
+        unsampled = summary.get("memory_unmeasured") or 0  # absent from documents of earlier versions of tau
+        if summary["memory_efficiency"] is not None:
+            memory = (f"memory {summary['memory_efficiency']:.1%} of the request on average "
+                      f"(at most {summary['memory_efficiency_max']:.1%})")
+            if unsampled:
+                memory += f"; memory of {unsampled} attempts not measured ({UNSAMPLED})"
+        else:
+            memory = f"memory not measured ({UNSAMPLED})" if unsampled else "no memory requested"
         peak = "" if summary["max_rss_bytes"] is None else f", peak {_size(summary['max_rss_bytes'])}"
         text += f"  CPU {cpu} of the cores' time; {memory}{peak}\n"
         text += "  slowest: " + ", ".join(f"{s['shard_id']} {s['attempt_id']} {_seconds(s['elapsed_seconds'])}"
@@ -94,16 +102,27 @@ def _efficiency(summary: Record | None) -> str:
     return text
 
 
-def _used(usage: Record | None) -> str | None:
-    """A shard's attempt's figures in one cell: wall time, CPU efficiency, peak memory (of the request)."""
+def _used(usage: Record | None, request: Record | None = None) -> str | None:
+    """A shard's attempt's figures in one cell: wall time, CPU efficiency, peak memory (of the request), or that
+    the memory it asked for was never measured. The request is the figure the executor measured, else the one the
+    shard's `request` names in the scheduler's spelling."""
     if usage is None:
         return None
     if not usage["measured"]:
         return "not measured yet"
     cpu = "" if usage["cpu_efficiency"] is None else f" cpu {usage['cpu_efficiency']:.0%}"
-    memory = "" if usage["max_rss_bytes"] is None else f" {_size(usage['max_rss_bytes'])}"
-    if usage["memory_efficiency"] is not None:
-        memory += f" ({usage['memory_efficiency']:.0%} of {_size(usage['mem_requested_bytes'])})"
+    asked = (_size(usage["mem_requested_bytes"]) if usage["mem_requested_bytes"]
+             else (request or {}).get("mem"))
+    if usage["max_rss_bytes"] is not None:
+        memory = f" {_size(usage['max_rss_bytes'])}"
+        if usage["memory_efficiency"] is not None:
+            memory += f" ({usage['memory_efficiency']:.0%} of {asked})"
+        elif asked:
+            memory += f" of {asked}"
+    elif asked and usage["elapsed_seconds"]:  # a task that never started had nothing to measure
+        memory = f" memory not measured of {asked}"
+    else:
+        memory = ""
     return f"{_seconds(usage['elapsed_seconds'])}{cpu}{memory}"
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import BIN, CLIENT, PYTHON, copy_run, env_for_tests, error_of, init_run, settle, snapshot, tau
+from helpers import BIN, CLIENT, PYTHON, copy_run, env_for_tests, error_of, init_run, plan, settle, snapshot, tau
 from helpers import wait_for
 from test_cli_run_environment import PROBE
 
@@ -223,3 +223,67 @@ def test_watch_goes_on_when_the_read_after_the_end_is_not_done_any_more(capsys, 
     common.watch(lambda: {"s": next(reads)}, lambda doc: doc["s"] + "\n", lambda doc: doc["s"].startswith("done"),
                  0.5, "the run")
     assert capsys.readouterr().out == "reopened\n\ndone again\n"
+
+
+# -- what each shard's attempt asked for, and why a shard waits -------------------------------------------------------
+
+HOLDING = "MaxSubmitJobs=250 of user alice's association (account lab) (250 queued)"
+
+
+def test_a_shard_without_an_attempt_asks_for_nothing_and_a_deferred_one_names_the_limit_in_its_row(workspace):
+    from taulib.lifecycle.submission import record_deferral
+    from taulib.rundir.run import Run
+
+    run_dir = init_run(workspace, plan_doc=run_plan())
+    assert [s["request"] for s in status(run_dir)["shards"]] == [None] * 4  # every key present, null: no attempt
+    with Run(str(run_dir)) as run:  # what tau-submit records when the scheduler's limits hold shards back
+        record_deferral(run, "initial", 4, HOLDING, [])
+    doc = status(run_dir)
+    assert doc["deferred"]["holding"] == HOLDING
+    table = tau("tau-status", str(run_dir), "-o", "table").stdout
+    row = next(line for line in table.splitlines() if line.startswith("shard-00002 "))
+    assert row.split(None, 8) == ["shard-00002", "pending", "-", "-", "0/3", "-", "-", "-",
+                                  f"not submitted yet: deferred until the queue has room ({HOLDING}); the next "
+                                  "tau-submit or tau-retry submits it"]
+
+
+def test_every_unsealed_shard_says_what_its_newest_attempt_asked_for_and_a_sealed_one_null(settled, tmp_path):
+    doc = status(copy_run(settled, tmp_path / "copy"))
+    assert {s["id"]: s["request"] for s in doc["shards"]} == {
+        "shard-00000": None, "shard-00001": {"mem": None, "time": None}, "shard-00002": None, "shard-00003": None}
+
+
+@pytest.mark.slow
+def test_a_time_limit_is_the_request_and_a_granted_one_replaces_it_for_the_attempt_it_was_granted_to(workspace):
+    local = {"max_parallel": 4, "time_limit": 600}
+    run_dir = init_run(workspace, plan_doc=plan(fail_first=("shard-00001",),
+                                                scheduler={"profile": "local", "local": local}))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    settle(run_dir)
+    assert status(run_dir)["shards"][1]["request"] == {"mem": None, "time": "00:10:00"}
+    granted = tau("tau-retry", str(run_dir), "--shard", "1", "--time", "20:00")
+    assert granted.returncode == 0, granted.stderr
+    shard = status(run_dir)["shards"][1]
+    assert (shard["attempt"], shard["request"]) == ("attempt-0002", {"mem": None, "time": "20:00"})
+    settle(run_dir)
+    assert status(run_dir)["shards"][1]["request"] is None  # sealed by its winner: read from the index
+
+
+@pytest.mark.slow
+def test_a_queued_task_says_in_its_row_the_limit_the_scheduler_gave_as_its_reason(workspace):
+    run_dir = init_run(workspace, plan_doc=run_plan("--sleep", "30", scheduler={
+        "profile": "local", "local": {"max_parallel": 1}}))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    try:
+        wait_for(lambda: status(run_dir)["counts"]["running"] == 1, what="one running shard")
+        observed = json.loads(tau("tau-observe", str(run_dir)).stdout)
+        waiting = next(a for a in observed["attempts"] if a["shard_id"] == "shard-00003")
+        assert waiting["queue"]["state"] == "pending"
+        waiting["queue"]["reason"] = "JobArrayTaskLimit"  # what squeue says of a task its array's throttle holds
+        proc = tau("tau-reconcile", str(run_dir), "-o", "table", input=json.dumps(observed))
+        assert proc.returncode == 0, proc.stderr
+        row = next(line for line in proc.stdout.splitlines() if line.startswith("shard-00003 "))
+        assert row.endswith("  queued (JobArrayTaskLimit: the array's %N throttle, scheduler.slurm.max_parallel)")
+        assert status(run_dir)["shards"][2]["reason"] == "queued"  # the local supervisor gives no reason code
+    finally:
+        assert tau("tau-cancel", str(run_dir)).returncode == 0

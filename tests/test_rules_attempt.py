@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rules_fixtures import attempt, ev
 
-from taulib.rules.attempt import effective_attempt, terminal_classification
+from taulib.rules.attempt import WAITING, effective_attempt, queued, terminal_classification
 
 # -- effective attempt state ----------------------------------------------------------------------------------
 
@@ -71,6 +71,46 @@ def test_a_failed_attempt_gives_its_own_reason():
     ("node_failed", "node_failed"), ("out_of_memory", "out_of_memory"), ("failed", "failed")])
 def test_terminal_classification(state, classification):
     assert terminal_classification(ev(state, "accounting", terminal=True)) == classification
+
+
+# -- why a queued attempt waits (the scheduler's reason code, glossed) ---------------------------------------------
+
+@pytest.mark.parametrize("code, expected", [
+    ("Resources", "queued (Resources: waiting for free nodes/CPUs/memory)"),
+    ("Priority", "queued (Priority: jobs of higher priority go first)"),
+    ("QOSMaxSubmitJobPerUserLimit", "queued (QOSMaxSubmitJobPerUserLimit: the QOS's limit on the user's queued jobs)"),
+    ("JobArrayTaskLimit", "queued (JobArrayTaskLimit: the array's %N throttle, scheduler.slurm.max_parallel)"),
+    ("AssocMaxJobsLimit", "queued (AssocMaxJobsLimit: the association's MaxJobs)"),
+    ("QOSMaxJobsPerUserLimit", "queued (QOSMaxJobsPerUserLimit: the QOS's MaxJobsPerUser)"),
+    ("Dependency", "queued (Dependency: waits for another job)"),
+    ("BeginTime", "queued (BeginTime: not before its begin time; a requeued task waits here)"),
+    ("JobHeldUser", "queued (JobHeldUser: held by its user; scontrol release lets it start)"),
+    ("SomethingNew", "queued (SomethingNew)"),  # a code without a gloss is said as it is, never dropped
+    (None, "queued"),
+])
+def test_a_queued_attempt_says_the_schedulers_reason_and_what_a_limit_it_names_is(code, expected):
+    assert queued(code) == expected
+    assert effective_attempt(attempt("submitted"), ev("pending", reason=code)) == ("pending", expected)
+
+
+def test_every_gloss_is_a_few_words_after_its_code():
+    assert "Resources" in WAITING and "JobArrayTaskLimit" in WAITING
+    for code, gloss in WAITING.items():
+        assert code.isalnum() and gloss and gloss == gloss.strip() and not gloss.endswith(".") and len(gloss) < 90
+        assert queued(code) == f"queued ({code}: {gloss})"
+
+
+def test_only_the_queues_own_word_is_read_as_a_reason_code():
+    # accounting's view of a pending task (squeue could not see it) says its state, not why it waits
+    assert effective_attempt(attempt("submitted"), ev("pending", "accounting", reason="PENDING")) == (
+        "pending", "queued")
+    assert effective_attempt(attempt("submitted"), ev("pending", "accounting", reason="Resources")) == (
+        "pending", "queued")
+
+
+def test_an_attempt_asked_to_stop_while_queued_says_it_is_stopping_not_why_it_waited():
+    assert effective_attempt(attempt("submitted"), ev("pending", reason="Priority"), STOPPED) == (
+        "pending", f"stopping: {STOPPED}")
 
 
 # -- roll-up --------------------------------------------------------------------------------------------------

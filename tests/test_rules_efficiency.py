@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from taulib.rules.efficiency import FIGURES, SLOWEST, attempt, summary
+from taulib.rules.efficiency import FIGURES, SLOWEST, attempt, memory_unmeasured, summary
 
 GIB = 1024 ** 3
 
@@ -72,3 +72,25 @@ def test_a_runs_figures_are_rounded_as_documented():
     two = summary([figures(0, 60, 60, rss=GIB, requested=3 * GIB), figures(1, 60, 60, rss=GIB, requested=2 * GIB)],
                   unmeasured=0)
     assert two["memory_efficiency"] in (0.4166, 0.4167)  # the mean of 0.3333 and 0.5, to 4 places
+
+
+def test_memory_asked_for_and_never_sampled_is_counted_as_unmeasured_never_as_unrequested():
+    # a Slurm task shorter than JobAcctGatherFrequency has no MaxRSS though it asked for memory
+    short = figures(0, elapsed=10.2, cpu=0.3, cpus=1, rss=None, requested=256 << 20)
+    assert attempt(short)["memory_efficiency"] is None
+    alone = summary([short], unmeasured=0)
+    assert (alone["memory_unmeasured"], alone["memory_efficiency"], alone["max_rss_bytes"]) == (1, None, None)
+    mixed = summary([short, figures(1, 60, 60, rss=GIB, requested=2 * GIB),
+                     figures(2, 60, 60, rss=None, requested=None),  # asked for nothing: nothing to measure against
+                     figures(3, 0, 0, rss=None, requested=GIB)],  # cancelled before it started: nothing to sample
+                    unmeasured=1)
+    assert (mixed["memory_unmeasured"], mixed["memory_efficiency"]) == (1, 0.5)
+    assert summary([], unmeasured=0)["memory_unmeasured"] == 0
+
+
+def test_an_attempt_lacks_its_memory_peak_only_when_it_ran_asked_for_memory_and_has_none():
+    assert memory_unmeasured(figures(0, elapsed=0.5, cpu=0, rss=None, requested=GIB))  # half a second is a run
+    assert memory_unmeasured(attempt(figures(0, elapsed=0.5, cpu=0, rss=None, requested=GIB)))  # a shard's usage
+    assert not memory_unmeasured(figures(0, elapsed=0.5, cpu=0, rss=0, requested=GIB))  # a peak of 0 was measured
+    assert not memory_unmeasured(figures(0, elapsed=0.5, cpu=0, rss=None, requested=0))
+    assert not memory_unmeasured(figures(0, elapsed=0, cpu=0, rss=None, requested=GIB))

@@ -61,6 +61,21 @@ def test_an_unknown_state_in_the_queue_is_that_tasks_problem_and_the_others_evid
                               "reason": "squeue reports state 'ZOMBIE' for 7_1, which tau does not know"}
 
 
+def test_a_pending_tasks_queue_reason_is_squeues_reason_code_alone(recorded):
+    four = [*THREE, attempt(3, "7", 3), attempt(4, "7", 4)]
+    recorded("squeue", "7_0|PENDING|Resources\n7_1|PENDING|None\n7_2|REQUEUE_HOLD|JobHeldUser\n"
+             "7_3|CONFIGURING|None\n7_4|RUNNING|None\n")
+    recorded("sacct", "7_1|7|x|PENDING|0:0|2026-12-05T09:00:00|Unknown|Unknown\n")
+    views, _ = observe.observe(four)
+    queue = {v["shard_id"]: v["queue"] for v in views}
+    assert queue["shard-00000"] == {"state": "pending", "raw": "PENDING", "exit_code": None, "reason": "Resources"}
+    assert queue["shard-00001"]["reason"] is None  # squeue's "None": no reason, never the word
+    assert queue["shard-00002"]["reason"] == "JobHeldUser"
+    assert queue["shard-00003"]["reason"] == "CONFIGURING"  # no code: the state, which says more than "pending"
+    assert queue["shard-00004"]["reason"] == "RUNNING"  # only a pending row's reason is its code alone
+    assert views[1]["accounting"]["reason"] == "PENDING"  # accounting's view is as it was
+
+
 def test_two_queue_rows_for_one_task_make_that_task_unavailable_never_the_last_row_winning(recorded):
     recorded("squeue", "7_0|RUNNING|None\n7_1|RUNNING|None\n7_1|COMPLETING|None\n")
     recorded("sacct", SACCT_OK)

@@ -8,7 +8,10 @@ running, succeeded, failed); the evidence says what the scheduler saw. The verdi
   moment the scheduler's last word arrives;
 - a success the attempt recorded stands unless the scheduler reports a terminal failure;
 - COMPLETED from the scheduler without a recorded result is a failure, never a guessed success;
-- otherwise the scheduler's live word (pending, running, preempted, accounting lag, unknown) decides;
+- otherwise the scheduler's live word (pending, running, preempted, accounting lag, unknown) decides; a task the
+  queue holds pending says why in the scheduler's own code, glossed when the code names a limit or a wait
+  (`queued`, from `WAITING`): "queued (JobArrayTaskLimit: the array's %N throttle, scheduler.slurm.max_parallel)".
+  The code is the queue evidence's `reason` as the executor gave it (squeue's %r), never read out of other words;
 - an attempt asked to stop (its stop.json: tau-cancel --attempt, or a stall the plan stops) that has not succeeded
   fails with the stop's reason once it ended, whatever ended it, and is "stopping" until then.
 """
@@ -20,6 +23,56 @@ from typing import Any
 from taulib.rules.evidence import CLASSIFICATION, FAILURE, PREEMPTION, Evidence
 
 STATES = ("pending", "running", "succeeded", "failed", "accounting_lag", "unknown")
+
+# Why a queued task waits: the scheduler's reason code (Slurm's squeue %r, "JOB REASON CODES" in squeue(1)) -> what
+# it means to a person, in a few words; the limits by the name sacctmgr and the plan give them. A code not listed is
+# said as it is. tau submits a run's later windows without a dependency (taulib.slurm.script): a task of a later
+# array waits behind an earlier one only by priority, free resources, its array's throttle or a running-jobs limit.
+WAITING = {
+    "Resources": "waiting for free nodes/CPUs/memory",
+    "Priority": "jobs of higher priority go first",
+    "Dependency": "waits for another job",
+    "DependencyNeverSatisfied": "the job it waits for ended otherwise; it will never start",
+    "BeginTime": "not before its begin time; a requeued task waits here",
+    "JobArrayTaskLimit": "the array's %N throttle, scheduler.slurm.max_parallel",
+    "JobHeldUser": "held by its user; scontrol release lets it start",
+    "JobHeldAdmin": "held by an administrator",
+    "JobHoldMaxRequeue": "held after more requeues than MaxBatchRequeue",
+    "Prolog": "its PrologSlurmctld is running",
+    "Cleaning": "its previous run is still being cleaned up after a requeue",
+    "CONFIGURING": "allocated; its nodes are being readied",
+    "ReqNodeNotAvail": "a node it needs is down, drained or reserved",
+    "NodeDown": "a node it needs is down",
+    "BadConstraints": "no node has the features it asks for",
+    "PartitionDown": "its partition is down",
+    "PartitionInactive": "its partition is inactive",
+    "PartitionTimeLimit": "its time limit is over the partition's MaxTime",
+    "PartitionNodeLimit": "it asks for more nodes than the partition allows",
+    "Reservation": "waits for its advanced reservation",
+    "Licenses": "waits for a license",
+    "AssociationJobLimit": "a job limit of the association",
+    "AssocMaxJobsLimit": "the association's MaxJobs",
+    "AssocMaxSubmitJobLimit": "the association's MaxSubmitJobs",
+    "AssocGrpJobsLimit": "the association's GrpJobs",
+    "AssocGrpSubmitJobsLimit": "the association's GrpSubmitJobs",
+    "AssocGrpCpuLimit": "the association's GrpTRES on CPUs",
+    "AssocGrpMemLimit": "the association's GrpTRES on memory",
+    "AssocGrpNodeLimit": "the association's GrpTRES on nodes",
+    "AssocGrpGRES": "the association's GrpTRES on GPUs or other GRES",
+    "QOSJobLimit": "a job limit of the QOS",
+    "QOSMaxJobsPerUserLimit": "the QOS's MaxJobsPerUser",
+    "MaxJobsPerAccount": "the QOS's MaxJobsPerAccount",
+    "QOSMaxSubmitJobPerUserLimit": "the QOS's limit on the user's queued jobs",
+    "QOSGrpJobsLimit": "the QOS's GrpJobs",
+    "QOSGrpSubmitJobsLimit": "the QOS's GrpSubmitJobs",
+    "QOSGrpCpuLimit": "the QOS's GrpTRES on CPUs",
+    "QOSGrpMemLimit": "the QOS's GrpTRES on memory",
+    "QOSGrpNodeLimit": "the QOS's GrpTRES on nodes",
+    "QOSGrpGRES": "the QOS's GrpTRES on GPUs or other GRES",
+    "QOSMaxCpuPerUserLimit": "the QOS's MaxTRESPerUser on CPUs",
+    "QOSMaxNodePerUserLimit": "the QOS's MaxTRESPerUser on nodes",
+    "QOSMaxGRESPerUser": "the QOS's MaxTRESPerUser on GPUs or other GRES",
+}
 
 
 class Verdict(tuple[str, str]):
@@ -71,12 +124,21 @@ def effective_attempt(attempt: dict[str, Any], evidence: Evidence | None, stoppe
         if evidence.state in PREEMPTION:
             return Verdict("pending", f"{evidence.state}; waiting to be requeued")
         if evidence.state == "pending":
-            return Verdict("pending", "queued")
+            return Verdict("pending", queued(evidence.reason if evidence.source == "queue" else None))
         if evidence.state == "running":
             return Verdict("running", "running" if life == "running" else "allocated, the attempt has not started yet")
     if life == "running":
         return Verdict("running", "the attempt reports it is running")
     return Verdict("pending", "submitted")
+
+
+def queued(code: str | None) -> str:
+    """Why a queued task waits, from the scheduler's reason code (None: it gave none): "queued", "queued (CODE)",
+    or "queued (CODE: what it means)" for a code of `WAITING`."""
+    if code is None:
+        return "queued"
+    gloss = WAITING.get(code)
+    return f"queued ({code})" if gloss is None else f"queued ({code}: {gloss})"
 
 
 def terminal_classification(evidence: Evidence) -> str:

@@ -7,7 +7,9 @@ denominator is zero or unknown (a task that never started, memory nobody request
 add up every measured attempt, failed ones too (they cost the same): core-hours and GPU-hours of allocation, CPU
 efficiency over the whole (total CPU time over total core time), memory efficiency as the mean of its attempts'
 and the largest of them, the largest peak, and the slowest attempts. Attempts that finished without figures yet
-(accounting lags, or a tau that measured nothing ran them) are counted apart, never as zero.
+(accounting lags, or a tau that measured nothing ran them) are counted apart, never as zero; so are attempts that
+ran and asked for memory but have no peak (`memory_unmeasured`: under Slurm, a task shorter than the accounting's
+sampling period, JobAcctGatherFrequency, is never sampled), which are neither "no memory requested" nor a zero peak.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ def attempt(figures: dict[str, Any] | None) -> dict[str, Any]:
             "memory_efficiency": _ratio(figures["max_rss_bytes"], figures["mem_requested_bytes"])}
 
 
+def memory_unmeasured(figures: dict[str, Any]) -> bool:
+    """Whether an attempt's figures (or its `usage`) lack the peak of memory it asked for although it ran: a task
+    that never started (no wall time) had nothing to sample."""
+    return figures["max_rss_bytes"] is None and bool(figures["mem_requested_bytes"]) and figures["elapsed_seconds"] > 0
+
+
 def summary(measured: list[dict[str, Any]], unmeasured: int, reason: str | None = None) -> dict[str, Any]:
     """The run's `efficiency` from the figures of every measured attempt (each with its `shard_id` and
     `attempt_id`), the count of finished attempts without figures, and why the executor could not be asked for
@@ -44,6 +52,7 @@ def summary(measured: list[dict[str, Any]], unmeasured: int, reason: str | None 
     cpu = sum(f["cpu_seconds"] for f in measured)
     memory = [r for r in (_ratio(f["max_rss_bytes"], f["mem_requested_bytes"]) for f in measured) if r is not None]
     peaks = [f["max_rss_bytes"] for f in measured if f["max_rss_bytes"] is not None]
+    unsampled = sum(1 for f in measured if memory_unmeasured(f))
     slowest = sorted(measured, key=lambda f: (-f["elapsed_seconds"], f["shard_id"], f["attempt_id"]))[:SLOWEST]
     return {
         "measured": len(measured), "unmeasured": unmeasured, "reason": reason,
@@ -54,6 +63,7 @@ def summary(measured: list[dict[str, Any]], unmeasured: int, reason: str | None 
         "memory_efficiency": round(sum(memory) / len(memory), 4) if memory else None,
         "memory_efficiency_max": max(memory) if memory else None,
         "max_rss_bytes": max(peaks) if peaks else None,
+        "memory_unmeasured": unsampled,
         "slowest": [{"shard_id": f["shard_id"], "attempt_id": f["attempt_id"],
                      "elapsed_seconds": f["elapsed_seconds"]} for f in slowest],
     }

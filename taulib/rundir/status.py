@@ -72,7 +72,7 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
         verdict = view.verdict.state if view.verdict is not None else None
         failed_attempts += budget.failed_attempts(view.attempts,
                                                   budget.latest_failed(verdict, view.cancelled is not None))
-        entry = shard_entry(run, view, now, figures)
+        entry = shard_entry(run, view, now, figures, plans)
         if deferral is not None and entry["state"] == "pending" and not entry["attempts"]:
             entry["reason"] = deferred_reason(deferral)
             waiting += 1
@@ -116,10 +116,13 @@ def sealed_entry(sid: str, ordinal: int, max_attempts: int, figures: dict[tuple[
     aid = layout.attempt_id(ordinal)
     return {"id": sid, "state": "succeeded", "reason": "sealed by its winner", "attempt": aid, "winner": aid,
             "attempts": ordinal, "max_attempts": max_attempts, "log": None, "progress": None, "stalled": None,
-            "evidence": None, "usage": efficiency.attempt(figures.get((sid, aid))), "next": None}
+            "evidence": None, "usage": efficiency.attempt(figures.get((sid, aid))), "next": None,
+            "request": None}  # the index holds no request, and reading each winner's would undo it (its usage has it)
 
 
-def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple[str, str], Record]) -> Record:
+def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple[str, str], Record],
+                plans: dict[str, Record | None] | None = None) -> Record:
+    """An unsealed shard's entry; `plans` caches the submission plans its attempt's `request` is read from."""
     ev = view.evidence
     attempt = view.attempt
     progress = stalled = None
@@ -161,6 +164,7 @@ def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple
         "next": None if view.next is None else {
             "action": view.next.action, "request": view.next.request, "reason": view.next.reason,
             "until": None if view.next.until is None else jsonio.format_time(view.next.until)},
+        "request": None if attempt is None else state.attempt_request(run, attempt, plans),
     }
 
 

@@ -17,14 +17,22 @@ from taulib.rundir import layout
 from taulib.slurm import commands, parse
 
 
-def _view(row: parse.Row, restarts: int = 0) -> Record:
+def _view(row: parse.Row, restarts: int = 0, queue: bool = False) -> Record:
+    """A row as one view: {state, raw, exit_code, reason}. The reason of a pending queue row is squeue's reason code
+    alone ("Resources", "JobArrayTaskLimit"; its state when it gave none and the state is not plain PENDING, such
+    as "CONFIGURING"; else None), which the verdict glosses (`rules.attempt.queued`); any other row's is its state
+    with what the row adds: "FAILED, exit code 1", "RUNNING", "PENDING; requeued 1 time(s) before"."""
+    code = row.reason if row.reason not in (None, "None", "") else None
+    if queue and row.state == "pending":
+        return {"state": row.state, "raw": row.raw, "exit_code": row.exit_code,
+                "reason": code if code is not None or row.raw == "PENDING" else row.raw}
     reason = row.raw
     if row.signal:
         reason += f", signal {row.signal}"
     elif row.exit_code:
         reason += f", exit code {row.exit_code}"
-    if row.reason and row.reason not in ("None", ""):
-        reason += f" ({row.reason})"
+    if code is not None:
+        reason += f" ({code})"
     if restarts:
         reason += f"; requeued {restarts} time(s) before"
     return {"state": row.state, "raw": row.raw, "exit_code": row.exit_code, "reason": reason}
@@ -57,7 +65,7 @@ def observe(attempts: list[Record]) -> tuple[list[Record], Record]:
         q = queue.get(key)
         a = accounting.get(key)
         view = {"shard_id": attempt["shard_id"], "attempt_id": attempt["attempt_id"], "scheduler": sched,
-                "queue": _view(q) if q is not None else None,
+                "queue": _view(q, queue=True) if q is not None else None,
                 "accounting": _view(*a) if a is not None else None}
         problems = [p for p in (queue_problems.get(key), accounting_problems.get(key)) if p]
         if problems:
