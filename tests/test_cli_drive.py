@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import CLIENT, PYTHON, env_for_tests, error_of, init_run, tau
+from helpers import CLIENT, PYTHON, complete_run, env_for_tests, error_of, init_run, tau
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +51,7 @@ def test_in_the_foreground_it_brings_a_run_with_failing_shards_to_success_and_co
     assert result["status"]["counts"]["succeeded"] == 4 and result["cycles"] >= 2
     assert [(n["event"], n["exit_code"]) for n in result["notified"]] == [("done", 0)]
     assert result["collection"]["records"] == 40 and (workspace / "out").is_dir()
+    assert result["collection"]["created"] is True  # this call made it (inline, under the local executor)
     [(name, doc)] = told(notes)
     assert name == "done-run" and doc["kind"] == "tau.status" and doc["state"] == "succeeded"
     assert sorted(p.name for p in (run_dir / "shards/shard-00001/attempts").iterdir()) == [
@@ -149,3 +150,69 @@ def test_a_run_stopped_by_its_budget_is_collected_partially_with_allow_missing_a
     assert alone.returncode == 2
     assert error_of(alone)["message"] == ("tau-drive: --allow-missing says how --collect collects: give --collect "
                                           "DESTINATION too")
+
+
+# tau-drive in a process whose executor collects as Slurm does, in a job of its own (`CollectionJobs`): the job is
+# `python THIS worker RUN COLLECTION JOB`, which runs what tau-collect --worker runs in a Slurm CPU job.
+AS_A_JOB = """
+import os, subprocess, sys
+
+from taulib.executor import CollectionJobs
+from taulib.local.executor import Local
+
+WORKERS = {}
+
+
+class Jobs(CollectionJobs):
+    def submit(self, run, plan, job_name, task_indices, rerun=0):
+        job = str(4000 + rerun)
+        WORKERS[job] = subprocess.Popen([sys.executable, __file__, "worker", run.path, plan["collection_id"], job])
+        return job
+
+    def find(self, job_name, created):
+        return {}
+
+    def queued(self, job_id):
+        return job_id in WORKERS and WORKERS[job_id].poll() is None
+
+    def accounted(self, job_id):
+        worker = WORKERS.get(job_id)
+        return None if worker is None or worker.poll() is None else "COMPLETED" if worker.returncode == 0 else "FAILED"
+
+    def identity(self, environ):
+        return environ.get("FAKE_JOB_ID")
+
+    def task(self, environ):
+        return None
+
+    def cpus(self, environ):
+        return None
+
+
+Local.collection_jobs = lambda self: Jobs()
+if sys.argv[1] == "worker":
+    from taulib.collect import collection
+
+    os.umask(0o077)
+    collection.work(sys.argv[2], sys.argv[3], {"FAKE_JOB_ID": sys.argv[4]})
+else:
+    from taulib.cli import common, drive
+
+    sys.exit(common.run_command("tau-drive", drive.cli, sys.argv[2:]))
+"""
+
+
+def test_the_collection_a_drive_makes_in_a_job_of_its_own_is_reported_created_and_the_next_drive_finds_it(
+        workspace, tmp_path):
+    run_dir = complete_run(workspace)
+    script = tmp_path / "as_a_job.py"
+    script.write_text(AS_A_JOB)
+    drives = [subprocess.run([PYTHON, str(script), "drive", str(run_dir), "--once", "--collect",
+                              str(workspace / "out")], capture_output=True, text=True, env=env_for_tests(),
+                             timeout=120) for _ in range(2)]
+    assert [proc.returncode for proc in drives] == [0, 0], [proc.stderr for proc in drives]
+    first, again = (json.loads(proc.stdout)["collection"] for proc in drives)
+    assert (first["collection_id"], first["state"], first["job_id"], first["records"]) == (
+        "collection-0001", "succeeded", "4000", 80)
+    assert first["created"] is True  # this drive made it: its job published the dataset while the drive waited
+    assert (again["collection_id"], again["created"]) == ("collection-0001", False)  # found, not made again

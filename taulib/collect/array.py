@@ -98,7 +98,7 @@ def work(run, book, plan: dict, job_id: str, task: int, found: list, where, publ
     except Exception as exc:
         _retire(run, book, plan, job_id, where, exc)
         raise
-    return done if done is not None else dict(progress(plan, status), task=task)
+    return done if done is not None else dict(progress(plan, status, False), task=task)
 
 
 def _fenced(book, plan: dict, job_id: str) -> dict:

@@ -83,18 +83,21 @@ def collect(run, destination: str, wait: bool = False, fmt: str | None = None,
             rows_per_partition: int | None = None, progress: bool | None = None, allow_missing: bool = False,
             task_count: int | None = None, upload: str | None = None) -> dict:
     """Plan a collection and run it: inline under the local executor, as a CPU job under Slurm (returned as
-    `submitted`; with `wait`, followed to its end and then reported as a later call would). `fmt` and
-    `rows_per_partition` choose its shape (None: the plan's); `progress` forces the progress line on or off (None:
-    on when stderr is a terminal); `allow_missing` collects the winners there are, recording the shards without
-    one, instead of refusing them; `task_count` the most tasks a new collection is split over (None: the plan's
-    output.tasks, or one); `upload` a Blob prefix to upload the dataset to, sealed (`collect.bundle`)."""
+    `submitted`; with `wait`, followed to its end and then reported as a later call would, but `created` still
+    says whether this call planned it or found it planned). `fmt` and `rows_per_partition` choose its shape (None:
+    the plan's); `progress` forces the progress line on or off (None: on when stderr is a terminal);
+    `allow_missing` collects the winners there are, recording the shards without one, instead of refusing them;
+    `task_count` the most tasks a new collection is split over (None: the plan's output.tasks, or one); `upload` a
+    Blob prefix to upload the dataset to, sealed (`collect.bundle`)."""
     asked = shape(run, fmt, rows_per_partition, task_count, upload)
     result = _once(run, destination, asked, progress, allow_missing)
     jobs = executor.of(run).collection_jobs()
     if wait and jobs is not None and result["state"] in ("submitted", "running"):
         book = Journal(run, COLLECTIONS)
         job.wait(jobs, book, result["collection_id"], lambda: _settle_gone(run, jobs, result["collection_id"]))
-        result = _once(run, destination, asked, progress, allow_missing, follow=result["collection_id"])
+        created = result["created"]
+        result = dict(_once(run, destination, asked, progress, allow_missing, follow=result["collection_id"]),
+                      created=created)
     return bundle.deliver(run, result)  # a published collection's upload, outside the locks
 
 
@@ -155,7 +158,7 @@ def _coordinate(run, book: Journal, found: winners.Found, where, parent, asked: 
         if jobs is not None:
             remove_stage(parent, stage_name(plan))
             parent.subtree(stage_name(plan), create=True).close()  # the tasks' one stage, before any task starts
-            return job.submit(run, jobs, book, plan, status, parent)
+            return job.submit(run, jobs, book, plan, status, parent, created=True)
     else:
         plan, status = resumed
         winners.check_unchanged(plan, found.winners)

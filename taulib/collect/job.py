@@ -41,9 +41,11 @@ def job_name(run, collection_id: str, rerun: int = 0) -> str:
     return journal.job_name(run, "c" + collection_id.split("-")[1] + (f"r{rerun}" if rerun else ""))
 
 
-def submit(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, todo: list[int] | None = None) -> dict:
+def submit(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, todo: list[int] | None = None,
+           created: bool = False) -> dict:
     """Render and submit the CPU job of a PREPARED entry (the tasks `todo`, default all); returns the progress
-    summary (state submitted). A refused submission retires the entry and removes its stage (in `parent`)."""
+    summary (state submitted; `created` when the caller has just planned the collection, false for a rerun). A
+    refused submission retires the entry and removes its stage (in `parent`)."""
     rerun = status.get("rerun", 0)
     todo = list(range(tasks.count(plan))) if todo is None else todo
     try:
@@ -52,12 +54,13 @@ def submit(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, to
         remove_stage(parent, stage_name(plan))
         book.retire(status, exc.message)
         raise
-    return progress(plan, book.advance(status, state="submitted", job_id=job_id))
+    return progress(plan, book.advance(status, state="submitted", job_id=job_id), created)
 
 
 def settle(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, name: str, finish,
            publish) -> dict | None:
-    """Where is an unfinished collection job? Its summary, or None when it failed (start a new one).
+    """Where is an unfinished collection job? Its summary (`created` false: an earlier call planned it, and its job
+    published it, unless this call publishes it here), or None when it failed (start a new one).
     `finish(plan, status, result)` records a dataset the job published; `publish(plan, status, staged, result)`
     publishes the stage of a collection whose tasks are all done."""
     if status["state"] == "prepared":  # the submission's reply was lost: find the job by its exact name, or retire
@@ -72,23 +75,23 @@ def settle(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, na
             raise Busy(f"collection {plan['collection_id']} is not resolved yet: {verdict.reason}; try again",
                        collection_id=plan["collection_id"])
         if verdict.action == "adopt":
-            return progress(plan, book.advance(status, state="submitted", job_id=verdict.job_id))
+            return progress(plan, book.advance(status, state="submitted", job_id=verdict.job_id), False)
         remove_stage(parent, stage_name(plan))
         book.retire(status, verdict.reason)
         return None
     job = status["job_id"]
     if jobs.queued(job):
-        return progress(plan, status)
+        return progress(plan, status, False)
     accounting = jobs.accounted(job)
     result = read_result(parent, name)
     if result is not None and result["plan_sha256"] == jsonio.digest(plan):
         status = book.reread(status)
         if status["state"] != "succeeded":
-            return finish(plan, status, result)
+            return dict(finish(plan, status, result), created=False)  # its job published it, not this call
         return summary(plan, status, result, created=False)
     grace = jsonio.format_time(jsonio.parse_time(status["updated_at"]) + ACCOUNTING_GRACE)
     if accounting is None and jsonio.now_rfc3339() <= grace:
-        return progress(plan, status)  # not in accounting yet: accounting lag, not a verdict
+        return progress(plan, status, False)  # not in accounting yet: accounting lag, not a verdict
     done = array.publish_when_done(run, plan, status, parent, name, publish)  # its last task died publishing
     if done is not None:
         return done

@@ -1,4 +1,6 @@
-"""What tau-collect prints: the `tau.collection` summary of a collection, finished or still in its CPU job.
+"""What tau-collect prints: the `tau.collection` summary of a collection, finished or still in its CPU job. Its
+`created` is true when the call that prints it planned the collection or published its dataset itself, false when
+it found the collection planned, or published, by another.
 Pure: built from the journal entry (plan and status) and the published dataset's `_tau_collection.json` (and,
 for `bundle`, the run's record of the upload, which `collect.bundle.deliver` fills in).
 `complete` and `missing` (the shards without a winner it left out, with their state and reason) come from the
@@ -7,10 +9,11 @@ plan, so a collection planned by an older tau, which knew no missing shards, rea
 from __future__ import annotations
 
 
-def progress(plan: dict, status: dict) -> dict:
-    """The summary of a collection whose job has not published the dataset yet."""
+def progress(plan: dict, status: dict, created: bool) -> dict:
+    """The summary of a collection whose job has not published the dataset yet; `created`, whether the caller
+    planned the collection (and submitted its first job) rather than found it."""
     return {"kind": "tau.collection", "schema_version": 1, "run_id": plan["run_id"],
-            "collection_id": plan["collection_id"], "state": status["state"], "created": True,
+            "collection_id": plan["collection_id"], "state": status["state"], "created": created,
             "destination": plan["destination"], "format": plan["format"],
             "rows_per_partition": plan["rows_per_partition"], "records": plan["records"],
             "partitions": None, "files": [], "job_id": status["job_id"], "tasks": plan.get("tasks", 1),
