@@ -39,6 +39,16 @@ def test_a_cgroup_oom_kill_event_and_a_time_limit_are_named():
     assert cause(late, "completed", MIB256) is None
 
 
+def test_slurmstepd_naming_its_node_is_slurmstepd_too():
+    real = (b"slurmstepd-localhost: error: StepId=1406.batch exceeded memory limit (801189888 > 536870912), being "
+            b"killed\nslurmstepd-localhost: error: *** JOB 1406 ON localhost CANCELLED AT 2026-12-06T20:14:52 ***\n"
+            b"slurmstepd-localhost: error: Exceeded job memory limit\n")  # as the test cluster wrote it
+    found = cause(real, "failed", 512 * 1024 * 1024)
+    assert found is not None and found.state == "out_of_memory"
+    assert found.evidence.startswith("slurmstepd-localhost: error: StepId=1406.batch exceeded memory limit")
+    assert cause(real.replace(b"slurmstepd-localhost", b"slurmstepd-no such"), "failed", 512 << 20) is None
+
+
 def test_the_newest_believable_line_counts():
     two = (b"slurmstepd: error: StepId=41_3.batch exceeded memory limit (5 > 4), being killed\n" + OVER)
     assert cause(two, "failed", MIB256).evidence.endswith("(768344064 > 268435456), being killed")

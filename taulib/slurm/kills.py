@@ -3,8 +3,9 @@ enforcement without cgroups (`JobAcctGatherParams=OverMemoryKill`) ends FAILED b
 OUT_OF_MEMORY, and only slurmstepd's line in the task's output names the cause; a task cancelled at its time limit
 may end CANCELLED with `DUE TO TIME LIMIT` in its output. Pure (tests/test_slurm_kills.py).
 
-slurmstepd's own words, as Slurm 22.05 to 24.x print them at the start of a line of the task's output:
-  slurmstepd: error: StepId=123_4.batch exceeded memory limit (768344064 > 268435456), being killed
+slurmstepd's own words, as Slurm 22.05 to 24.x print them at the start of a line of the task's output (as
+`slurmstepd:` or, where it names its node, `slurmstepd-NODE:`):
+  slurmstepd-node1: error: StepId=123_4.batch exceeded memory limit (768344064 > 268435456), being killed
   slurmstepd: error: Detected 1 oom_kill event in StepId=123_4.batch. Some of the step tasks have been OOM Killed.
   slurmstepd: error: *** JOB 123 ON node1 CANCELLED AT 2026-12-06T15:51:13 DUE TO TIME LIMIT ***
 The output is the client's too, so a line is believed only where accounting agrees that the task was killed (its
@@ -19,10 +20,11 @@ import re
 from typing import NamedTuple
 
 TAIL = 64 * 1024  # bytes of a task's output read from its end: slurmstepd writes its line last
-_OVER = re.compile(rb"^slurmstepd: error: [^\n]{0,120}? exceeded memory limit \(([0-9]{1,20}) > ([0-9]{1,20})\), "
-                   rb"being killed", re.MULTILINE)
-_OOM = re.compile(rb"^slurmstepd: error: Detected ([0-9]{1,9}) oom[-_]kill events? in [^\n]{0,120}", re.MULTILINE)
-_TIME = re.compile(rb"^slurmstepd: error: \*\*\* (?:JOB|STEP) [^\n]{0,120}? DUE TO TIME LIMIT \*\*\*", re.MULTILINE)
+_STEPD = rb"^slurmstepd(?:-[A-Za-z0-9._-]{1,255})?: error: "
+_OVER = re.compile(_STEPD + rb"[^\n]{0,120}? exceeded memory limit \(([0-9]{1,20}) > ([0-9]{1,20})\), being killed",
+                   re.MULTILINE)
+_OOM = re.compile(_STEPD + rb"Detected ([0-9]{1,9}) oom[-_]kill events? in [^\n]{0,120}", re.MULTILINE)
+_TIME = re.compile(_STEPD + rb"\*\*\* (?:JOB|STEP) [^\n]{0,120}? DUE TO TIME LIMIT \*\*\*", re.MULTILINE)
 
 
 class Cause(NamedTuple):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A test client that holds memory: `hog.py MIB [SECONDS]` touches MIB mebibytes, holds them SECONDS (default 3)
-seconds, lets them go, then writes one Parquet file of its records. With TAU_HOG_FROM=N it holds the memory only
-from attempt N on (an attempt before it needs none)."""
+seconds, lets them go, then writes one Parquet file of its records. With HOG_SHARD=ID only that shard holds
+memory; every other shard sleeps 10 s in almost none."""
 
 import os
 import sys
@@ -10,7 +10,9 @@ import time
 
 def main() -> int:
     mib, seconds = int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
-    if int(os.environ["TAU_ATTEMPT_ORDINAL"]) >= int(os.environ.get("TAU_HOG_FROM", "1")):
+    if os.environ.get("HOG_SHARD", os.environ["TAU_SHARD_ID"]) != os.environ["TAU_SHARD_ID"]:
+        time.sleep(10)
+    else:
         held = bytearray(mib << 20)
         for i in range(0, len(held), 4096):
             held[i] = 1
