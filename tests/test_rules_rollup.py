@@ -21,6 +21,16 @@ def test_shard_state_without_a_winner_follows_the_latest_attempt():
         assert shard_state(False, (effective, "why")) == (effective, "why")
 
 
+def test_a_shard_a_retry_cannot_help_is_exhausted_at_once_with_why_and_only_when_it_would_be_retried():
+    futile = "ran out of memory asking for 2G, the cap (retry.escalate.max_mem)"
+    assert shard_state(False, ("failed", "killed"), 1, 5, None, futile) == ("exhausted", f"killed; {futile}")
+    assert shard_state(False, ("unknown", "gone"), 1, 5, None, futile) == ("exhausted", f"gone; {futile}")
+    assert shard_state(False, ("running", "r"), 1, 5, None, futile) == ("running", "r")
+    assert shard_state(False, ("failed", "x"), 1, 5, "cancelled by the user", futile) == (
+        "cancelled", "cancelled by the user")
+    assert shard_state(True, ("failed", "x"), 1, 5, None, futile) == ("succeeded", "sealed by its winner")
+
+
 @pytest.mark.parametrize("counts, expected", [
     ({"succeeded": 3}, "succeeded"),
     ({"succeeded": 2, "running": 1, "failed": 1}, "running"),

@@ -11,7 +11,7 @@ at once, and keeps two kinds of records in `submissions/<id>/local/`, written th
   queue       a task whose recorded process is alive is running; an unstarted task under a live supervisor is
               pending
   accounting  a finished task: exit 0 completed, non-zero failed, SIGTERM/SIGINT/SIGHUP cancelled, other signals
-              failed
+              failed; killed for memory (`memory_killed`) out of memory; stopped at its time limit timed out
   absent      a task recorded running whose process is gone without a finished record, or an unstarted task
               whose supervisor is gone: the attempt vanished, and reconcile treats it like a job missing from
               both squeue and sacct (accounting lag, then unknown)
@@ -21,5 +21,6 @@ Only the supervisor writes its folder, under the lock `locks/local-<submission>.
   executor    the local executor as tau's `Executor` (taulib.executor): what lifecycle and collect call
   __main__    `python -m taulib.local RUN SUBMISSION`: the supervisor process tau-submit starts
   supervisor  starting the supervisor, and its loop; stopping tasks; sweeping a dead supervisor's folder
+  memory      a task's memory limit and its sampling (OverMemoryKill's way), and the kernel's OOM killer seen
   observe     the queue and accounting views of local attempts
 """

@@ -100,7 +100,7 @@ class Local(Executor):
     def usage(self, run: Run, submissions: list[tuple[dict[str, Any], str, set[int]]]) -> Measured:
         """From the task records: the rusage the supervisor recorded when it reaped each task (one core: the
         local executor allots none), and nothing for a task never started."""
-        from taulib.local import observe, supervisor
+        from taulib.local import memory, observe, supervisor
 
         found: dict[str, dict[int, dict[str, Any]]] = {}
         for plan, job, known in submissions:
@@ -115,7 +115,7 @@ class Local(Executor):
                 state = "CANCELLED" if task["state"] == "skipped" else observe.finished(task)["raw"]
                 found.setdefault(plan["submission_id"], {})[index] = {
                     "state": state, **used, "cpus": 1, "gpus": 0,
-                    "mem_requested_bytes": supervisor.mem_limit(run, plan),
+                    "mem_requested_bytes": memory.mem_limit(run, plan),
                     "time_limit_seconds": limit, "source": "rusage"}
         return Measured(found, None)
 

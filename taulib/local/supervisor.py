@@ -6,6 +6,7 @@ Reads: the submission plan. Writes: `submissions/<id>/local/{supervisor,task-NNN
 the one writer, under `locks/local-<submission>.lock` held for its whole life. A task's place and GPUs are the locks
 `local-slot-K` and `local-gpu-K` (`rundir.locks.try_hold`): every supervisor of the run takes them before it starts a
 task, shares them with the task's process, and lets them go once the task and all it left are gone.
+A task's memory is sampled and limited as Slurm's OverMemoryKill does (`local.memory`).
 Promises: a task is never run twice (a task with a record was started by an earlier supervisor of the submission);
 nothing of a task outlives it: its process group is killed when it ends, and the supervisor is the subreaper of
 everything its tasks start, so what a killed task left behind is adopted and stopped (SIGTERM, SIGKILL KILL_WAIT
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from taulib import env, jsonio, processes
 from taulib.jsonio import Record
+from taulib.local.memory import Memory, mem_limit
 from taulib.errors import Busy
 from taulib.processes import alive, start_ticks as process_start_ticks
 from taulib.rules import services as service_rules
@@ -319,70 +321,6 @@ class Running:
 
 KILL_WAIT = 5.0  # seconds between SIGTERM and SIGKILL of a task past its time limit (Slurm's KillWait)
 POLL = 0.1  # seconds between looks at the tasks while a time or memory limit applies
-SAMPLE = 1.0  # seconds between samples of the tasks' memory (Slurm's --acctg-freq=task=1)
-
-
-def mem_limit(run: Run, sub: Record) -> int | None:
-    """The most memory, in bytes, a task of this submission's processes may use together: the window's request
-    (grown by retry.escalate, or granted), else the plan's `scheduler.local.mem`; None when neither says."""
-    from taulib.rules.escalation import mem_mib
-
-    asked = (sub.get("resources") or {}).get("mem") or run.plan["scheduler"]["local"].get("mem")
-    return None if not asked else int(mem_mib(asked) * 1024 * 1024)
-
-
-class Memory:
-    """The memory limit of a submission's tasks and its sampling: every SAMPLE seconds the resident memory of each
-    task's whole process tree is summed (services and their children included), its peak kept, and a task over the
-    limit is killed at once (SIGKILL to its process group, as Slurm's OverMemoryKill kills a step). The kernel's
-    OOM killer is seen in the supervisor's cgroup (memory.events oom_kill): a task killed by SIGKILL while that
-    count rose ends out of memory too."""
-
-    def __init__(self, limit: int | None) -> None:
-        self.limit = limit
-        self.next_sample = 0.0
-        self.events = _cgroup_events()
-
-    def sample(self, running: dict[int, Running]) -> None:
-        now = time.monotonic()
-        if not running or now < self.next_sample:
-            return
-        self.next_sample = now + SAMPLE
-        for pid, used in processes.tree_rss(list(running)).items():
-            task = running[pid]
-            task.peak = max(task.peak, used)
-            if self.limit is not None and used > self.limit and task.killed is None:
-                task.killed = {"cause": "limit", "rss_bytes": used, "limit_bytes": self.limit}
-                _signal_group(pid, signal.SIGKILL)
-
-    def oom_kills(self) -> int | None:
-        """The cgroup's oom_kill count now (None where it cannot be read)."""
-        return None if self.events is None else _oom_kill_count(self.events)
-
-
-def _cgroup_events() -> str | None:
-    """The memory.events file of this process's cgroup (cgroup v2), or None."""
-    try:
-        with open("/proc/self/cgroup", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("0::"):
-                    path = "/sys/fs/cgroup" + line[3:].strip().rstrip("/") + "/memory.events"
-                    return path if _oom_kill_count(path) is not None else None
-    except OSError:
-        return None
-    return None
-
-
-def _oom_kill_count(path: str) -> int | None:
-    try:
-        with open(path, encoding="ascii") as fh:
-            for line in fh:
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-    except (OSError, ValueError):
-        return None
-    return None
 
 
 def time_limit(run: Run, sub: Record) -> float | None:
@@ -436,11 +374,7 @@ def _reap(run: Run, running: dict[int, Running], limit: float | None, memory: Me
                   usage={"elapsed_seconds": round(elapsed, 3),
                          "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
                          "max_rss_bytes": max(usage.ru_maxrss * 1024, task.peak)})  # ru_maxrss counts KiB
-    killed = task.killed
-    if killed is None and code == -signal.SIGKILL and task.oom_kills is not None:
-        now = memory.oom_kills()
-        if now is not None and now > task.oom_kills:
-            killed = {"cause": "oom_killer", "rss_bytes": task.peak or None, "limit_bytes": memory.limit}
+    killed = memory.killed(task, code)
     if killed is not None:
         record["memory_killed"] = killed
     run.dir.replace(task.record, record)
