@@ -113,6 +113,7 @@ def test_a_shard_killed_at_the_cap_is_exhausted_at_once_and_a_grant_of_more_memo
     assert out["granted_request"] == {"mem": "256M"} and [t["shard_id"] for t in out["tasks"]] == ["shard-00000"]
     plan = json.loads((run / "submissions" / out["submission_id"] / "plan.json").read_bytes())
     assert plan["resources"] == {"mem": "256M", "time": None} and plan["grant"] == {"mem": "256M"}
+    assert status(run)["shards"][0]["request"] == {"mem": "256M", "time": None}
     doc = settle(run)
     assert doc["state"] == "succeeded" and doc["shards"][0]["winner"] == "attempt-0003"
     assert asked(run) == ["64M", "128M", "256M"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, env_for_tests, init_run, tau
+from helpers import BIN, env_for_tests, error_of, init_run, tau
 from slurm import cancel_workspace_jobs, observe_reconcile, shard
 
 pytestmark = pytest.mark.slurm
@@ -112,3 +112,47 @@ def test_a_memory_hungry_shard_grows_256m_512m_1g_and_wins_driven_by_tau_drive_o
     assert table.returncode == 0, table.stderr
     assert "no memory requested" not in table.stdout
     assert "not measured" in table.stdout
+
+
+def test_a_held_task_and_one_behind_its_begin_time_show_slurms_reason_in_the_table(cluster, workspace: Path):
+    held = dict(memory_plan(["--hold"]), shards=1, records=1)
+    held["windows"] = dict(held["windows"], accounting_lag_seconds=5)  # a job cancelled while held never ran
+    runs = {"held": init_run(workspace, "held", plan_doc=held),
+            "later": init_run(workspace, "later", plan_doc=dict(memory_plan(["--begin=now+1hour"]), shards=1,
+                                                                  records=1))}
+    try:
+        for run in runs.values():
+            assert tau("tau-submit", str(run)).returncode == 0
+        deadline = time.monotonic() + 60
+        for name, words in (("held", "queued (JobHeldUser: held by its user; scontrol release lets it start)"),
+                            ("later", "queued (BeginTime: not before its begin time; a requeued task waits here)")):
+            while True:
+                status = observe_reconcile(runs[name])
+                if shard(status, "shard-00000")["reason"] == words:
+                    break
+                assert time.monotonic() < deadline, (name, shard(status, "shard-00000")["reason"])
+                time.sleep(1)
+            table = tau("tau-status", str(runs[name]), "-o", "table")
+            assert table.returncode == 0, table.stderr
+            row = next(line for line in table.stdout.splitlines() if line.startswith("shard-00000"))
+            assert row.split()[1] == "pending" and words in row, row
+        # the held attempt stopped, the user grants its retry more: exactly that is submitted and shown
+        run = runs["held"]
+        assert tau("tau-cancel", str(run), "--shard", "0", "--attempt").returncode == 0
+        deadline = time.monotonic() + 60
+        while shard(observe_reconcile(run), "shard-00000")["state"] not in ("failed", "unknown"):  # retryable
+            assert time.monotonic() < deadline
+            time.sleep(1)
+        before = sorted(p.name for p in (run / "submissions").iterdir())
+        too_much = tau("tau-retry", str(run), "--shard", "0", "--mem", "64T")
+        assert too_much.returncode == 65, too_much.stderr
+        assert error_of(too_much)["message"].startswith("tau-retry: cannot grant that: --mem 64T is more than ")
+        assert sorted(p.name for p in (run / "submissions").iterdir()) == before
+        granted = tau("tau-retry", str(run), "--shard", "0", "--mem", "1G", "--time", "2:00")
+        assert granted.returncode == 0, granted.stderr
+        sub = json.loads(granted.stdout)["submission_id"]
+        script = (run / "submissions" / sub / "job.sh").read_text()
+        assert "#SBATCH --mem=1G" in script and "#SBATCH --time=2:00" in script
+        assert shard(observe_reconcile(run), "shard-00000")["request"] == {"mem": "1G", "time": "2:00"}
+    finally:
+        cancel_workspace_jobs(workspace)
