@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import error_of, init_run, quiesce, settle, snapshot, status, tau
+from helpers import BIN, env_for_tests, error_of, init_run, quiesce, settle, snapshot, status, tau
 
 HOG = Path(__file__).parent / "clients" / "hog.py"
 pytestmark = pytest.mark.slow
@@ -117,3 +118,36 @@ def test_a_shard_killed_at_the_cap_is_exhausted_at_once_and_a_grant_of_more_memo
     doc = settle(run)
     assert doc["state"] == "succeeded" and doc["shards"][0]["winner"] == "attempt-0003"
     assert asked(run) == ["64M", "128M", "256M"]
+
+
+@pytest.mark.root
+def test_a_task_the_kernels_oom_killer_ends_is_out_of_memory_with_that_named(workspace):
+    """A memory cgroup of 200 MiB around tau-submit (so around its supervisor and every task): the client asks 300
+    MiB, the kernel's OOM killer takes it, and the task ends out of memory, though tau's own limit (1G) never
+    fired."""
+    cgroup = Path(f"/sys/fs/cgroup/memory/tau-test-{os.getpid()}")
+    cgroup.mkdir()
+    try:
+        (cgroup / "memory.limit_in_bytes").write_text(str(200 << 20))
+        plan = hog_plan("1G", "2G", max_attempts=1)
+        plan["command"] = [sys.executable, str(HOG), "300", "5"]
+        run = init_run(workspace, plan_doc=plan)
+        proc = subprocess.run(["/bin/sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$0" "$1"',
+                               str(BIN / "tau-submit"), str(run)], capture_output=True, text=True, timeout=60,
+                              env=env_for_tests())
+        assert proc.returncode == 0, proc.stderr
+        doc = settle(run)
+        assert "oom_kill 1" in (cgroup / "memory.oom_control").read_text().splitlines()[2:3][0]
+        killed = tasks(run)[0]
+        assert killed["memory_killed"]["cause"] == "oom_killer" and killed["exit_code"] != 0, killed
+        assert attempt(run, 1)["terminal"]["reason"] == "the client was killed by signal 9"  # all it could see
+        # the attempt ended itself, so its executor's accounting (the task's rusage and record) names the cause
+        shard = doc["shards"][0]
+        assert shard["usage"]["state"] == "OUT_OF_MEMORY", shard["usage"]
+        assert shard["state"] == "exhausted" and shard["reason"].startswith("the client was killed by signal 9; ")
+        assert "; out of memory: the executor's accounting says OUT_OF_MEMORY, peak " in shard["reason"], shard
+        assert shard["next"]["request"]["mem"] == "2G"  # a retry granted would ask for more
+    finally:
+        for pid in (cgroup / "cgroup.procs").read_text().split():
+            os.kill(int(pid), 9)
+        cgroup.rmdir()

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from taulib.rules.escalation import (Next, ended_as, format_mem, format_time, limit_seconds, mem_mib, next_attempt,
-                                     next_request, time_seconds)
+from taulib.rules.escalation import (Next, ended_as, format_mem, format_time, limit_seconds, measured_cause, mem_mib,
+                                     next_attempt, next_request, time_seconds)
 
 ESCALATE = {"mem": 2, "time": 1.5, "max_mem": "16G", "max_time": "1-00:00:00"}
 
@@ -146,3 +146,22 @@ def test_a_kill_without_a_cause_waits_for_its_measure_within_the_window_only():
     assert decide(killed=True, escalate={"mem": 1}).action == "submit"
     assert decide(killed=True, escalate=None).action == "submit"
     assert decide({"mem": None, "time": "1:00:00"}, killed=True).action == "submit"
+
+
+def test_the_executors_accounting_names_the_end_of_an_attempt_that_ended_itself():
+    figures = {"state": "OUT_OF_MEMORY", "max_rss_bytes": 300 << 20, "mem_requested_bytes": 1 << 30}
+    assert ended_as("failed", None, figures) == "out_of_memory"
+    assert ended_as("failed", None, dict(figures, state="TIMEOUT")) == "timed_out"
+    assert ended_as("failed", "out_of_memory", dict(figures, state="TIMEOUT")) == "out_of_memory"  # the scheduler first
+    assert measured_cause("out_of_memory", "failed", None, figures) == (
+        "out of memory: the executor's accounting says OUT_OF_MEMORY, peak 300.0 MiB of the 1024.0 MiB asked")
+    assert measured_cause("out_of_memory", "failed", None, dict(figures, max_rss_bytes=None)) == (
+        "out of memory: the executor's accounting says OUT_OF_MEMORY")
+    assert measured_cause("out_of_memory", "failed", None, dict(figures, mem_requested_bytes=None)) == (
+        "out of memory: the executor's accounting says OUT_OF_MEMORY")
+    assert measured_cause("timed_out", "failed", None, dict(figures, state="TIMEOUT")) == (
+        "out of time: the executor's accounting says TIMEOUT")
+    assert measured_cause("out_of_memory", "failed", "out_of_memory", figures) is None  # the scheduler said it
+    assert measured_cause("out_of_memory", "out_of_memory", None, figures) is None  # the attempt said it
+    assert measured_cause("failed", "failed", None, figures) is None
+    assert measured_cause("out_of_memory", "failed", None, None) is None

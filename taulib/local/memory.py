@@ -5,9 +5,9 @@ Reads: /proc (each task's process tree, `processes.tree_rss`), /proc/self/cgroup
 Writes nothing; signals only the process group of a task the supervisor started (SIGKILL over its limit).
 Promises: every SAMPLE seconds the resident memory of each task's whole process tree is summed (services and their
 children included) and its peak kept; a task over its limit is killed at once and says why (`killed`); a task
-killed by SIGKILL while the supervisor's cgroup counted an oom_kill (the kernel's OOM killer) says so too. Tasks
-that share the cgroup cannot be told apart by that count: a SIGKILLed task during which it rose is named the OOM
-killer's victim.
+that failed while the supervisor's memory cgroup counted an OOM kill (the kernel's OOM killer, cgroup v2 or v1)
+says so too. Tasks that share the cgroup cannot be told apart by that count: a task that failed while it rose is
+named the OOM killer's victim.
 """
 
 from __future__ import annotations
@@ -73,9 +73,10 @@ class Memory:
                     pass
 
     def killed(self, task: Sampled, code: int) -> Record | None:
-        """Why a task that ended with `code` (a negative signal number when killed) was killed for memory: over
-        its limit, or by the kernel's OOM killer (SIGKILL while the cgroup's oom_kill count rose); None else."""
-        if task.killed is not None or code != -signal.SIGKILL or task.oom_kills is None:
+        """Why a task that ended with `code` (not 0) was killed for memory: over its limit, or by the kernel's OOM
+        killer (the cgroup's oom_kill count rose while it ran: the killer takes the largest process, most often
+        the client, which tau-attempt then reports killed by SIGKILL); None else."""
+        if task.killed is not None or code == 0 or task.oom_kills is None:
             return task.killed
         now = self.oom_kills()
         if now is None or now <= task.oom_kills:
@@ -88,15 +89,23 @@ class Memory:
 
 
 def _cgroup_events() -> str | None:
-    """The memory.events file of this process's cgroup (cgroup v2), or None."""
+    """The file of this process's memory cgroup that counts its OOM kills (`oom_kill`): memory.events under cgroup
+    v2, memory.oom_control under v1's memory controller; None where neither can be read."""
     try:
         with open("/proc/self/cgroup", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("0::"):
-                    path = "/sys/fs/cgroup" + line[3:].strip().rstrip("/") + "/memory.events"
-                    return path if _oom_kill_count(path) is not None else None
+            lines = fh.read().splitlines()
     except OSError:
         return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            found = f"/sys/fs/cgroup{path.rstrip('/')}/memory.events"
+        elif "memory" in controllers.split(","):
+            found = f"/sys/fs/cgroup/memory{path.rstrip('/')}/memory.oom_control"
+        else:
+            continue
+        if _oom_kill_count(found) is not None:
+            return found
     return None
 
 

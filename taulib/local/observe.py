@@ -53,12 +53,14 @@ def finished(task: Record) -> Record:
                 "reason": "TIMEOUT: the supervisor stopped it at its time limit (scheduler.local.time_limit)"}
     killed = task.get("memory_killed")
     if killed is not None:
-        used = "" if killed["rss_bytes"] is None else f"its processes used {_mib(killed['rss_bytes'])}, "
-        limit = "" if killed["limit_bytes"] is None else f"over the {_mib(killed['limit_bytes'])} it asked for; "
-        by = ("killed by the supervisor, which samples its memory every second (scheduler.local.mem)"
-              if killed["cause"] == "limit" else "killed by the kernel's OOM killer (cgroup memory.events oom_kill)")
-        return {"state": "out_of_memory", "raw": "OUT_OF_MEMORY", "exit_code": None,
-                "reason": f"OUT_OF_MEMORY: {used}{limit}{by}"}
+        used = "" if killed["rss_bytes"] is None else f"its processes used {_mib(killed['rss_bytes'])}"
+        if killed["cause"] == "limit":
+            why = (f"{used}, over the {_mib(killed['limit_bytes'])} it asked for; killed by the supervisor, which "
+                   "samples its memory every second (scheduler.local.mem)")
+        else:
+            why = (f"{used} (sampled); " if used else "") + ("killed by the kernel's OOM killer (its memory cgroup "
+                                                             "counted an oom_kill)")
+        return {"state": "out_of_memory", "raw": "OUT_OF_MEMORY", "exit_code": None, "reason": f"OUT_OF_MEMORY: {why}"}
     sig = task["signal"]
     if sig is not None:
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)

@@ -100,14 +100,21 @@ def next_request(previous: dict[str, str | None], classification: str | None,
     return grown
 
 
+MEASURED = {"OUT_OF_MEMORY": "out_of_memory", "TIMEOUT": "timed_out"}  # executors' accounting states that say why
+
+
 def ended_as(recorded: str | None, scheduler: str | None, measured: dict[str, Any] | None = None) -> str | None:
     """What ended an attempt, as escalation reads it: the scheduler's terminal classification when it says the
     attempt ran out of memory or time (from inside, the allocation sees only its client killed by a signal); else
-    out of memory when the executor measured its peak above the memory it requested and it did not complete (Slurm
-    enforcing memory without cgroups, `JobAcctGatherParams=OverMemoryKill`, ends such a job FAILED by SIGKILL, not
-    OUT_OF_MEMORY); else the classification the attempt recorded itself (None when it recorded none)."""
+    the executor's accounting when its state says so (sacct's OUT_OF_MEMORY of a task whose allocation recorded its
+    own end, and so was never observed again; the local executor's likewise); else out of memory when the executor
+    measured its peak above the memory it requested and it did not complete (Slurm enforcing memory without
+    cgroups, `JobAcctGatherParams=OverMemoryKill`, ends such a job FAILED by SIGKILL, not OUT_OF_MEMORY); else the
+    classification the attempt recorded itself (None when it recorded none)."""
     if scheduler in ("out_of_memory", "timed_out"):
         return scheduler
+    if measured is not None and measured["state"] in MEASURED:  # an attempt that ended itself is not observed
+        return MEASURED[measured["state"]]
     if (measured is not None and measured["state"] != "COMPLETED" and measured["max_rss_bytes"] is not None
             and measured["mem_requested_bytes"] and measured["max_rss_bytes"] > measured["mem_requested_bytes"]):
         return "out_of_memory"
@@ -122,6 +129,7 @@ class Next(NamedTuple):
     request: dict[str, str | None]
     reason: str | None = None
     until: float | None = None
+    cause: str | None = None  # what named the end out of memory or time when only the executor's figures did
 
 
 CAPS = {"out_of_memory": ("mem", "max_mem", "memory", "--mem SIZE"),
@@ -147,3 +155,16 @@ def next_attempt(previous: dict[str, str | None], ended: str | None, escalate: d
                     f"memory, so that a memory kill is not retried with the same {previous['mem']}",
                     ended_at + window)
     return Next("submit", grown)
+
+
+def measured_cause(ended: str | None, recorded: str | None, scheduler: str | None,
+                   measured: dict[str, Any] | None) -> str | None:
+    """When only the executor's figures say an attempt ran out of memory or time (`ended`, from `ended_as`), the
+    words that name that evidence for a person; None when the attempt or the scheduler said it already."""
+    if ended not in CAPS or ended in (recorded, scheduler) or measured is None:
+        return None
+    said = f"out of {CAPS[ended][2]}: the executor's accounting says {measured['state']}"
+    if ended == "out_of_memory" and measured["max_rss_bytes"] and measured["mem_requested_bytes"]:
+        said += (f", peak {measured['max_rss_bytes'] / 1048576:.1f} MiB of the "
+                 f"{measured['mem_requested_bytes'] / 1048576:.1f} MiB asked")
+    return said

@@ -268,6 +268,8 @@ def shard_view(run: Run, sid: str, whole_run_cancel: Record | None = None,
     state, reason = rollup.shard_state(winner is not None, verdict, attempts, run.plan["retry"]["max_attempts"],
                                        cancel_reason(cancelled) if cancelled else None,
                                        following.reason if following and following.action == "exhausted" else None)
+    if following is not None and following.cause is not None and state in ("failed", "unknown", "exhausted"):
+        reason = f"{reason}; {following.cause}"
     return ShardView(sid, winner, attempt, found, verdict, state, reason, attempts, cancelled, following)
 
 
@@ -292,16 +294,19 @@ def next_attempt(run: Run, attempt: Record, evidence: Evidence | None,
         figures = usage.load(run)
     measured = (figures or {}).get((sid, aid))
     terminal = evidence if evidence is not None and evidence.terminal else None
-    ended = escalation.ended_as((attempt.get("terminal") or {}).get("classification"),
-                                terminal.classification if terminal is not None else None, measured)
+    recorded = (attempt.get("terminal") or {}).get("classification")
+    ended = escalation.ended_as(recorded, terminal.classification if terminal is not None else None, measured)
     killed = False
     if escalate and ended not in escalation.CAPS:
         result = run.dir.read(layout.attempt_file(sid, aid, "result.json"), "tau.result")
         killed = result is None or result.get("signal") == signal.SIGKILL
     ended_at = terminal.changed_at if terminal is not None else jsonio.parse_time(attempt["updated_at"])
-    return escalation.next_attempt(previous, ended, escalate, killed, measured is not None, ended_at,
-                                   float(run.plan["windows"]["accounting_lag_seconds"]),
-                                   time.time() if now is None else now)
+    following = escalation.next_attempt(previous, ended, escalate, killed, measured is not None, ended_at,
+                                        float(run.plan["windows"]["accounting_lag_seconds"]),
+                                        time.time() if now is None else now)
+    cause = escalation.measured_cause(ended, recorded, terminal.classification if terminal is not None else None,
+                                      measured)
+    return following if cause is None else following._replace(cause=cause)
 
 
 def unsealed_shards(run: Run) -> list[str]:
