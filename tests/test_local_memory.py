@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import taulib.api
 from helpers import BIN, env_for_tests, error_of, init_run, quiesce, settle, snapshot, status, tau
 
 HOG = Path(__file__).parent / "clients" / "hog.py"
@@ -95,7 +96,11 @@ def test_a_shard_killed_at_the_cap_is_exhausted_at_once_and_a_grant_of_more_memo
             "tau-retry --shard S --mem SIZE grants more") in shard["reason"]
     assert shard["next"]["action"] == "exhausted"
     plain = tau("tau-retry", str(run))
-    assert plain.returncode == 0 and json.loads(plain.stdout)["submission_id"] is None
+    assert plain.returncode == 0, plain.stderr
+    said = json.loads(plain.stdout)
+    assert said["submission_id"] is None and said["reason"] == (
+        f"1 shard(s) were killed at the cap of retry.escalate (shard-00000): a retry would ask the same request "
+        f"again; tau-retry {run} --shard S --mem SIZE (or --time LIMIT) grants more")
 
     before = snapshot(run)
     for args, code, words in ((["--mem", "256M"], 2, "name them with --shard"),
@@ -108,6 +113,12 @@ def test_a_shard_killed_at_the_cap_is_exhausted_at_once_and_a_grant_of_more_memo
         assert words in error_of(bad)["message"], (args, bad.stderr)
     assert snapshot(run) == before  # a refused grant changes nothing
 
+    api = taulib.api.Run(str(run))  # the API keeps the same rules: the same refusal, the same shard's next
+    with pytest.raises(taulib.api.UsageError, match="'4GB' is not a memory size like 4G"):
+        api.retry([0], mem="4GB")
+    seen = api.status().shards[0]
+    assert seen.next["action"] == "exhausted" and seen.request == {"mem": "128M", "time": None}
+    assert snapshot(run) == before
     granted = tau("tau-retry", str(run), "--shard", "0", "--mem", "256M")
     assert granted.returncode == 0, granted.stderr
     out = json.loads(granted.stdout)

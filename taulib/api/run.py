@@ -105,14 +105,16 @@ class Run:
         with self._opened() as run:
             return Submission.of(retry.initial(run, limit=limit, shards=_shard_ids(shards)))
 
-    def retry(self, shards: Shards = None, reopen: bool = False) -> Submission:
+    def retry(self, shards: Shards = None, reopen: bool = False, mem: str | None = None,
+              time: str | None = None) -> Submission:
         """Submit a new attempt for every retryable shard, or for the named ones (an exhausted shard named is
         granted one more), as one submission (tau-retry); idempotent. With `reopen`, the cancellation of the named
-        shards (none named: of the run) is lifted first. `reason` says why nothing was submitted."""
+        shards (none named: of the run) is lifted first; with `mem` or `time` (Slurm's spelling), the named shards
+        are granted that request (tau-retry --mem/--time). `reason` says why nothing was submitted."""
         from taulib.lifecycle import retry
 
         with self._opened() as run:
-            return Submission.of(retry.retry(run, _shard_ids(shards), reopen=reopen))
+            return Submission.of(retry.retry(run, _shard_ids(shards), reopen=reopen, grant={"mem": mem, "time": time}))
 
     def cancel(self, shards: Shards = None, attempt: bool = False) -> Cancellation:
         """Cancel the run, or the named shards (tau-cancel): recorded first, then their live attempts stopped; a

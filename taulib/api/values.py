@@ -48,6 +48,17 @@ class ShardStatus:
         ready and expected backends, endpoint and last probe; empty when it runs none."""
         return tuple((self.progress or {}).get("deployments") or ())
 
+    @property
+    def request(self) -> Document | None:
+        """What its newest attempt asked for (tau-status(1) `request`: {mem, time}), None without one."""
+        return self.raw.get("request")
+
+    @property
+    def next(self) -> Document | None:
+        """What its next attempt does when its newest failed (tau-status(1) `next`: action submit, wait or
+        exhausted, the request it asks, why and until when), else None."""
+        return self.raw.get("next")
+
     @classmethod
     def of(cls, doc: Document) -> ShardStatus:
         return cls(id=doc["id"], state=doc["state"], reason=doc["reason"], attempt=doc["attempt"],

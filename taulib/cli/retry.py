@@ -25,10 +25,10 @@ tau-retry runs/demo --shard 7 --mem 1G --time 2:00:00
 @click.option("--reopen", is_flag=True,
               help="First lift the cancellation of the shards named with --shard (none named: of the whole run), "
                    "recorded with who and when; then retry them.")
-@click.option("--mem", metavar="SIZE", callback=lambda ctx, param, value: _spelt(value, "mem"),
+@click.option("--mem", metavar="SIZE",
               help="Grant the named shards' new attempts this much memory (Slurm's spelling: 4096, 512M, 4G), "
                    "instead of what retry.escalate would ask; recorded in the submission, shown by tau-status.")
-@click.option("--time", "time_limit", metavar="LIMIT", callback=lambda ctx, param, value: _spelt(value, "time"),
+@click.option("--time", "time_limit", metavar="LIMIT",
               help="Grant the named shards' new attempts this time limit (Slurm's spelling: 30:00, 2:00:00, "
                    "1-00:00:00), likewise.")
 def cli(run_dir: str, shards: tuple[str, ...], reopen: bool, mem: str | None, time_limit: str | None) -> None:
@@ -37,21 +37,6 @@ def cli(run_dir: str, shards: tuple[str, ...], reopen: bool, mem: str | None, ti
 
     with Run(run_dir) as run:
         common.emit(retry.retry(run, list(shards) or None, reopen=reopen, grant={"mem": mem, "time": time_limit}))
-
-
-def _spelt(value: str | None, what: str) -> str | None:
-    """A granted --mem or --time, in Slurm's spelling as escalation reads it (a usage error else)."""
-    if value is None:
-        return None
-    from taulib.rules import escalation
-
-    try:
-        amount = (escalation.mem_mib if what == "mem" else escalation.time_seconds)(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-    if not amount:
-        raise click.BadParameter(f"{value!r} grants nothing (Slurm reads a zero --{what} as no limit at all)")
-    return value
 
 
 main = common.main_for("tau-retry", cli)

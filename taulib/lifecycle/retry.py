@@ -41,10 +41,8 @@ def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False,
         for sid in explicit:
             run.check_shard(sid)
         wanted = set(explicit)
-    grant = {k: v for k, v in (grant or {}).items() if v is not None} or None
+    grant = checked_grant(grant, wanted is not None)
     if grant is not None:
-        if wanted is None:
-            raise UsageError("--mem and --time grant named shards more; name them with --shard")
         executor.of(run).check_request(run, grant)
     reopened: list[Record] = []
     if reopen:
@@ -53,6 +51,7 @@ def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False,
         reopened = cancel.reopen(run, explicit)
     stopped = None
     exhausted: list[Record] = []
+    capped: set[str] = set()  # exhausted because a retry would ask the request that was killed
     waiting: list[Record] = []
     cancelled = False
     live = 0
@@ -68,6 +67,7 @@ def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False,
         held = {w["shard_id"] for w in waiting}
         facts = [ShardFacts(s["id"], s["state"], s["reason"], s["attempts"]) for s in status["shards"]
                  if (wanted is None or s["id"] in wanted) and s["id"] not in held]
+        capped.update(s["id"] for s in status["shards"] if s["next"] and s["next"]["action"] == "exhausted")
         exhausted = [{"shard_id": f.shard_id, "reason": f.reason} for f in facts
                      if f.state == "exhausted" and wanted is None]
         return select_retry(facts, explicit=wanted is not None, stopped=stopped, unsubmitted=initial_made(run_))
@@ -80,12 +80,34 @@ def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False,
     result["waiting"] = waiting
     result["granted_request"] = grant
     result["reason"] = None if result["submission_id"] is not None else why_nothing(
-        run, stopped, exhausted, result["skipped"], cancelled, result["deferred"], live, waiting)
+        run, stopped, exhausted, result["skipped"], cancelled, result["deferred"], live, waiting, capped)
     return result
 
 
+def checked_grant(grant: Record | None, named: bool) -> Record | None:
+    """What a person grants ({mem, time}: None, or values in Slurm's spelling), without what is not granted; None
+    when nothing is. UsageError for a grant to no named shard, a spelling Slurm would not take, or zero (which
+    Slurm reads as no limit at all)."""
+    from taulib.rules import escalation
+
+    given = {key: value for key, value in (grant or {}).items() if value is not None}
+    if not given:
+        return None
+    if not named:
+        raise UsageError("--mem and --time grant named shards more; name them with --shard")
+    for key, value in given.items():
+        try:
+            amount = (escalation.mem_mib if key == "mem" else escalation.time_seconds)(value)
+        except ValueError as exc:
+            raise UsageError(f"--{key}: {exc}") from None
+        if not amount:
+            raise UsageError(f"--{key}: {value!r} grants nothing (Slurm reads a zero --{key} as no limit at all)")
+    return given
+
+
 def why_nothing(run: Run, stopped: str | None, exhausted: list[Record], skipped: list[Record], cancelled: bool,
-                deferred: Record, live: int, waiting: list[Record] | None = None) -> str:
+                deferred: Record, live: int, waiting: list[Record] | None = None,
+                capped: set[str] | frozenset[str] = frozenset()) -> str:
     """Why a retry submitted nothing, in one sentence a person can act on."""
     if waiting:
         first = waiting[0]
@@ -98,6 +120,11 @@ def why_nothing(run: Run, stopped: str | None, exhausted: list[Record], skipped:
         return f"the run is cancelled; tau-retry {run.path} --reopen lifts the cancellation"
     if stopped is not None:
         return stopped
+    at_cap = [e["shard_id"] for e in exhausted if e["shard_id"] in capped]
+    if at_cap and len(at_cap) == len(exhausted):
+        shown = ", ".join(at_cap[:5]) + (" and more" if len(at_cap) > 5 else "")
+        return (f"{len(at_cap)} shard(s) were killed at the cap of retry.escalate ({shown}): a retry would ask the "
+                f"same request again; tau-retry {run.path} --shard S --mem SIZE (or --time LIMIT) grants more")
     if exhausted:
         shown = ", ".join(e["shard_id"] for e in exhausted[:5]) + (" and more" if len(exhausted) > 5 else "")
         return (f"{len(exhausted)} shard(s) used every attempt of their budget ({shown}); tau-retry {run.path} "
