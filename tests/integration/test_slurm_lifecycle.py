@@ -140,10 +140,13 @@ def test_a_requeued_task_goes_pending_then_the_same_attempt_restarts_cleanly_and
         wait_until(lambda: "running" in watcher.states(), 30, "the client runs")
         run_cmd("scontrol", "requeue", f"{job}_0")
 
-        # held for cred_expire (5 s) with reason BeginTime, then scheduled again
+        # held for cred_expire (5 s) with reason BeginTime, then scheduled again (a pending row's reason is
+        # squeue's code alone, None while it gives none)
         status = wait_for(lambda st: shard(st, "shard-00000")["state"] == "pending"
-                          and "BeginTime" in observation_of(st, "shard-00000")["reason"], run_dir, timeout=30,
+                          and observation_of(st, "shard-00000")["reason"] == "BeginTime", run_dir, timeout=30,
                           pause=0.3)
+        assert shard(status, "shard-00000")["reason"] == ("queued (BeginTime: not before its begin time; a requeued "
+                                                          "task waits here)")
         obs = observation_of(status, "shard-00000")
         assert (obs["state"], obs["source"], obs["terminal"]) == ("pending", "queue", False), obs
         assert shard(status, "shard-00000")["evidence"]["attempt_state"] == "running"
