@@ -51,7 +51,7 @@ def reconciled(run: Path, doc: dict) -> dict:
     return json.loads(proc.stdout)
 
 
-def test_every_finished_local_attempt_has_its_rusage_and_a_300_mib_peak_is_within_a_tenth(finished):
+def test_every_finished_local_attempt_has_its_rusage_and_a_300_mib_peak_is_the_sum_of_its_processes(finished):
     doc = observed(finished)
     entry, = doc["usage"]["submissions"]
     assert doc["usage"]["reason"] is None and entry["submission_id"] == "submission-0001"
@@ -62,7 +62,9 @@ def test_every_finished_local_attempt_has_its_rusage_and_a_300_mib_peak_is_withi
         assert used["measured"] is True and used["source"] == "rusage" and used["state"] == "COMPLETED"
         assert used["elapsed_seconds"] > 0 and used["cpu_seconds"] > 0 and used["cpus"] == 1
         assert used["mem_requested_bytes"] is None and used["memory_efficiency"] is None
-    assert abs(big["max_rss_bytes"] - (300 << 20)) <= 0.1 * (300 << 20), big["max_rss_bytes"]
+    # the peak is its process tree's, summed as Slurm sums a step's (the supervisor samples it every second), and
+    # at least its largest process's (wait4's ru_maxrss): the client's 300 MiB, with tau-attempt and Python beside
+    assert 300 << 20 <= big["max_rss_bytes"] <= 400 << 20, big["max_rss_bytes"]
     assert small["max_rss_bytes"] < 200 << 20  # the other shard's own peak, not its neighbour's
     assert big["elapsed_seconds"] >= 0.5
     efficiency = status["efficiency"]
