@@ -49,8 +49,9 @@ class Memory:
     """The memory limit of a submission's tasks and its sampling: every SAMPLE seconds the resident memory of each
     task's whole process tree is summed (services and their children included), its peak kept, and a task over the
     limit is killed at once (SIGKILL to its process group, as Slurm's OverMemoryKill kills a step). The kernel's
-    OOM killer is seen in the supervisor's cgroup (memory.events oom_kill): a task killed by SIGKILL while that
-    count rose ends out of memory too."""
+    OOM killer is seen in the supervisor's memory cgroup (its oom_kill count): a task that failed while that count
+    rose ends out of memory too. A process a task left behind, adopted by the supervisor, is no longer counted as
+    the task's (it is swept when the task ends)."""
 
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
