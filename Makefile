@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SCHEDULER ?= local
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: venv demo check quick lint test bats typecheck man completions bench bench-slurm bench-collect-tasks mutation system-deps slurm-up slurm-down azurite-up azurite-down clean
+.PHONY: venv man-links demo check quick lint test bats typecheck man completions bench bench-slurm bench-collect-tasks mutation system-deps slurm-up slurm-down azurite-up azurite-down clean
 
 ## venv: the virtual environment .venv with tau installed editable (every other target depends on it)
 venv: $(STAMP)
@@ -15,7 +15,15 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	$(MAKE) --no-print-directory man-links
 	touch $(STAMP)
+
+## man-links: the man pages linked into .venv/share/man, where man finds them while .venv/bin is on PATH (an
+## editable install copies no data files; a wheel's install puts them there itself)
+man-links:
+	@for page in man/*.[157]; do \
+	  mkdir -p $(VENV)/share/man/man$${page##*.} && ln -sfn $(CURDIR)/$$page $(VENV)/share/man/man$${page##*.}/; \
+	done
 
 ## demo: a complete example run (8 shards, one fails once, retry, winners, collection); SCHEDULER=local|slurm
 demo: venv
@@ -73,6 +81,7 @@ typecheck: venv
 ## man: render every man page and lint it
 man: venv
 	$(PY) man/build.py
+	$(MAKE) --no-print-directory man-links
 
 ## completions: write the shell completion files in share/ again from the code (tau completion bash|zsh|fish)
 completions: venv

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -567,3 +569,17 @@ def test_tau_run_5_lists_every_failpoint_under_its_protocol():
     section = text[text.index(".SS Failpoints"):text.index(".SS Locks")]
     missing = [name for name in failpoints.NAMES if name not in section]
     assert not missing, f"tau-run(5) Failpoints does not list {missing}"
+
+
+@pytest.mark.skipif(Path(sys.prefix).resolve() != (ROOT / ".venv").resolve() or shutil.which("man") is None,
+                    reason="the checkout's own venv (make venv), with man installed")
+def test_man_finds_every_page_from_the_checkouts_venv_as_readme_says():
+    """README: a venv keeps the pages in VENV/share/man, found while VENV/bin is on PATH; `make venv` links them
+    there (its editable install copies none: a new user's `man tau-init` after `make demo` found nothing)."""
+    environ = {key: value for key, value in os.environ.items() if key != "MANPATH"}  # man's search from PATH
+    environ["PATH"] = f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin"
+    for page in sorted(MAN.glob("*.[157]")):
+        name, section = page.stem, page.suffix[1:]
+        found = subprocess.run(["man", "-w", section, name], capture_output=True, text=True, env=environ, check=False)
+        assert found.returncode == 0, (page.name, found.stderr)
+        assert Path(found.stdout.strip()).resolve() == page.resolve(), found.stdout
