@@ -149,3 +149,32 @@ def test_an_unknown_shard_is_refused_with_66_and_nothing_is_recorded(workspace):
     assert proc.returncode == 66
     assert error_of(proc)["message"] == "tau-cancel: run 'run' has no shard 'shard-00099'"
     assert snapshot(run_dir) == before
+
+
+@pytest.mark.slow
+def test_what_the_user_stopped_or_cancelled_spends_neither_the_shards_attempts_nor_the_failure_budget(workspace):
+    """A stop the user asked for (tau-cancel --attempt) and a cancellation later lifted (--reopen) are no failures
+    of the client: a shard of one attempt each is still retried (not granted one more), and the run's budget counts
+    no failed attempt."""
+    run_dir = init_run(workspace, plan_doc=sleeping(60, records=20, shards=2, retry={"max_attempts": 1}))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    wait_for(lambda: clients_started(run_dir) == ["shard-00000", "shard-00001"], what="both clients started")
+    cancel(run_dir, "--shard", "0", "--attempt")
+    cancel(run_dir, "--shard", "1")
+    doc = settle(run_dir)
+    stopped, cancelled = doc["shards"]
+    assert (stopped["state"], stopped["reason"].startswith("stopped by the user at ")) == ("failed", True), stopped
+    assert cancelled["state"] == "cancelled"
+    assert doc["budget"]["failed_attempts"] == 0 and doc["retryable"] == ["shard-00000"]
+    retried = tau("tau-retry", str(run_dir))  # shard 0 is retryable, not exhausted at 1 attempt of 1
+    assert retried.returncode == 0, retried.stderr
+    assert [(t["shard_id"], t.get("granted", False)) for t in json.loads(retried.stdout)["tasks"]] == [
+        ("shard-00000", False)]
+    reopened = tau("tau-retry", str(run_dir), "--shard", "1", "--reopen")
+    assert reopened.returncode == 0, reopened.stderr
+    assert [(t["shard_id"], t.get("granted", False)) for t in json.loads(reopened.stdout)["tasks"]] == [
+        ("shard-00001", False)]
+    doc = status(run_dir)
+    assert doc["budget"]["failed_attempts"] == 0 and [s["attempts"] for s in doc["shards"]] == [2, 2]
+    cancel(run_dir)  # the second attempts would sleep a minute: the run ends here
+    settle(run_dir)

@@ -233,6 +233,8 @@ class ShardView(NamedTuple):
     attempts: int = 0  # the ordinal of its newest attempt
     cancelled: Record | None = None  # the cancellation record that applies to it
     next: Next | None = None  # what its next attempt does, when its newest failed (`rules.escalation`)
+    spared: int = 0  # its attempts the user stopped or cancelled (never a failure of the client: `spared`)
+    latest_spared: bool = False  # its newest attempt is one of them
 
 
 def shard_view(run: Run, sid: str, whole_run_cancel: Record | None = None,
@@ -265,12 +267,36 @@ def shard_view(run: Run, sid: str, whole_run_cancel: Record | None = None,
     if winner is None and cancelled is None and attempt is not None and verdict is not None \
             and verdict.state in RETRYABLE:
         following = next_attempt(run, attempt, found, figures, plans, now)
-    state, reason = rollup.shard_state(winner is not None, verdict, attempts, run.plan["retry"]["max_attempts"],
+    ended_by_user = spared(run, sid, attempts, submitted) if winner is None else []
+    latest_spared = attempt is not None and attempt["attempt_id"] in ended_by_user
+    state, reason = rollup.shard_state(winner is not None, verdict, attempts - len(ended_by_user),
+                                       run.plan["retry"]["max_attempts"],
                                        cancel_reason(cancelled) if cancelled else None,
                                        following.reason if following and following.action == "exhausted" else None)
     if following is not None and following.cause is not None and state in ("failed", "unknown", "exhausted"):
         reason = f"{reason}; {following.cause}"
-    return ShardView(sid, winner, attempt, found, verdict, state, reason, attempts, cancelled, following)
+    return ShardView(sid, winner, attempt, found, verdict, state, reason, attempts, cancelled, following,
+                     len(ended_by_user), latest_spared)
+
+
+def spared(run: Run, sid: str, attempts: int, submitted: Submitted | None = None) -> list[str]:
+    """The attempts of shard `sid` (of `attempts`) that the user ended: asked to stop by the user (stop.json `by`
+    user), or ended cancelled while a cancellation of the shard or the run was recorded (since lifted, or still in
+    force). A stop or cancellation the user asked for is never a failure of the client: it spends neither the
+    shard's attempts nor the run's failure budget. A stall's stop, and a cancellation by anyone else (an
+    administrator's scancel), do."""
+    cancelled_ever = run.dir.exists(layout.cancel_record(sid, 1)) or run.dir.exists(layout.cancel_record(None, 1))
+    found = []
+    for ordinal in range(1, attempts + 1):
+        aid = layout.attempt_id(ordinal)
+        stop = run.dir.read(layout.attempt_stop(sid, aid), "tau.stop")
+        if stop is not None and stop["by"] == "user":
+            found.append(aid)
+        elif cancelled_ever:
+            record = attempt_record(run, sid, aid, submitted)
+            if record is not None and (record.get("terminal") or {}).get("classification") == "cancelled":
+                found.append(aid)
+    return found
 
 
 def next_attempt(run: Run, attempt: Record, evidence: Evidence | None,

@@ -70,8 +70,10 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
             failed_attempts += budget.won(ordinal)
             continue
         verdict = view.verdict.state if view.verdict is not None else None
-        failed_attempts += budget.failed_attempts(view.attempts,
-                                                  budget.latest_failed(verdict, view.cancelled is not None))
+        # the user's stops and cancellations are no failures: the newest one is left out like a cancelled shard's
+        earlier_spared = view.spared - (1 if view.latest_spared else 0)
+        failed_attempts += budget.failed_attempts(view.attempts - earlier_spared, budget.latest_failed(
+            verdict, view.cancelled is not None or view.latest_spared))
         entry = shard_entry(run, view, now, figures, plans)
         if deferral is not None and entry["state"] == "pending" and not entry["attempts"]:
             entry["reason"] = deferred_reason(deferral)
