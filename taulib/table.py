@@ -60,6 +60,8 @@ def status(doc: Record) -> str:
         reason = shard["reason"] + (f" (stalled: {shard['stalled']})" if shard.get("stalled") else "")
         if progress and progress.get("deployments"):
             reason += "; " + ", ".join(_deployment(d) for d in progress["deployments"])
+        if shard.get("last_output"):
+            reason += "; last output: " + " / ".join(shard["last_output"])
         if shard.get("log"):
             reason += f"; log {shard['log']}"
         tries = f"{shard['attempts']}/{shard['max_attempts']}" if "attempts" in shard else None

@@ -74,3 +74,24 @@ def test_within_its_budget_a_run_keeps_retrying_what_failed(workspace):
     assert len(retry(run_dir)["tasks"]) == 20
     doc = settle(run_dir)
     assert doc["budget"]["failed_attempts"] == 40 and doc["budget"]["stopped"] is None
+
+
+@pytest.mark.slow
+def test_a_failed_shard_shows_its_clients_last_words_bounded_and_printable(workspace):
+    """Its cause shows without opening a log: the last lines the client wrote, in `last_output` and in the table's
+    REASON, with nothing a client could use to garble a terminal."""
+    client = workspace / "noisy.sh"
+    client.write_text("#!/bin/sh\nprintf 'loading\\n\\n'\nprintf '\\033[31mValueError: bad row 17\\033[0m\\n' >&2\n"
+                      "printf 'a%.0s' $(seq 400) >&2\nexit 1\n")
+    client.chmod(0o700)
+    run_dir = init_run(workspace, plan_doc=failing(records=2, shards=1, command=[str(client)],
+                                                   retry={"max_attempts": 1}))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    shard = settle(run_dir)["shards"][0]
+    assert shard["state"] == "exhausted" and shard["reason"].startswith("the client exited with status 1; ")
+    assert shard["last_output"] == ["loading", "[31mValueError: bad row 17 [0m", "a" * 157 + "..."]
+    table = tau("tau-status", str(run_dir), "-o", "table")
+    assert table.returncode == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if line.startswith("shard-00000"))
+    assert "; last output: loading / [31mValueError: bad row 17 [0m / aaa" in row and "\x1b" not in table.stdout
+    assert row.endswith(f"; log {run_dir}/shards/shard-00000/attempts/attempt-0001/client.log")

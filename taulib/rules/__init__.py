@@ -21,6 +21,7 @@
   environment  the client's environment: exactly what the run says
   program      the client's command line: the script an interpreter runs, a program inside tau's own environment
   partition    which rows of which winner file go into which output file
+  output       a failed client's last lines, bounded and printable, for its shard's reason
   shards       which records each shard holds
   plan         the plan's defaults, and how a plan written before a field existed is read
 """

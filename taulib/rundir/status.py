@@ -117,7 +117,8 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
 def sealed_entry(sid: str, ordinal: int, max_attempts: int, figures: dict[tuple[str, str], Record]) -> Record:
     aid = layout.attempt_id(ordinal)
     return {"id": sid, "state": "succeeded", "reason": "sealed by its winner", "attempt": aid, "winner": aid,
-            "attempts": ordinal, "max_attempts": max_attempts, "log": None, "progress": None, "stalled": None,
+            "attempts": ordinal, "max_attempts": max_attempts, "log": None, "last_output": None, "progress": None,
+            "stalled": None,
             "evidence": None, "usage": efficiency.attempt(figures.get((sid, aid))), "next": None,
             "request": None}  # the index holds no request, and reading each winner's would undo it (its usage has it)
 
@@ -136,9 +137,10 @@ def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple
             stalled = (stall.heartbeat(progress["age_seconds"], windows["stall_seconds"])
                        or stall.progress(progress["records_done"], progress["records"], still,
                                          windows["progress_stall_seconds"]))
-    log = None
+    log = words = None
     if view.state in rollup.DEGRADED and attempt is not None:
-        log = os.path.join(run.path, layout.attempt_file(view.shard_id, attempt["attempt_id"], "client.log"))
+        rel = layout.attempt_file(view.shard_id, attempt["attempt_id"], "client.log")
+        log, words = os.path.join(run.path, rel), _last_words(run, rel)
     return {
         "id": view.shard_id,
         "state": view.state,
@@ -148,6 +150,7 @@ def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple
         "attempts": view.attempts,
         "max_attempts": run.plan["retry"]["max_attempts"],
         "log": log,
+        "last_output": words,
         "progress": progress,
         "stalled": stalled,
         "evidence": {
@@ -168,6 +171,23 @@ def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple
             "until": None if view.next.until is None else jsonio.format_time(view.next.until)},
         "request": None if attempt is None else state.attempt_request(run, attempt, plans),
     }
+
+
+def _last_words(run: Run, rel: str) -> list[str] | None:
+    """The last lines of a client's output (`rules.output.last_words`: bounded, printable), None when it wrote
+    nothing or its log cannot be read as a file of the run."""
+    from taulib.errors import TauError
+    from taulib.rules.output import TAIL, last_words
+
+    try:
+        fd = run.dir.open_read(rel)
+    except TauError:  # not there (never started), or not a regular file of ours: nothing of it is shown
+        return None
+    try:
+        tail = os.pread(fd, TAIL, max(0, os.fstat(fd).st_size - TAIL))
+    finally:
+        os.close(fd)
+    return last_words(tail) or None
 
 
 def _progress(run: Run, attempt: Record, now: float) -> Record | None:
