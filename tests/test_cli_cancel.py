@@ -178,3 +178,23 @@ def test_what_the_user_stopped_or_cancelled_spends_neither_the_shards_attempts_n
     assert doc["budget"]["failed_attempts"] == 0 and [s["attempts"] for s in doc["shards"]] == [2, 2]
     cancel(run_dir)  # the second attempts would sleep a minute: the run ends here
     settle(run_dir)
+
+
+@pytest.mark.slow
+def test_reopening_a_cancelled_shard_retries_it_at_once_without_an_observation_first(workspace):
+    """tau-retry acts on the state tau-status shows: the cancelled attempt's process is gone though no
+    observe | reconcile has run since, and --reopen retries the shard there and then (it said 'the attempt reports
+    it is running' and submitted nothing)."""
+    run_dir = init_run(workspace, plan_doc=sleeping(60, records=20, shards=2))
+    assert tau("tau-submit", str(run_dir)).returncode == 0
+    wait_for(lambda: clients_started(run_dir) == ["shard-00000", "shard-00001"], what="both clients started")
+    cancel(run_dir, "--shard", "1")
+    wait_for(lambda: not alive({json.loads((run_dir / "submissions/submission-0001/local/task-00001.json")
+                                           .read_bytes())["pid"]}), timeout=30, what="shard 1's task ending")
+    assert status(run_dir)["shards"][1]["state"] == "cancelled"  # what tau-status shows
+    reopened = tau("tau-retry", str(run_dir), "--shard", "1", "--reopen")
+    assert reopened.returncode == 0, reopened.stderr
+    out = json.loads(reopened.stdout)
+    assert [t["shard_id"] for t in out["tasks"]] == ["shard-00001"] and out["reason"] is None, out
+    cancel(run_dir)
+    settle(run_dir)

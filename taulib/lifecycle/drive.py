@@ -69,7 +69,7 @@ def cycle(run: Run, status_file: str | None = None) -> tuple[Record, Record]:
     submitted: list[Record] = []
     if not retry.initial_made(run) or reconciled["deferred"] is not None:  # the status read the deferral
         submitted.append(_submission(retry.initial(run)))
-    retried = retry.retry(run)
+    retried = retry.retry(run, observed=True)  # this cycle observed and reconciled already
     if retried["submission_id"] is not None:
         submitted.append(_submission(retried))
     status = run_status(run, parallel=executor.of(run).limits(run.plan).parallel, sources=reconciled["sources"])

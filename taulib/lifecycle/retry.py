@@ -2,10 +2,10 @@
 
 Reads: the shards' records (from the sealed-shard index first), under the submit lock. Writes: through
 `lifecycle.submission` only. The selection is the pure rule `rules.retry`: a shard is retryable when it has no
-winner and its newest attempt is effectively failed or unknown (from the persisted records: run
-`tau-observe | tau-reconcile` first to bring in the scheduler's latest evidence). Promises: a retry never touches a
-sealed shard, reuses each shard's task index (its shard number), and is idempotent: the selection is made under the
-submit lock, so a second or concurrent call finds the new attempts pending and does nothing.
+winner and its newest attempt is effectively failed or unknown (tau-retry observes and reconciles first, so it acts
+on the state tau-status shows). Promises: a retry never touches a sealed shard, reuses each shard's task index (its
+shard number), and is idempotent: the selection is made under the submit lock, so a second or concurrent call finds
+the new attempts pending and does nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False,
-          grant: Record | None = None) -> Record:
+          grant: Record | None = None, observed: bool = False) -> Record:
     """Submit the retryable shards (or, with `explicit`, these shards, granting exhausted ones one attempt more).
     With `reopen`, the cancellation of the named shards (or, with none named, of the run) is lifted first
     (`lifecycle.cancel.reopen`). With `grant` ({mem, time}, Slurm's spelling, None where not granted), the named
@@ -35,7 +35,8 @@ def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False,
     where its executor can read them), recorded in the submission. A shard whose newest attempt was killed without
     a cause yet waits for it (`rules.escalation.next_attempt`) unless named. The result names the exhausted shards
     left alone and the waiting ones, and says why nothing was submitted (`reason`; `stopped` when the run is past
-    its failure budget)."""
+    its failure budget). It acts on the state tau-status shows: the scheduler is observed and its word reconciled
+    first (as tau-drive does), unless the caller just did (`observed`)."""
     wanted = None
     if explicit:
         for sid in explicit:
@@ -49,6 +50,10 @@ def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False,
         from taulib.lifecycle import cancel
 
         reopened = cancel.reopen(run, explicit)
+    if not observed:
+        from taulib.lifecycle import observe, reconcile
+
+        reconcile.apply(run, observe.observe(run))
     stopped = None
     exhausted: list[Record] = []
     capped: set[str] = set()  # exhausted because a retry would ask the request that was killed

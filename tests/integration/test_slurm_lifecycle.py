@@ -55,7 +55,8 @@ def _queue_reasons(job: str) -> dict[int, tuple[str, str]]:
 
 def test_an_array_that_succeeds_is_seen_pending_and_running_from_the_queue_then_wins_and_collects_every_record(
         cluster, workspace, extra_jobs):
-    run_dir = init_slurm_run(workspace, client_args=("--sleep", "5"))
+    # each client runs 15 s: long enough that the observations (a few seconds apart on a busy machine) see it
+    run_dir = init_slurm_run(workspace, client_args=("--sleep", "15"))
     summary = submit(run_dir)
     assert summary["created"] is True and summary["job_id"] == job_id(run_dir)
     script = (run_dir / "submissions" / "submission-0001" / "job.sh").read_text()
