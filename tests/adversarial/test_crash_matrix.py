@@ -168,8 +168,8 @@ KNOWN = [  # (command, failpoint) the uncrashed life reaches: exactly its trace 
     *[("tau-reconcile", name) for name in (
         "reconcile.applied", "store.replace.renamed", "store.replace.temp_synced", "store.replace.temp_written",)],
     *[("tau-retry", name) for name in (  # it observes and reconciles first (reconcile.applied), then submits
-        "reconcile.applied", "store.mkdir.created", "store.publish.linked", "store.publish.temp_removed", "store.publish.temp_synced",
-        "store.publish.temp_written", "store.replace.renamed", "store.replace.temp_synced",
+        "reconcile.applied", "store.mkdir.created", "store.publish.linked", "store.publish.temp_removed",
+        "store.publish.temp_synced", "store.publish.temp_written", "store.replace.renamed", "store.replace.temp_synced",
         "store.replace.temp_written", "submit.prepared", "submit.submitted",)],
     *[("tau-submit", name) for name in (
         "store.mkdir.created", "store.publish.linked", "store.publish.temp_removed", "store.publish.temp_synced",
