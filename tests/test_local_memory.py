@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import taulib.api
+from taulib import processes
 from helpers import BIN, env_for_tests, error_of, init_run, quiesce, settle, snapshot, status, tau
 
 HOG = Path(__file__).parent / "clients" / "hog.py"
@@ -51,14 +52,6 @@ def tasks(run: Path) -> list[dict]:
     return [json.loads(p.read_bytes()) for p in sorted((run / "submissions").glob("submission-*/local/task-*.json"))]
 
 
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 def test_tau_drive_grows_memory_after_each_kill_and_the_shard_wins_within_its_budget(workspace):
     run = init_run(workspace, plan_doc=hog_plan("64M", "512M"))
     result = drive(run)
@@ -74,7 +67,7 @@ def test_tau_drive_grows_memory_after_each_kill_and_the_shard_wins_within_its_bu
     assert [t["memory_killed"]["cause"] for t in killed] == ["limit", "limit"]
     assert all(t["signal"] == 9 and t["memory_killed"]["rss_bytes"] > t["memory_killed"]["limit_bytes"]
                for t in killed)
-    assert all(gone(t["pid"]) for t in tasks(run))
+    assert not any(processes.alive(t["pid"], t["start_ticks"]) for t in tasks(run))  # by pid and start time
     doc = status(run)
     won = doc["shards"][0]
     assert won["winner"] == "attempt-0003" and won["usage"]["mem_requested_bytes"] == 256 << 20
