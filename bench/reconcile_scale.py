@@ -13,7 +13,7 @@
    same process (goal: steady state at most a tenth of the baseline); then, for comparison, an observe +
    reconcile without any index (what a first reconcile cost when only tau-reconcile built the index: it reads every
    shard; skipped with BENCH_COLD=0), and what a winner's publisher pays to add its shard to the index.
-4. Times parsing 100,000 sacct rows (`taulib.slurm.parse.sacct` + `latest_by_task`) against the floor of
+4. Times parsing 100,000 sacct rows (`taulib.executors.slurm.parse.sacct` + `latest_by_task`) against the floor of
    splitting the same text into fields.
 Shard count: BENCH_SHARDS (default 100000), live attempts BENCH_LIVE (default 1000).
 """
@@ -40,7 +40,7 @@ from taulib.rules.shards import shard_range  # noqa: E402
 from taulib.rundir import index, layout  # noqa: E402
 from taulib.rundir.records import RunDir  # noqa: E402
 from taulib.rundir.run import Run  # noqa: E402
-from taulib.slurm import parse  # noqa: E402
+from taulib.executors.slurm import parse  # noqa: E402
 
 SHARDS = int(os.environ.get("BENCH_SHARDS", "100000"))
 LIVE = int(os.environ.get("BENCH_LIVE", "1000"))

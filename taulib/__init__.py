@@ -10,9 +10,7 @@ The library under the `tau-*` commands, in layers; a module imports only from it
   collect/    merging the winners into one dataset (tau-collect and its CPU job)
   bundle/     artifact bundles: seal, verify, fetch, Blob storage, where a bundle is
   k8s/        Kubernetes workload status (tau-observe --kubernetes)
-  executor    the executor seam: what an executor is, and the one table of executors
-  slurm/      the Slurm executor: sbatch scripts, strict parsers of squeue, sacct and sbatch text, the commands
-  local/      the embedded local executor: a supervisor process per submission, no daemon
+  executors/  the one table of executors, the roles an engine plays, and a package per executor (local, slurm)
   rundir/     the run directory: names, the one writer (RunDir), locks, journals, the sealed index, the read model
   rules/      the rules of the domain as pure functions (standard library only)
   fs/         the safe-filesystem layer: Tree, the write protocols, no-replace publication

@@ -367,7 +367,7 @@ class _Parser:
             self.cmd[pid] = os.path.basename(_path(args[0]))
             if os.path.basename(_path(args[0])).startswith("python"):
                 argv = [_path(a) for a in _split(args[1][1:-1])]
-                self.cmd[pid] = "supervisor" if "taulib.local" in argv else os.path.basename(
+                self.cmd[pid] = "supervisor" if "taulib.executors.local" in argv else os.path.basename(
                     next((a for a in argv[1:] if not a.startswith("-")), argv[0]))
         elif name == "chdir":
             self.cwd[pid] = os.path.join(self.cwd_of(pid), _path(args[0]))

@@ -157,8 +157,8 @@ def test_a_run_stopped_by_its_budget_is_collected_partially_with_allow_missing_a
 AS_A_JOB = """
 import os, subprocess, sys
 
-from taulib.executor import CollectionJobs
-from taulib.local.executor import Local
+from taulib.executors import CollectionJobs
+from taulib.executors.local.executor import Local
 
 WORKERS = {}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from taulib import executor
+from taulib import executors
 from taulib.rules import environment
 from taulib.rules.environment import client_environment, missing_inherited
 
@@ -13,19 +13,19 @@ CALLER = {"PATH": "/home/me/bin:/usr/bin", "HOME": "/home/me", "HF_TOKEN": "secr
 
 def test_only_the_fixed_path_the_plans_values_the_inherited_names_and_taus_own_reach_the_client():
     out = client_environment(path="/usr/bin:/bin", env={"FOO": "plan"}, inherit=["HF_TOKEN"], environ=CALLER,
-                             allocation=executor.get("local").allocation_variables(CALLER), tau=TAU)
+                             allocation=executors.get("local").allocation_variables(CALLER), tau=TAU)
     assert out == {"PATH": "/usr/bin:/bin", "FOO": "plan", "HF_TOKEN": "secret", **TAU}
 
 
 def test_under_slurm_the_allocations_own_variables_reach_the_client_too():
     out = client_environment(path="/usr/bin", env={}, inherit=[], environ=CALLER,
-                             allocation=executor.get("slurm").allocation_variables(CALLER), tau=TAU)
+                             allocation=executors.get("slurm").allocation_variables(CALLER), tau=TAU)
     assert out == {"PATH": "/usr/bin", "SLURM_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "3",
                    "CUDA_VISIBLE_DEVICES": "1", **TAU}
 
 
 def test_the_same_run_gives_the_same_environment_from_a_full_shell_and_from_env_minus_i():
-    local = executor.get("local")
+    local = executors.get("local")
     args = dict(path="/usr/bin:/bin", env={"FOO": "x"}, inherit=[], tau=TAU)
     assert client_environment(environ=CALLER, allocation=local.allocation_variables(CALLER), **args) == \
         client_environment(environ={"PATH": "/bin"}, allocation=local.allocation_variables({"PATH": "/bin"}), **args)

@@ -92,7 +92,7 @@ def test_a_late_allocation_is_stale_when_a_newer_attempt_has_no_record_yet(works
     assert tau("tau-submit", str(run_dir)).returncode == 0
     assert settle(run_dir)["retryable"] == ["shard-00001"]
     from taulib.lifecycle import retry
-    from taulib.local import supervisor
+    from taulib.executors.local import supervisor
 
     spawn, supervisor.spawn = supervisor.spawn, lambda run, sid: None  # no executor: attempt-0002 stays unstarted
     try:

@@ -318,9 +318,9 @@ def test_a_service_log_is_shown_by_tau_logs_and_the_status_shows_deployments(wor
 
 
 def test_each_executor_reads_the_gpus_its_allocation_was_given_and_how_many_a_task_gets():
-    from taulib import executor
+    from taulib import executors
 
-    slurm, local = executor.get("slurm"), executor.get("local")
+    slurm, local = executors.get("slurm"), executors.get("local")
     assert slurm.devices({"CUDA_VISIBLE_DEVICES": "2,3", "SLURM_JOB_GPUS": "0,1"}) == ["2", "3"]
     assert slurm.devices({"SLURM_JOB_GPUS": "0,1"}) == ["0", "1"]
     assert slurm.devices({"SLURM_JOB_ID": "7"}) is None

@@ -1,9 +1,9 @@
-"""taulib.slurm.kills: slurmstepd's words in a task's output name a memory kill or a time limit that sacct calls
-FAILED or CANCELLED, and only where accounting agrees the task was killed and the limit is the attempt's own."""
+"""taulib.executors.slurm.kills: slurmstepd's words in a task's output name a memory kill or a time limit that sacct
+calls FAILED or CANCELLED, and only where accounting agrees the task was killed and the limit is the attempt's own."""
 
 from __future__ import annotations
 
-from taulib.slurm.kills import cause
+from taulib.executors.slurm.kills import cause
 
 MIB256 = 256 * 1024 * 1024
 OVER = (b"working...\nslurmstepd: error: StepId=41_3.batch exceeded memory limit (768344064 > 268435456), being "

@@ -1,5 +1,5 @@
-"""taulib.slurm.limits: the cluster's limits on what one user may queue, parsed from what scontrol, sacctmgr and
-squeue print (captured from Slurm 22.05), and the room they leave."""
+"""taulib.executors.slurm.limits: the cluster's limits on what one user may queue, parsed from what scontrol, sacctmgr
+and squeue print (captured from Slurm 22.05), and the room they leave."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import os
 import pytest
 
 from taulib.errors import Unavailable
-from taulib.executor import Capacity
-from taulib.slurm import limits, parse
-from taulib.slurm.limits import Limit, Queued
+from taulib.executors import Capacity
+from taulib.executors.slurm import limits, parse
+from taulib.executors.slurm.limits import Limit, Queued
 
 CONFIG = """Configuration data as of 2026-12-04T16:19:30
 AccountingStorageBackupHost = (null)

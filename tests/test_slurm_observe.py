@@ -1,6 +1,6 @@
-"""taulib.slurm.observe and taulib.slurm.commands on recorded Slurm output: what one cycle learns per attempt when
-squeue or sacct print what tau-slurm(7) says they never print (the cases the real cluster cannot be made to give:
-the real cluster's own are in tests/integration/test_slurm_failures.py).
+"""taulib.executors.slurm.observe and taulib.executors.slurm.commands on recorded Slurm output: what one cycle
+learns per attempt when squeue or sacct print what tau-slurm(7) says they never print (the cases the real
+cluster cannot be made to give: the real cluster's own are in tests/integration/test_slurm_failures.py).
 
 `squeue` and `sacct` here are executables first on PATH that print a recorded stdout and stderr and exit with a
 recorded code, as the real commands do.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from taulib.errors import Ambiguous, BadInput, Unavailable
-from taulib.slurm import commands, observe
+from taulib.executors.slurm import commands, observe
 
 HUGE = "9" * 5000
 
@@ -188,7 +188,7 @@ def test_an_ambiguous_sbatch_reply_names_the_command_that_resolves_it(recorded, 
                          ids=["superscript", "5000-digits", "job-0", "leading-zero", "a-range"])
 def test_an_allocation_whose_array_variables_are_no_slurm_ids_is_refused_not_an_integer_error(job, task):
     from taulib.errors import Refused
-    from taulib.slurm.executor import Slurm
+    from taulib.executors.slurm.executor import Slurm
 
     environ = {"SLURM_JOB_ID": "8", "SLURM_ARRAY_JOB_ID": job, "SLURM_ARRAY_TASK_ID": task}
     with pytest.raises(Refused, match="are not a Slurm job id and array task index"):

@@ -1,4 +1,4 @@
-"""taulib.slurm.parse: fixture pairs of real Slurm 22.05 text output and the rows tau reads from them.
+"""taulib.executors.slurm.parse: fixture pairs of real Slurm 22.05 text output and the rows tau reads from them.
 
 Accept an intended change with: TAU_ACCEPT_GOLDEN=1 .venv/bin/python -m pytest tests/test_slurm_parse.py
 """
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from taulib.slurm import parse
+from taulib.executors.slurm import parse
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 

@@ -12,7 +12,7 @@ import pytest
 from helpers import check_golden
 
 from taulib.errors import BadInput
-from taulib.slurm.script import render
+from taulib.executors.slurm.script import render
 
 BASE = dict(job_name="tau-demo-6ddb4c9a-0001", run_dir="/scratch/alice/runs/demo", submission_id="submission-0001",
             python="/opt/tau/.venv/bin/python")
@@ -47,7 +47,7 @@ def test_the_same_fields_always_give_the_same_bytes_whatever_their_order_and_the
     # other orders of the same fields
     assert render(**BASE, task_indices=[0, 1, 2, 1], profile=dict(reversed(list(profile.items())))) == text
     # another interpreter, with another hash seed: nothing may depend on set or dict iteration order
-    code = ("import json, sys; from taulib.slurm.script import render; "
+    code = ("import json, sys; from taulib.executors.slurm.script import render; "
             "sys.stdout.write(render(**json.loads(sys.argv[1])))")
     args = json.dumps(dict(**BASE, task_indices=[1, 2, 0], profile=profile))
     for seed in ("1", "2"):

@@ -220,17 +220,17 @@ def test_the_front_command_usage_lists_every_registered_command_with_its_summary
     assert re.search(r"^  completion +print the shell completion", text, re.M)
 
 
-# -- the executors exist once (taulib.executor) --------------------------------------------------------------------
+# -- the executors exist once (taulib.executors) --------------------------------------------------------------------
 
-EXECUTOR_MODULES = ("taulib.executor", "taulib.local", "taulib.slurm")
+EXECUTOR_MODULES = ("taulib.executors", "taulib.executors.local", "taulib.executors.slurm")
 
 
 def executor_names_used(source: str) -> list[tuple[int, str]]:
     """(line, name) of every string constant that is an executor's name in a module's source: a comparison
     (`== "slurm"`), a plan section read by name (`["local"]`) or a default; outside the executor modules, code asks
-    taulib.executor instead. Docstrings and messages that merely mention an executor are not constants equal to a
+    taulib.executors instead. Docstrings and messages that merely mention an executor are not constants equal to a
     name, so they pass."""
-    from taulib.executor import EXECUTORS
+    from taulib.executors import EXECUTORS
 
     return sorted((node.lineno, node.value) for node in ast.walk(ast.parse(source))
                   if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in EXECUTORS)
@@ -239,7 +239,7 @@ def executor_names_used(source: str) -> list[tuple[int, str]]:
 def test_no_module_outside_the_executors_names_an_executor():
     found = {name: used for name, path in MODULES.items() if not name.startswith(EXECUTOR_MODULES)
              and (used := executor_names_used(path.read_text(encoding="utf-8")))}
-    assert found == {}, f"these modules name executors themselves; ask taulib.executor (the table): {found}"
+    assert found == {}, f"these modules name executors themselves; ask taulib.executors (the table): {found}"
 
 
 def test_the_executor_name_finder_finds_comparisons_section_reads_and_defaults():
@@ -249,32 +249,32 @@ def test_the_executor_name_finder_finds_comparisons_section_reads_and_defaults()
 
 
 def test_only_the_executor_table_imports_an_executors_modules():
-    owners = ("taulib.local", "taulib.slurm")
+    owners = ("taulib.executors.local", "taulib.executors.slurm")
     found = {name: sorted(m for m in imported(path) if m.startswith(owners))
              for name, path in MODULES.items() if not name.startswith(owners)}
     assert {name: mods for name, mods in found.items() if mods} == {}, \
-        "these modules import an executor's modules; go through taulib.executor"
+        "these modules import an executor's modules; go through taulib.executors"
 
 
 def test_every_executor_of_the_table_implements_the_whole_interface_under_its_own_name():
     import importlib
     import inspect
 
-    from taulib import executor
+    from taulib import executors
 
-    abstract = {n for n, member in vars(executor.Executor).items() if getattr(member, "__isabstractmethod__", False)}
+    abstract = {n for n, member in vars(executors.Executor).items() if getattr(member, "__isabstractmethod__", False)}
     assert {"observe", "stop", "hand_off", "resolve", "identity", "collection_jobs", "limits", "sweep"} <= abstract
-    for name, module in executor.EXECUTORS.items():
+    for name, module in executors.EXECUTORS.items():
         chosen = importlib.import_module(module).EXECUTOR
-        assert isinstance(chosen, executor.Executor) and chosen.name == name and executor.get(name) is chosen
+        assert isinstance(chosen, executors.Executor) and chosen.name == name and executors.get(name) is chosen
         assert not inspect.isabstract(type(chosen)), f"{module} leaves {type(chosen).__abstractmethods__} out"
         jobs = chosen.collection_jobs()
-        assert jobs is None or (isinstance(jobs, executor.CollectionJobs) and not inspect.isabstract(type(jobs)))
-    assert executor.DEFAULT in executor.EXECUTORS
+        assert jobs is None or (isinstance(jobs, executors.CollectionJobs) and not inspect.isabstract(type(jobs)))
+    assert executors.DEFAULT in executors.EXECUTORS
     from taulib.errors import BadInput
 
     with pytest.raises(BadInput) as err:
-        executor.get("pbs")
+        executors.get("pbs")
     assert err.value.message == "executor 'pbs' is not one of local, slurm"
 
 
@@ -295,7 +295,7 @@ def _enums_of(node: object, key: str) -> list[list]:
 def test_the_schemas_name_exactly_the_executors_of_the_table():
     import json
 
-    from taulib.executor import EXECUTORS
+    from taulib.executors import EXECUTORS
 
     schemas = {p.name: json.loads(p.read_text(encoding="utf-8")) for p in (ROOT / "share" / "schemas").glob("*.json")}
     enums = [(name, enum) for name, doc in schemas.items() for key in ("executor", "profile")

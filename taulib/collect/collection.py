@@ -32,12 +32,12 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
-from taulib import env, executor, failpoints, jsonio, signals
+from taulib import env, executors, failpoints, jsonio, signals
 from taulib.collect import array, bundle, formats, job, stage, tasks, winners
 from taulib.collect.destination import authorise, open_parent, read_result, remove_stage, stage_name
 from taulib.collect.report import summary
 from taulib.errors import Busy, Conflict, Internal, Refused, UsageError
-from taulib.executor import CollectionJobs
+from taulib.executors import CollectionJobs
 from taulib.fs import publish
 from taulib.rundir import locks
 from taulib.rundir.journal import COLLECTIONS, Journal
@@ -91,7 +91,7 @@ def collect(run, destination: str, wait: bool = False, fmt: str | None = None,
     Blob prefix to upload the dataset to, sealed (`collect.bundle`)."""
     asked = shape(run, fmt, rows_per_partition, task_count, upload)
     result = _once(run, destination, asked, progress, allow_missing)
-    jobs = executor.of(run).collection_jobs()
+    jobs = executors.of(run).collection_jobs()
     if wait and jobs is not None and result["state"] in ("submitted", "running"):
         book = Journal(run, COLLECTIONS)
         job.wait(jobs, book, result["collection_id"], lambda: _settle_gone(run, jobs, result["collection_id"]))
@@ -119,7 +119,7 @@ def _once(run, destination: str, asked: Shape, progress: bool | None, allow_miss
 
 def _coordinate(run, book: Journal, found: winners.Found, where, parent, asked: Shape, progress: bool | None,
                 allow_missing: bool = False, follow: str | None = None) -> dict:
-    jobs = executor.of(run).collection_jobs()  # None: the collection runs inline, here
+    jobs = executors.of(run).collection_jobs()  # None: the collection runs inline, here
     resumed = None
     entry = book.newest()
     if entry is not None and entry.status is not None and entry.status["state"] in UNFINISHED:
@@ -338,7 +338,7 @@ def work(run_dir: str, collection_id: str, environ: dict | None = None) -> dict:
 
     environ = env.current() if environ is None else environ
     with Run(run_dir) as run:
-        jobs = executor.of(run).collection_jobs()
+        jobs = executors.of(run).collection_jobs()
         if jobs is None:
             raise Refused(f"run {run.run_id!r} is collected inline by tau-collect itself, never by a worker job; run "
                           "tau-collect RUN --destination PATH")

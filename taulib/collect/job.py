@@ -25,7 +25,7 @@ from taulib.collect import array, tasks
 from taulib.collect.destination import read_result, remove_stage, stage_name
 from taulib.collect.report import progress, summary
 from taulib.errors import Busy, CheckFailed, Conflict, Refused, SubmitRefused, Unavailable
-from taulib.executor import CollectionJobs
+from taulib.executors import CollectionJobs
 from taulib.rules import journal as journal_rules
 from taulib.rundir import journal
 

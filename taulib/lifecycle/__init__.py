@@ -1,5 +1,5 @@
 """The life of a run's shards, on top of the run directory (`taulib.rundir`), the rules (`taulib.rules`) and the
-executors (`taulib.executor`, which lifecycle asks and never names).
+executors (`taulib.executors`, which lifecycle asks and never names).
 
   init        tau-init: the plan resolved from the request, then the run's records
   submission  the submission journal handing new attempts to an executor (tau-submit, tau-retry)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from taulib import executor, jsonio
+from taulib import executors, jsonio
 from taulib.errors import BadInput, Conflict, NotFound, TauError
 from taulib.rules import fields as rules_fields
 from taulib.rundir import layout, state
@@ -86,7 +86,7 @@ def adopt(new: Run, old_dir: str) -> Record:
 
     made = None
     if adoptable:
-        made = submission.submit(new, "adopt", select, via=executor.HERE, extra={"adopt_from": source})
+        made = submission.submit(new, "adopt", select, via=executors.HERE, extra={"adopt_from": source})
     return {"from": source["run_dir"], "run_id": source["run_id"], "adoptable": len(adoptable),
             "submission_id": made["submission_id"] if made else None, "tasks": len(made["tasks"]) if made else 0,
             "not_adopted": not_adopted}

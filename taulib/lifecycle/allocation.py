@@ -24,7 +24,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from taulib import executor, failpoints, jsonio, processes
+from taulib import executors, failpoints, jsonio, processes
 from taulib.lifecycle import client, readiness
 from taulib.lifecycle.client import ClientOutcome
 from taulib.rules import services as service_rules
@@ -50,7 +50,7 @@ def work(run: Run, attempt: Record, environ: dict[str, str], stop: client.Stop,
         return ClientOutcome(started, None, None, problem, None, code="preflight")
     if services is None:
         return client.run_client(run, attempt, prepared, stop)
-    failure = services.start(environ, executor.of_attempt(attempt).devices(environ))
+    failure = services.start(environ, executors.of_attempt(attempt).devices(environ))
     failpoints.hit("attempt.services_started")
     if failure is None:
         outcome = _await_ready(run, attempt, services, stop, started)

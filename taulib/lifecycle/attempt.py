@@ -39,7 +39,7 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from taulib import env as environment
-from taulib import executor, failpoints, jsonio, processes
+from taulib import executors, failpoints, jsonio, processes
 from taulib.errors import BadInput, NotFound, Refused, TauError
 from taulib.lifecycle import allocation, client, readiness
 from taulib.rundir import layout, locks, state
@@ -55,7 +55,7 @@ LEFTOVERS = 100  # processes named in result.json at most
 
 def allocation_identity(env: dict[str, str]) -> Record:
     """The scheduler identity this process runs under, from its environment (the executors' table asked)."""
-    return executor.identity(env)
+    return executors.identity(env)
 
 
 def _fence(run: Run, sid: str, aid: str, identity: Record, restarts: int) -> Record:
@@ -140,7 +140,7 @@ def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict[
             raise Refused(f"submission {submission_id!r} has no task {identity['task_index']}")
         sid, aid = task["shard_id"], task["attempt_id"]
         _await_binding(run, submission_id, env, stop)
-        restarts = executor.get(identity["executor"]).restarts(env)
+        restarts = executors.get(identity["executor"]).restarts(env)
         with ExitStack() as stack:
             if run.plan["resume"] == "always":
                 stack.enter_context(locks.hold(run.dir, locks.resume_lock_name(sid)))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from taulib import executor, failpoints, jsonio
+from taulib import executors, failpoints, jsonio
 from taulib.errors import Conflict, UsageError
 from taulib.lifecycle.observe import by_executor
 from taulib.rundir import layout, locks, state
@@ -177,7 +177,7 @@ def _stop(run: Run, attempts: list[Record], whole_run: bool) -> tuple[list[Recor
     """Stop the live attempts through their executors; (the attempts stopped, why stopping failed or None)."""
     stopped: list[Record] = []
     for name, group in by_executor(attempts).items():
-        done = executor.get(name).stop(run, group, whole_run)
+        done = executors.get(name).stop(run, group, whole_run)
         stopped += done.attempts
         if done.problem is not None:
             return stopped, done.problem

@@ -30,7 +30,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
-from taulib import executor, jsonio, signals
+from taulib import executors, jsonio, signals
 from taulib.errors import Busy, TauError
 from taulib.lifecycle import drift, readiness
 from taulib.rules import environment as environment_rules
@@ -201,7 +201,7 @@ def command(run: Run, attempt: Record, environ: dict[str, str]) -> tuple[Prepare
         return Prepared(argv, {}, cwd), problem
     if fixed is None:
         return Prepared(argv, dict(environ, **run.plan["env"], **tau), cwd), None
-    allocation = executor.of_attempt(attempt).allocation_variables(environ)
+    allocation = executors.of_attempt(attempt).allocation_variables(environ)
     if run.plan.get("services"):
         allocation = {**allocation, **service_rules.client_devices(allocation)}  # the zero-GPU client
     return Prepared(argv, environment_rules.client_environment(path=path, env=run.plan["env"],

@@ -27,7 +27,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Callable
 
-from taulib import env, executor, jsonio
+from taulib import env, executors, jsonio
 from taulib.errors import Busy, TauError, Unavailable
 from taulib.rules import drive as drive_rules
 from taulib.rules import stall as stall_rules
@@ -49,7 +49,7 @@ def once(run: Run, notify: str | None = None, status_file: str | None = None) ->
     with locks.hold(run.dir, "drive", timeout=WAIT_FOR_TURN):
         current = _state(run)
         if current["cycles"] > asked:  # a cycle began after this call asked: it served this request
-            status = run_status(run, parallel=executor.of(run).limits(run.plan).parallel)
+            status = run_status(run, parallel=executors.of(run).limits(run.plan).parallel)
             return _result(run, status, None, [], served=True)
         current = _save(run, current, cycles=current["cycles"] + 1)
         actions, status = cycle(run, status_file)
@@ -72,7 +72,7 @@ def cycle(run: Run, status_file: str | None = None) -> tuple[Record, Record]:
     retried = retry.retry(run, observed=True)  # this cycle observed and reconciled already
     if retried["submission_id"] is not None:
         submitted.append(_submission(retried))
-    status = run_status(run, parallel=executor.of(run).limits(run.plan).parallel, sources=reconciled["sources"])
+    status = run_status(run, parallel=executors.of(run).limits(run.plan).parallel, sources=reconciled["sources"])
     if status_file is not None:
         target = reconcile.StatusFile(run, status_file)
         try:

@@ -22,7 +22,7 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
-from taulib import __version__, env, executor, failpoints, jsonio, schema
+from taulib import __version__, env, executors, failpoints, jsonio, schema
 from taulib.errors import BadInput, Conflict, NotFound, UsageError
 from taulib.fs import atomic
 from taulib.rules import budget
@@ -57,7 +57,7 @@ def resolve_plan(request: Record, run_id: str) -> Record:
     if count > MAX_SHARDS:
         raise BadInput(f"plan on standard input makes {count} shards; a run has at most {MAX_SHARDS} (use a larger "
                        "shard_size)")
-    sched = request.get("scheduler", {"profile": executor.DEFAULT})
+    sched = request.get("scheduler", {"profile": executors.DEFAULT})
     windows = request.get("windows", {})
     output = request.get("output", {})
     plan = {
@@ -70,7 +70,7 @@ def resolve_plan(request: Record, run_id: str) -> Record:
         "command": list(request["command"]),
         "resume": request.get("resume", "never"),
         "scheduler": {"profile": sched["profile"],
-                      **{name: executor.get(name).section(sched.get(name, {})) for name in executor.EXECUTORS}},
+                      **{name: executors.get(name).section(sched.get(name, {})) for name in executors.EXECUTORS}},
         "output": {"format": output.get("format", "parquet"),
                    "rows_per_partition": output.get("rows_per_partition", defaults.ROWS_PER_PARTITION),
                    "schema": [dict(field) for field in output["schema"]] if "schema" in output else None,
@@ -87,8 +87,8 @@ def resolve_plan(request: Record, run_id: str) -> Record:
     _check_environment(plan)
     _check_output_types(plan["output"]["schema"] or [])
     schema.validate(plan, "plan")
-    for name in executor.EXECUTORS:  # each section the plan carries can be submitted, whichever executor runs it
-        executor.get(name).check_section(plan["scheduler"][name])
+    for name in executors.EXECUTORS:  # each section the plan carries can be submitted, whichever executor runs it
+        executors.get(name).check_section(plan["scheduler"][name])
     _check_escalation(plan)
     _check_services(plan)
     return plan
@@ -109,7 +109,7 @@ def _check_services(plan: Record) -> None:
                            "run with services: each backend gets its own GPUs and the client none", variable=name)
     need = service_rules.gpus_needed(services)
     profile = plan["scheduler"]["profile"]
-    given = executor.get(profile).gpus(plan["scheduler"][profile])
+    given = executors.get(profile).gpus(plan["scheduler"][profile])
     if need > given:
         raise BadInput(f"plan on standard input: its services need {need} GPU(s) per task, but "
                        f"scheduler.{profile}.gpus gives each task {given}; give it at least {need} there",
@@ -123,7 +123,7 @@ def _check_escalation(plan: Record) -> None:
 
     grow = plan["retry"].get("escalate") or {}
     profile = plan["scheduler"]["profile"]
-    chosen = executor.get(profile)
+    chosen = executors.get(profile)
     base = chosen.request(plan["scheduler"][profile])
     for key, read in (("mem", escalation.mem_mib), ("time", escalation.time_seconds)):
         if key not in grow and f"max_{key}" not in grow:
@@ -263,7 +263,7 @@ def init(run_dir: str, request: object, environ: dict[str, str] | None = None) -
         environment["services"] = {service["name"]: _service_programs(service, cwd, path, own)
                                    for service in plan["services"]}
     # a plan that can never be submitted from here is refused now, not at its first tau-submit
-    executor.get(plan["scheduler"]["profile"]).preflight(plan, os.path.abspath(run_dir), sys.executable)
+    executors.get(plan["scheduler"]["profile"]).preflight(plan, os.path.abspath(run_dir), sys.executable)
     plan_bytes = jsonio.canonical(plan)
     plan_sha = jsonio.sha256_hex(plan_bytes)
     _refuse_foreign_directory(run_dir)

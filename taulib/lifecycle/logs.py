@@ -19,7 +19,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from taulib import executor
+from taulib import executors
 from taulib.errors import NotFound, UsageError
 from taulib.rules.attempt import effective_attempt
 from taulib.rundir import layout, state
@@ -103,7 +103,7 @@ def sources(run: Run, attempt: Record, service: str | None = None) -> list[tuple
         name, backend = backend_of(run, service)
         return [(f"{name}-{backend}", layout.service_log(attempt["shard_id"], attempt["attempt_id"], name, backend))]
     return [("client", layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "client.log")),
-            ("allocation", executor.of_attempt(attempt).output_path(attempt))]
+            ("allocation", executors.of_attempt(attempt).output_path(attempt))]
 
 
 def backend_of(run: Run, given: str) -> tuple[str, int]:
@@ -202,5 +202,5 @@ def _ended(run: Run, attempt: Record) -> bool:
     record = state.attempt_record(run, attempt["shard_id"], attempt["attempt_id"])
     if record is None or record["state"] in ("succeeded", "failed"):
         return True
-    running = executor.of_attempt(record).running(run, record)
+    running = executors.of_attempt(record).running(run, record)
     return running is False  # None: the executor cannot be asked now, so keep following

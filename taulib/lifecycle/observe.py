@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from taulib import executor, jsonio, schema
+from taulib import executors, jsonio, schema
 from taulib.rundir import layout, state, usage
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def observe(run: Run) -> Record:
     problems: dict[str, list[str]] = {"queue": [], "accounting": []}
     notes: list[str] = []  # why some attempts' own sources are unavailable, the executor's sources observed
     for name, group in by_executor(attempts).items():
-        seen = executor.get(name).observe(run, group)
+        seen = executors.get(name).observe(run, group)
         views.extend(seen.views)
         for source in problems:
             if seen.sources[source] != "observed":
@@ -78,7 +78,7 @@ def measured(run: Run) -> Record:
         known[plan["submission_id"]] = held
     entries, problems = [], []
     for name, group in groups.items():
-        found = executor.get(name).usage(run, group)
+        found = executors.get(name).usage(run, group)
         if found.problem is not None:
             problems.append(found.problem)
         for plan, job_id, _ in group:

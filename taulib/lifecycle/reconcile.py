@@ -22,7 +22,7 @@ import stat
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
-from taulib import executor, failpoints, jsonio, schema
+from taulib import executors, failpoints, jsonio, schema
 from taulib.errors import BadInput, Busy, NotFound, Refused, UsageError
 from taulib.fs.tree import Tree
 from taulib.rules import evidence as evidence_rules
@@ -118,7 +118,7 @@ def _apply(run: Run, doc: Record, target: StatusFile | None) -> Record:
         for plan, entry in measured:
             usage.merge(run, plan, entry)
         failpoints.hit("reconcile.applied")  # the evidence is written; the index not yet
-        chosen = executor.of(run)
+        chosen = executors.of(run)
         chosen.sweep(run)  # what the executor's own processes left when they died (a local supervisor)
         parallel = chosen.limits(run.plan).parallel
         _tidy_run_folder(run)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from taulib import executor
+from taulib import executors
 from taulib.errors import UsageError
 from taulib.lifecycle import submission
 from taulib.rules.retry import ShardFacts, select_initial, select_retry
@@ -44,7 +44,7 @@ def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False,
         wanted = set(explicit)
     grant = checked_grant(grant, wanted is not None)
     if grant is not None:
-        executor.of(run).check_request(run, grant)
+        executors.of(run).check_request(run, grant)
     reopened: list[Record] = []
     if reopen:
         from taulib.lifecycle import cancel
@@ -63,7 +63,7 @@ def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False,
 
     def select(run_: Run) -> submission.Selection:
         nonlocal stopped, exhausted, cancelled, live, waiting
-        status = run_status(run_, parallel=executor.of(run_).limits(run_.plan).parallel)
+        status = run_status(run_, parallel=executors.of(run_).limits(run_.plan).parallel)
         stopped = status["budget"]["stopped"]
         cancelled = status["cancelled"] is not None
         live = sum(status["counts"][k] for k in LIVE)

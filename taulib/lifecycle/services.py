@@ -21,7 +21,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
-from taulib import executor, jsonio, processes
+from taulib import executors, jsonio, processes
 from taulib.lifecycle.probes import Prober, Probe
 from taulib.rules import environment as environment_rules
 from taulib.rules import readiness as readiness_rules
@@ -107,7 +107,7 @@ class Services:
         ports = _free_ports(sum(len(d.backends) for d in self.deployments_ if d.service["ports"] is None))
         sid, aid = self.attempt["shard_id"], self.attempt["attempt_id"]
         self.run.dir.make_folders(layout.attempt_file(sid, aid, "services"))
-        allocation = executor.of_attempt(self.attempt).allocation_variables(environ)
+        allocation = executors.of_attempt(self.attempt).allocation_variables(environ)
         fixed = self.run.environment or {}
         stop_on_death = processes.parent_death(signal.SIGTERM)
         for d, devices_of in zip(self.deployments_, split, strict=True):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from taulib import executor
+from taulib import executors
 from taulib.lifecycle import observe, reconcile
 from taulib.rundir import locks, state, usage
 from taulib.rundir.status import run_status
@@ -32,6 +32,6 @@ def status(run: Run) -> Record:
             *_, new = reconcile.next_for(run, view, seen, now, submitted)
             if new is not None:
                 evidence[key] = new
-        return run_status(run, parallel=executor.of(run).limits(run.plan).parallel, sources=doc["sources"],
+        return run_status(run, parallel=executors.of(run).limits(run.plan).parallel, sources=doc["sources"],
                           now=now, evidence=evidence, measured=usage.unrecorded(run, doc["usage"]["submissions"]),
                           usage_reason=doc["usage"]["reason"])

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from taulib import env, executor, failpoints, jsonio
+from taulib import env, executors, failpoints, jsonio
 from taulib.errors import BadInput, Busy, Conflict, SubmitLimited, SubmitRefused
-from taulib.executor import UNLIMITED, Capacity
+from taulib.executors import UNLIMITED, Capacity
 from taulib.rules import environment as environment_rules
 from taulib.rules import windows
 from taulib.rundir import layout, locks, state, usage
@@ -94,7 +94,7 @@ def submit(run: Run, purpose: str, select: Callable[[Run], Selection], via: str 
         _check_inherited(run)
         chosen = _next_attempts(run, shard_ids, granted)
         requests = _requests(run, book, chosen, grant) if via is None else None
-        capacity = (executor.of(run) if via is None else executor.get(via)).capacity(run)
+        capacity = (executors.of(run) if via is None else executors.get(via)).capacity(run)
         cut = windows.cut(sorted(chosen), capacity.max_index, capacity.max_tasks, capacity.room, capacity.least)
         made: list[Record] = []
         deferred, holding = cut.deferred, capacity.holding if cut.deferred else None
@@ -137,7 +137,7 @@ def _requests(run: Run, book: Journal, chosen: dict[int, Record], grant: Record 
     entries = book.entries()
     if not run.plan["retry"].get("escalate") and grant is None and not any(p.get("grant") for p, _ in entries):
         return None
-    base = executor.of(run).request(run.plan["scheduler"][run.plan["scheduler"]["profile"]])
+    base = executors.of(run).request(run.plan["scheduler"][run.plan["scheduler"]["profile"]])
     plans: dict[str, Record | None] = {plan["submission_id"]: plan for plan, _ in entries}
     submitted = state.Submitted(run)
     measured = usage.load(run)
@@ -180,7 +180,7 @@ def _window(run: Run, book: Journal, purpose: str, window: list[Record], capacit
     if request is not None:  # what each of its tasks asks for, grown on retry (retry.escalate)
         plan["resources"] = {"mem": request.get("mem"), "time": request.get("time")}
     plan.update(extra or {})
-    text = executor.get(plan["executor"]).render(run, plan)  # refuse bad fields before the journal
+    text = executors.get(plan["executor"]).render(run, plan)  # refuse bad fields before the journal
     status = book.open(plan)
     failpoints.hit("submit.prepared")
     status = _hand_off(run, book, plan, status, text)
@@ -220,7 +220,7 @@ def _settle(run: Run, book: Journal) -> tuple[Record, Record] | None:
 def _hand_off(run: Run, book: Journal, plan: Record, status: Record, text: str | None) -> Record:
     """Step 3 for a new PREPARED entry (the script was rendered before the entry was written), then bind."""
     try:
-        job_id = executor.get(plan["executor"]).hand_off(run, plan, text)
+        job_id = executors.get(plan["executor"]).hand_off(run, plan, text)
     except SubmitRefused as exc:
         book.retire(status, exc.message)
         raise
@@ -229,7 +229,7 @@ def _hand_off(run: Run, book: Journal, plan: Record, status: Record, text: str |
 
 def _resolve(run: Run, book: Journal, plan: Record, status: Record) -> Record:
     """Settle a PREPARED entry as its executor resolves it: adopt its job, wait, retire it, or refuse."""
-    verdict, seen = executor.get(plan["executor"]).resolve(run, plan, status)
+    verdict, seen = executors.get(plan["executor"]).resolve(run, plan, status)
     if verdict.action == "conflict":
         raise Conflict(f"{verdict.reason}; then run tau-submit again", job_id=verdict.job_id, job_ids=seen)
     if verdict.action == "wait":
@@ -248,7 +248,7 @@ def _bind(run: Run, book: Journal, plan: Record, status: Record, job_id: str) ->
         failpoints.hit("submit.attempts_published")
     status = book.advance(status, state="submitted", job_id=job_id)
     failpoints.hit("submit.submitted")
-    executor.get(plan["executor"]).start(run, plan)
+    executors.get(plan["executor"]).start(run, plan)
     return status
 
 
@@ -271,7 +271,7 @@ def _publish_attempts(run: Run, plan: Record, job_id: str) -> None:
 def _ensure_started(run: Run, plan: Record) -> None:
     """Start again what a submitted submission's tasks wait on when it is gone (under the local executor, its
     supervisor was killed, or tau-submit crashed before starting it)."""
-    chosen = executor.get(plan["executor"])
+    chosen = executors.get(plan["executor"])
     if chosen.stalled(run, plan):
         _check_inherited(run)
         chosen.start(run, plan)

@@ -26,8 +26,9 @@ STATES = ("pending", "running", "succeeded", "failed", "accounting_lag", "unknow
 
 # Why a queued task waits: the scheduler's reason code (Slurm's squeue %r, "JOB REASON CODES" in squeue(1)) -> what
 # it means to a person, in a few words; the limits by the name sacctmgr and the plan give them. A code not listed is
-# said as it is. tau submits a run's later windows without a dependency (taulib.slurm.script): a task of a later
-# array waits behind an earlier one only by priority, free resources, its array's throttle or a running-jobs limit.
+# said as it is. tau submits a run's later windows without a dependency (taulib.executors.slurm.script): a task of a
+# later array waits behind an earlier one only by priority, free resources, its array's throttle or a running-jobs
+# limit.
 WAITING = {
     "Resources": "waiting for free nodes/CPUs/memory",
     "Priority": "jobs of higher priority go first",

@@ -185,7 +185,7 @@ def attempt_request(run: Run, attempt: Record, plans: dict[str, Record | None] |
     """What the attempt's allocation asked for, {mem, time} in Slurm's spelling (None where nothing was asked): its
     submission's `resources` (grown on retry by `retry.escalate`, or granted by tau-retry --mem/--time), else the
     request its executor makes of the plan's own section. `plans` caches submission plans by id across calls."""
-    from taulib import executor
+    from taulib import executors
 
     sub_id = attempt["submission_id"]
     cache = plans if plans is not None else {}
@@ -195,7 +195,7 @@ def attempt_request(run: Run, attempt: Record, plans: dict[str, Record | None] |
     if plan is not None and plan.get("resources") is not None:
         return {"mem": plan["resources"].get("mem"), "time": plan["resources"].get("time")}
     name = plan["executor"] if plan is not None else run.plan["scheduler"]["profile"]
-    return dict(executor.get(name).request(run.plan["scheduler"].get(name) or {}))
+    return dict(executors.get(name).request(run.plan["scheduler"].get(name) or {}))
 
 
 def latest_attempt(run: Run, sid: str, submitted: Submitted | None = None, on_disk: bool = True) -> Record | None:

@@ -145,7 +145,7 @@ def wait_until(predicate, timeout: float, what: str, pause: float = 0.5):
 def task_states(job: str) -> dict[int, str]:
     """squeue's view of an array job: task index -> state (tasks it no longer shows are absent). An array not yet
     split (`JOB_[1-2%1]`) is expanded; squeue failing fails the test (it never reads as "absent")."""
-    from taulib.slurm.parse import expand_array_spec
+    from taulib.executors.slurm.parse import expand_array_spec
 
     proc = run_cmd("squeue", "--noheader", "--array", "--format=%i|%T", f"--jobs={job}")
     out = {}

@@ -17,7 +17,7 @@ from slurm import (attempt_record, fake_command, init_slurm_run, job_id, observe
                    two_tasks_running)
 
 from taulib.errors import Unavailable
-from taulib.slurm import commands
+from taulib.executors.slurm import commands
 
 pytestmark = pytest.mark.slurm
 

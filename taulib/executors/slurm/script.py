@@ -18,7 +18,7 @@ import shlex
 from typing import Any
 
 from taulib.errors import BadInput
-from taulib.slurm.parse import compress_indices
+from taulib.executors.slurm.parse import compress_indices
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 _TIME = re.compile(r"^([0-9]+-)?[0-9]+(:[0-9]{1,2}){0,2}\Z")

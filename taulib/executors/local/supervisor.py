@@ -1,5 +1,5 @@
 """The local executor's supervisor: one detached process per submission that runs its tasks, each as its own
-process group (see `taulib.local`), at most `max_parallel` of the whole run's at once, with the GPUs of
+process group (see `taulib.executors.local`), at most `max_parallel` of the whole run's at once, with the GPUs of
 `scheduler.local.gpus` that its services need, no GPU given to two live tasks.
 
 Reads: the submission plan. Writes: `submissions/<id>/local/{supervisor,task-NNNNN}.json` and their logs, through
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from taulib import env, jsonio, processes
 from taulib.jsonio import Record
-from taulib.local.memory import Memory, mem_limit
+from taulib.executors.local.memory import Memory, mem_limit
 from taulib.errors import Busy
 from taulib.processes import alive, start_ticks as process_start_ticks
 from taulib.rules import services as service_rules
@@ -51,7 +51,7 @@ def spawn(run: Run, submission_id: str) -> None:
     try:
         import subprocess  # only where a process is started: tau-reconcile's sweep needs none (~2 ms)
 
-        proc = subprocess.Popen([sys.executable, "-m", "taulib.local", run.path, submission_id],
+        proc = subprocess.Popen([sys.executable, "-m", "taulib.executors.local", run.path, submission_id],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 close_fds=True)
     finally:

@@ -1,5 +1,5 @@
 """Observing local attempts (`tau-observe` under the local executor): the supervisor's and tasks' records read the
-way squeue and sacct see a Slurm job (see `taulib.local`). Reads records and /proc; writes nothing."""
+way squeue and sacct see a Slurm job (see `taulib.executors.local`). Reads records and /proc; writes nothing."""
 
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ import re
 from typing import NamedTuple
 
 from taulib.errors import Unavailable
-from taulib.executor import Capacity
-from taulib.slurm import commands, parse
+from taulib.executors import Capacity
+from taulib.executors.slurm import commands, parse
 
 SUBMIT_LIMITS = ("limits", "safe")  # AccountingStorageEnforce words under which submit limits are enforced
 LEAST_SHARE = 10  # a window waits until a tenth of the tightest limit is free (or it takes every shard left)

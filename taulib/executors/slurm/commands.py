@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from taulib import env
 from taulib.errors import Ambiguous, SubmitLimited, SubmitRefused, Unavailable
-from taulib.slurm import parse
+from taulib.executors.slurm import parse
 
 if TYPE_CHECKING:
     from taulib.rundir.run import Run

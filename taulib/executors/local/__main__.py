@@ -1,4 +1,5 @@
-"""`python -m taulib.local RUN_DIR SUBMISSION_ID`: the supervisor of one local submission (started by tau-submit)."""
+"""`python -m taulib.executors.local RUN_DIR SUBMISSION_ID`: the supervisor of one local submission (started by
+tau-submit)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from taulib.errors import TauError
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m taulib.local RUN_DIR SUBMISSION_ID", file=sys.stderr)
+        print("usage: python -m taulib.executors.local RUN_DIR SUBMISSION_ID", file=sys.stderr)
         return 2
     from taulib import failpoints
-    from taulib.local import supervisor
+    from taulib.executors.local import supervisor
 
     failpoints.command = "tau-local"  # how a qualified failpoint and the trace name this process
     try:

@@ -1,5 +1,5 @@
-"""The embedded local executor as tau's executor (`taulib.executor.Executor`): a detached supervisor per
-submission runs its tasks on this machine, at most `max_parallel` at once (see `taulib.local`).
+"""The embedded local executor as tau's executor (`taulib.executors.Executor`): a detached supervisor per
+submission runs its tasks on this machine, at most `max_parallel` at once (see `taulib.executors.local`).
 
 Reads: the supervisor's and tasks' records (`local.observe`), /proc, the process environment (TAU_LOCAL_JOB_ID and
 TAU_LOCAL_TASK_ID of a task). Writes: through `local.supervisor` only (its own folder `submissions/<id>/local/`).
@@ -13,7 +13,7 @@ from typing import Any
 
 from taulib import env
 from taulib.errors import BadInput, Refused
-from taulib.executor import (UNLIMITED, Capacity, CollectionJobs, Executor, Limits, Measured, Observed, Resolved,
+from taulib.executors import (UNLIMITED, Capacity, CollectionJobs, Executor, Limits, Measured, Observed, Resolved,
                              Stopped)
 from taulib.rules import escalation
 from taulib.rundir import layout
@@ -81,7 +81,7 @@ class Local(Executor):
         return Resolved(Resolution("adopt", job, "the local executor's job is its submission"), [job])
 
     def start(self, run: Run, plan: dict[str, Any]) -> None:
-        from taulib.local import supervisor
+        from taulib.executors.local import supervisor
 
         supervisor.spawn(run, plan["submission_id"])
 
@@ -92,15 +92,15 @@ class Local(Executor):
         return not all(run.dir.exists(layout.local_task(sub_id, index)) for index in task_indices(plan))
 
     def observe(self, run: Run, attempts: list[dict[str, Any]]) -> Observed:
-        from taulib.executor import OBSERVED
-        from taulib.local import observe
+        from taulib.executors import OBSERVED
+        from taulib.executors.local import observe
 
         return Observed(observe.observe(run, attempts), dict(OBSERVED))
 
     def usage(self, run: Run, submissions: list[tuple[dict[str, Any], str, set[int]]]) -> Measured:
         """From the task records: the rusage the supervisor recorded when it reaped each task (one core: the
         local executor allots none), and nothing for a task never started."""
-        from taulib.local import memory, observe, supervisor
+        from taulib.executors.local import memory, observe, supervisor
 
         found: dict[str, dict[int, dict[str, Any]]] = {}
         for plan, job, known in submissions:
@@ -120,17 +120,17 @@ class Local(Executor):
         return Measured(found, None)
 
     def running(self, run: Run, attempt: dict[str, Any]) -> bool | None:
-        from taulib.local import observe
+        from taulib.executors.local import observe
 
         return observe.observe(run, [attempt])[0]["queue"] is not None
 
     def stop(self, run: Run, attempts: list[dict[str, Any]], whole_run: bool) -> Stopped:
-        from taulib.local import supervisor
+        from taulib.executors.local import supervisor
 
         return Stopped(supervisor.stop(run, attempts, whole_run), None)
 
     def sweep(self, run: Run) -> list[str]:
-        from taulib.local import supervisor
+        from taulib.executors.local import supervisor
 
         return supervisor.sweep(run)
 

@@ -1,8 +1,9 @@
 """The embedded local executor: a tiny Slurm for one machine, with no daemon.
 
-`tau-submit` starts one detached supervisor process per submission (`python -m taulib.local RUN SUBMISSION`). The
-supervisor runs each task of the submission (`tau-attempt run`) as its own process group, at most `max_parallel`
-at once, and keeps two kinds of records in `submissions/<id>/local/`, written through the one writer:
+`tau-submit` starts one detached supervisor process per submission
+(`python -m taulib.executors.local RUN SUBMISSION`). The supervisor runs each task of the submission
+(`tau-attempt run`) as its own process group, at most `max_parallel` at once, and keeps two kinds of records in
+`submissions/<id>/local/`, written through the one writer:
 
   supervisor.json     its pid and process start time (so a recycled pid is never mistaken for it)
   task-NNNNN.json     per task: running (pid, start time) then finished (exit code or signal)
@@ -18,8 +19,8 @@ at once, and keeps two kinds of records in `submissions/<id>/local/`, written th
 
 Only the supervisor writes its folder, under the lock `locks/local-<submission>.lock` held for its lifetime.
 
-  executor    the local executor as tau's `Executor` (taulib.executor): what lifecycle and collect call
-  __main__    `python -m taulib.local RUN SUBMISSION`: the supervisor process tau-submit starts
+  executor    the local executor as tau's `Executor` (taulib.executors): what lifecycle and collect call
+  __main__    `python -m taulib.executors.local RUN SUBMISSION`: the supervisor process tau-submit starts
   supervisor  starting the supervisor, and its loop; stopping tasks; sweeping a dead supervisor's folder
   memory      a task's memory limit and its sampling (OverMemoryKill's way), and the kernel's OOM killer seen
   observe     the queue and accounting views of local attempts

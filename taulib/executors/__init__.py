@@ -1,16 +1,17 @@
-"""The executor seam: what an executor is, and the one table of executors.
+"""The executors: the one table of them, the roles an engine plays, and one package per executor.
 
 An executor runs the tasks of a submission and says what became of them. A run names its executor in its plan
 (`scheduler.profile`) and every attempt names the one that runs it (`scheduler.executor`); lifecycle and collect
 ask this module for it (`of`, `of_attempt`, `get`) and never compare executor names (tests/test_structure.py checks
-that). Adding an executor is adding a row to `EXECUTORS` and a module whose `EXECUTOR` implements `Executor` whole,
-with its plan section in the schemas (CONTRIBUTING.md, tau-run(5) "The plan").
+that). Adding an executor is adding a row to `EXECUTORS` and a package `executors/<name>/` whose `executor` module's
+`EXECUTOR` plays the roles the row names (CONTRIBUTING.md "Adding an executor"; tests/test_executor_contract.py is
+the suite every executor passes).
 
-  local   taulib.local.executor: the embedded local executor (a supervisor process per submission)
-  slurm   taulib.slurm.executor: one sbatch job array per submission, squeue and sacct, scancel
-
-Reads and writes nothing itself; an executor module is imported only when a run or an attempt names it, so a
+Reads and writes nothing itself; an executor's package is imported only when a run or an attempt names it, so a
 command pays only for the executor it uses. Promises: `get` refuses (BadInput) a name that is not in the table.
+
+  local/    the embedded local executor (a supervisor process per submission)
+  slurm/    one sbatch job array per submission, squeue and sacct, scancel
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ if TYPE_CHECKING:
 # name -> the module whose `EXECUTOR` implements it; the order is the order in which `identity` asks them (the local
 # executor first: a local task may run inside a Slurm allocation, and is then the local executor's)
 EXECUTORS: dict[str, str] = {
-    "local": "taulib.local.executor",
-    "slurm": "taulib.slurm.executor",
+    "local": "taulib.executors.local.executor",
+    "slurm": "taulib.executors.slurm.executor",
 }
 DEFAULT = "local"  # the executor of a plan that names none
 HERE = "local"  # the executor that runs tasks on this machine: what needs no compute node (an adoption's copies)

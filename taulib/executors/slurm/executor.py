@@ -1,4 +1,4 @@
-"""Slurm as tau's executor (`taulib.executor.Executor`): every submission one sbatch job array, observed with one
+"""Slurm as tau's executor (`taulib.executors.Executor`): every submission one sbatch job array, observed with one
 batched squeue and one batched sacct, stopped with scancel of exact array tasks; a collection is a CPU job of its
 own without GPUs.
 
@@ -18,13 +18,13 @@ from typing import Any
 
 from taulib import env, failpoints, jsonio
 from taulib.errors import BadInput, Refused, Unavailable, UsageError
-from taulib.executor import (Capacity, CollectionJobs, Executor, Limits, Measured, Observed, Resolved,
+from taulib.executors import (Capacity, CollectionJobs, Executor, Limits, Measured, Observed, Resolved,
                              Stopped)
 from taulib.rules import journal as journal_rules
 from taulib.rules.services import DEVICE_VARIABLES  # the allocation's variables a client gets beside Slurm's own
 from taulib.rundir.journal import task_indices
 from taulib.rundir.run import Run
-from taulib.slurm import commands, parse, script
+from taulib.executors.slurm import commands, parse, script
 
 
 
@@ -102,7 +102,7 @@ class Slurm(Executor):
         return {"mem": section.get("mem") or None, "time": section.get("time") or None}
 
     def check_request(self, run: Run, request: dict[str, str]) -> None:
-        from taulib.slurm import limits
+        from taulib.executors.slurm import limits
 
         limits.check_request(request, run.plan["scheduler"]["slurm"].get("partition"))
 
@@ -114,7 +114,7 @@ class Slurm(Executor):
 
     def capacity(self, run: Run) -> Capacity:
         from taulib.rundir.journal import SUBMISSIONS, Journal
-        from taulib.slurm import limits
+        from taulib.executors.slurm import limits
 
         run_jobs = {status["job_id"] for _, status in Journal(run, SUBMISSIONS).entries()
                     if status is not None and status["job_id"]}
@@ -148,7 +148,7 @@ class Slurm(Executor):
         return False  # nothing of tau's stands between a bound job and its tasks
 
     def observe(self, run: Run, attempts: list[dict[str, Any]]) -> Observed:
-        from taulib.slurm import observe
+        from taulib.executors.slurm import observe
 
         views, sources = observe.observe(attempts)
         _explain_kills(run, attempts, views)
@@ -236,7 +236,7 @@ def _explain_kills(run: Run, attempts: list[dict[str, Any]], views: list[dict[st
     from taulib.errors import NotFound, Refused
     from taulib.rules.escalation import mem_mib
     from taulib.rundir import state
-    from taulib.slurm import kills
+    from taulib.executors.slurm import kills
 
     plans: dict[str, Any] = {}
     for attempt, view in zip(attempts, views, strict=True):

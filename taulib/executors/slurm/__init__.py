@@ -1,7 +1,7 @@
 """Slurm as an executor: every submission one sbatch job array, observed with one batched squeue and one batched
 sacct, stopped with scancel of exact array tasks.
 
-  executor  Slurm as tau's `Executor` (taulib.executor): what lifecycle and collect call
+  executor  Slurm as tau's `Executor` (taulib.executors): what lifecycle and collect call
   script    the sbatch scripts, a pure function of validated fields (pinned by golden files)
   parse     strict parsers of squeue, sacct and sbatch text, and the state map
   commands  running Slurm's commands: by name, with timeouts, never through a shell

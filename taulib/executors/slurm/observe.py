@@ -14,7 +14,7 @@ from __future__ import annotations
 from taulib.errors import BadInput, Unavailable
 from taulib.jsonio import Record
 from taulib.rundir import layout
-from taulib.slurm import commands, parse
+from taulib.executors.slurm import commands, parse
 
 
 def _view(row: parse.Row, restarts: int = 0, queue: bool = False) -> Record:
