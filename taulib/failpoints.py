@@ -16,7 +16,7 @@ it which failpoints each command reaches, then crashes each one).
 
 With the variables unset, `hit` is one dict lookup on an empty dict and one test of an empty string.
 The names are listed in `NAMES`, with the protocol each belongs to (tau-run(5) lists them too); tests iterate over
-it, so a failpoint that is added must be added there.
+it, so a failpoint that is added must be added there. A renamed failpoint answers to its old name too (`ALIASES`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ NAMES = (
     # taulib.lifecycle.submission: the journal and the attempts (tau-submit, tau-retry; submit.attempts_published
     # in format-1 runs only: a format-2 run's attempts are given by the status SUBMITTED itself)
     "submit.prepared",
-    "submit.sbatch_returned",
+    "submit.handed_off",  # the scheduler has the job (Slurm: sbatch returned) and nothing records it
     "submit.attempts_published",
     "submit.submitted",
     # taulib.lifecycle.attempt: in-allocation side
@@ -71,7 +71,7 @@ NAMES = (
     "cancel.recorded",
     # taulib.collect: the journal, the CPU job, the stage, the publication
     "collect.planned",
-    "collect.sbatch_returned",
+    "collect.handed_off",  # the collection's CPU job exists and nothing records it
     "collect.task_written",  # a task's partition files written and fsynced, before its record
     "collect.staged",
     "collect.renamed",
@@ -84,6 +84,12 @@ NAMES = (
     "fetch.published",
 )
 
+
+# name -> the old names it answers to as well (armed by scripts and tests written before it was renamed)
+ALIASES = {
+    "submit.handed_off": ("submit.sbatch_returned",),
+    "collect.handed_off": ("collect.sbatch_returned",),
+}
 
 _ARMED = env.get("TAU_FAILPOINTS")
 _TRACE = env.get("TAU_FAILPOINT_TRACE")
@@ -101,8 +107,9 @@ def hit(name: str) -> None:
         _trace(name)
     if not _ARMED:
         return
-    action = (task is not None and _ARMED.get(f"{task}:{name}")) or _ARMED.get(f"{command}:{name}") \
-        or _ARMED.get(name)
+    action = _armed(name)
+    for old in ALIASES.get(name, ()):
+        action = action or _armed(old)
     if action is None:
         return
     if action == "crash":
@@ -123,6 +130,12 @@ def hit(name: str) -> None:
         raise FailpointError(f"failpoint {name!r} injected an error", failpoint=name)
     elif action.startswith("delay:"):
         time.sleep(float(action.split(":", 1)[1]))
+
+
+def _armed(name: str) -> str | None:
+    """The action armed for `name` in this process: for its task first, then its command, then anywhere."""
+    return (task is not None and _ARMED.get(f"{task}:{name}")) or _ARMED.get(f"{command}:{name}") \
+        or _ARMED.get(name)
 
 
 def _trace(name: str) -> None:

@@ -245,3 +245,21 @@ def test_crash_at_n_crashes_the_nth_time_the_process_reaches_the_step():
     env["TAU_FAILPOINTS"] = "submit.submitted=crash@5"
     proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=60)
     assert (proc.returncode, proc.stdout) == (0, "passed 1\npassed 2\npassed 3\n")
+
+
+@pytest.mark.parametrize("armed", ["submit.sbatch_returned=crash", "tau:collect.sbatch_returned=crash"])
+def test_a_renamed_failpoint_answers_to_its_old_name_too(armed):
+    new = {"submit": "submit.handed_off", "collect": "collect.handed_off"}[armed.split(":")[-1].split(".")[0]]
+    assert set(failpoints.ALIASES) <= set(failpoints.NAMES)
+    assert not {old for olds in failpoints.ALIASES.values() for old in olds} & set(failpoints.NAMES)
+    code = f"from taulib import failpoints\nfailpoints.hit('submit.prepared')\nprint('before', flush=True)\n" \
+           f"failpoints.hit({new!r})\nprint('after', flush=True)\n"
+    env = dict(os.environ, TAU_FAILPOINTS=armed)
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=60)
+    assert (proc.returncode, proc.stdout) == (-9, "before\n")
+    env["TAU_FAILPOINTS"] = armed.replace("sbatch_returned", "handed_off")  # its own name, as before
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=60)
+    assert (proc.returncode, proc.stdout) == (-9, "before\n")
+    env["TAU_FAILPOINTS"] = armed.replace("sbatch_returned", "attempts_published")  # another step: not this one
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, "before\nafter\n"), armed

@@ -220,14 +220,18 @@ def test_the_front_command_usage_lists_every_registered_command_with_its_summary
     assert re.search(r"^  completion +print the shell completion", text, re.M)
 
 
-# -- the executors exist once (taulib.executors) --------------------------------------------------------------------
+# -- the executors exist once (taulib.executors: the table, the roles, a package per executor) ----------------------
 
-EXECUTOR_MODULES = ("taulib.executors", "taulib.executors.local", "taulib.executors.slurm")
+def executor_packages() -> tuple[str, ...]:
+    """The package of each executor of the table (taulib.executors.local, ...), from its row."""
+    from taulib.executors import EXECUTORS
+
+    return tuple(row.module.rsplit(".", 1)[0] for row in EXECUTORS.values())
 
 
 def executor_names_used(source: str) -> list[tuple[int, str]]:
     """(line, name) of every string constant that is an executor's name in a module's source: a comparison
-    (`== "slurm"`), a plan section read by name (`["local"]`) or a default; outside the executor modules, code asks
+    (`== "slurm"`), a plan section read by name (`["local"]`) or a default; outside the executors' wing, code asks
     taulib.executors instead. Docstrings and messages that merely mention an executor are not constants equal to a
     name, so they pass."""
     from taulib.executors import EXECUTORS
@@ -237,7 +241,7 @@ def executor_names_used(source: str) -> list[tuple[int, str]]:
 
 
 def test_no_module_outside_the_executors_names_an_executor():
-    found = {name: used for name, path in MODULES.items() if not name.startswith(EXECUTOR_MODULES)
+    found = {name: used for name, path in MODULES.items() if not name.startswith("taulib.executors")
              and (used := executor_names_used(path.read_text(encoding="utf-8")))}
     assert found == {}, f"these modules name executors themselves; ask taulib.executors (the table): {found}"
 
@@ -248,29 +252,57 @@ def test_the_executor_name_finder_finds_comparisons_section_reads_and_defaults()
     assert executor_names_used(source) == [(1, "slurm"), (2, "local"), (3, "local")]
 
 
+def test_every_executor_lives_in_its_own_package_of_the_wing():
+    from taulib.executors import EXECUTORS
+
+    for name, row in EXECUTORS.items():
+        assert row.module == f"taulib.executors.{name}.executor", f"{name}: its row names {row.module}"
+        assert row.module in MODULES and f"taulib.executors.{name}" in MODULES, f"{name} has no package"
+
+
 def test_only_the_executor_table_imports_an_executors_modules():
-    owners = ("taulib.executors.local", "taulib.executors.slurm")
-    found = {name: sorted(m for m in imported(path) if m.startswith(owners))
+    owners = executor_packages()
+    found = {name: sorted(m for m in imported(path) if m.startswith(owners) and not m.startswith(name))
              for name, path in MODULES.items() if not name.startswith(owners)}
     assert {name: mods for name, mods in found.items() if mods} == {}, \
         "these modules import an executor's modules; go through taulib.executors"
+    for one in owners:  # nor does one executor import another's
+        others = tuple(o for o in owners if o != one)
+        leaks = {name: sorted(m for m in imported(path) if m.startswith(others))
+                 for name, path in MODULES.items() if name.startswith(one)}
+        assert {name: mods for name, mods in leaks.items() if mods} == {}, f"{one} imports another executor"
 
 
-def test_every_executor_of_the_table_implements_the_whole_interface_under_its_own_name():
+def test_every_executor_of_the_table_plays_every_role_and_exactly_the_optional_roles_its_row_names():
     import importlib
     import inspect
 
     from taulib import executors
+    from taulib.executors import roles
 
-    abstract = {n for n, member in vars(executors.Executor).items() if getattr(member, "__isabstractmethod__", False)}
-    assert {"observe", "stop", "hand_off", "resolve", "identity", "collection_jobs", "limits", "sweep"} <= abstract
-    for name, module in executors.EXECUTORS.items():
-        chosen = importlib.import_module(module).EXECUTOR
+    core = (roles.Plans, roles.Submits, roles.Observes, roles.Stops, roles.Allocation)
+    abstract = {n for role in core for n, member in vars(role).items()
+                if getattr(member, "__isabstractmethod__", False)}
+    assert {"observe", "stop", "hand_off", "resolve", "identity", "limits", "section", "usage"} <= abstract
+    neutral = {n for n in vars(roles.Executor) if not n.startswith("_") and n != "name"}
+    assert neutral == {n for role in roles.OPTIONAL.values() for n, member in vars(role).items()
+                       if getattr(member, "__isabstractmethod__", False)}, "a neutral answer without its role"
+    for name, row in executors.EXECUTORS.items():
+        chosen = importlib.import_module(row.module).EXECUTOR
         assert isinstance(chosen, executors.Executor) and chosen.name == name and executors.get(name) is chosen
-        assert not inspect.isabstract(type(chosen)), f"{module} leaves {type(chosen).__abstractmethods__} out"
+        assert not inspect.isabstract(type(chosen)), f"{row.module} leaves {type(chosen).__abstractmethods__} out"
+        assert row.roles <= set(roles.OPTIONAL), f"{name}: its row names roles that do not exist"
+        for role, interface in roles.OPTIONAL.items():
+            plays = isinstance(chosen, interface)
+            assert plays == (role in row.roles), f"{name}: its row and its class disagree on the role {role!r}"
+            if not plays:  # no pretending: the neutral answer is the interface's, not a copy of it
+                copies = [m for m in vars(interface) if not m.startswith("_") and m in vars(type(chosen))]
+                assert copies == [], f"{name} answers {copies} without playing {role!r}"
+            assert executors.plays(name, role) == plays
         jobs = chosen.collection_jobs()
+        assert (jobs is None) != executors.plays(name, "collects")
         assert jobs is None or (isinstance(jobs, executors.CollectionJobs) and not inspect.isabstract(type(jobs)))
-    assert executors.DEFAULT in executors.EXECUTORS
+    assert executors.DEFAULT in executors.EXECUTORS and executors.HERE in executors.EXECUTORS
     from taulib.errors import BadInput
 
     with pytest.raises(BadInput) as err:

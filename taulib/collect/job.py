@@ -68,7 +68,8 @@ def settle(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, na
         found = jobs.find(named, jsonio.parse_time(status["updated_at"] if status.get("rerun") else
                                                    plan["created_at"]))
         asked = tasks.undone(run, plan) if status.get("rerun") else range(tasks.count(plan))  # its array's tasks
-        verdict = journal_rules.resolve(found, set(asked), jsonio.now_rfc3339() > status["deadline"], named)
+        verdict = journal_rules.resolve(found, set(asked), jsonio.now_rfc3339() > status["deadline"], named,
+                                        jobs.engine)
         if verdict.action == "conflict":
             raise Conflict(f"{verdict.reason}; then run tau-collect again", job_ids=sorted(found))
         if verdict.action == "wait":

@@ -10,6 +10,7 @@ the suite every executor passes).
 Reads and writes nothing itself; an executor's package is imported only when a run or an attempt names it, so a
 command pays only for the executor it uses. Promises: `get` refuses (BadInput) a name that is not in the table.
 
+  roles     the roles an engine plays (the interface, in engine-neutral words), and what they return
   local/    the embedded local executor (a supervisor process per submission)
   slurm/    one sbatch job array per submission, squeue and sacct, scancel
 """
@@ -17,243 +18,36 @@ command pays only for the executor it uses. Promises: `get` refuses (BadInput) a
 from __future__ import annotations
 
 import importlib
-from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from taulib.errors import BadInput, Refused
+from taulib.executors.roles import (OBSERVED, OPTIONAL, UNLIMITED, Allocation, Capacity, CollectionJobs, Collects,
+                                    Executor, Limits, Measured, Observed, Observes, Plans, Queue, Requeue, Resolved,
+                                    Starter, Stopped, Stops, Submits)
+
+__all__ = ["OBSERVED", "OPTIONAL", "UNLIMITED", "Allocation", "Capacity", "CollectionJobs", "Collects", "Executor",
+           "Limits", "Measured", "Observed", "Observes", "Plans", "Queue", "Requeue", "Resolved", "Starter", "Stopped",
+           "Stops", "Submits", "EXECUTORS", "DEFAULT", "HERE", "Row", "get", "of", "of_attempt", "identity", "plays"]
 
 if TYPE_CHECKING:
-    from taulib.rules.journal import Resolution
     from taulib.rundir.run import Run
 
-# name -> the module whose `EXECUTOR` implements it; the order is the order in which `identity` asks them (the local
-# executor first: a local task may run inside a Slurm allocation, and is then the local executor's)
-EXECUTORS: dict[str, str] = {
-    "local": "taulib.executors.local.executor",
-    "slurm": "taulib.executors.slurm.executor",
+
+class Row(NamedTuple):
+    """An executor of the table: the module whose `EXECUTOR` it is, and the optional roles it plays
+    (`roles.OPTIONAL`)."""
+    module: str
+    roles: frozenset[str]
+
+
+# name -> its row; the order is the order in which `identity` asks them (the local executor first: a local task
+# may run inside a Slurm allocation, and is then the local executor's)
+EXECUTORS: dict[str, Row] = {
+    "local": Row("taulib.executors.local.executor", frozenset({"starter"})),
+    "slurm": Row("taulib.executors.slurm.executor", frozenset({"queue", "requeue", "collects"})),
 }
 DEFAULT = "local"  # the executor of a plan that names none
 HERE = "local"  # the executor that runs tasks on this machine: what needs no compute node (an adoption's copies)
-
-
-class Limits(NamedTuple):
-    """The limits that bound a run's submissions under an executor."""
-    parallel: int | None  # tasks of one submission that run at once (None: as many as the scheduler gives)
-
-
-class Capacity(NamedTuple):
-    """What a submission may ask of the scheduler now: the largest array task index (None: no limit), the most
-    tasks in one array, the tasks that may still be queued (None: no limit applies), the limit that holds that
-    room in words, and the limits that could not be read (never guessed)."""
-    max_index: int | None
-    max_tasks: int | None
-    room: int | None
-    holding: str | None
-    unread: list[str]
-    least: int | None = None  # the fewest tasks a window is worth while more shards wait (None: any)
-
-
-UNLIMITED = Capacity(None, None, None, None, [])
-
-
-class Observed(NamedTuple):
-    """What an executor says about some attempts now: one view per attempt (`queue` and `accounting`, each a
-    normalised state or None: schema `observations`), and whether each source could be asked."""
-    views: list[dict[str, Any]]
-    sources: dict[str, Any]  # {"queue": observed|unavailable, "accounting": ..., "reason": str | None}
-
-
-class Resolved(NamedTuple):
-    """How a PREPARED submission was settled: the verdict (`rules.journal.Resolution`), and the ids of the jobs the
-    scheduler showed under its name (named in the error when they conflict)."""
-    verdict: Resolution
-    seen: list[str]
-
-
-class Stopped(NamedTuple):
-    """What stopping attempts did: the attempts signalled or cancelled, and why stopping failed (None: it did
-    not)."""
-    attempts: list[dict[str, Any]]
-    problem: str | None
-
-
-class Measured(NamedTuple):
-    """What the finished tasks of some submissions used, as the executor measured it: {submission id: {task index:
-    figures}} (schema `observations`, usage), only tasks whose figures are final; and why it could not be asked
-    (None: it could)."""
-    tasks: dict[str, dict[int, dict[str, Any]]]
-    problem: str | None
-
-
-OBSERVED = {"queue": "observed", "accounting": "observed", "reason": None}
-
-
-class CollectionJobs(ABC):
-    """How an executor runs a collection as a job of its own (a CPU job without GPUs), for executors that do not
-    collect inline. The collection's journal, fencing and waiting are `collect.job`'s; this is the scheduler's part."""
-
-    @abstractmethod
-    def submit(self, run: Run, plan: dict[str, Any], job_name: str, task_indices: list[int], rerun: int = 0) -> str:
-        """Render the collection's job script (an array of the collection's tasks `task_indices`; `rerun` > 0 for a
-        job that runs unfinished tasks again), publish it in the collection's folder and submit it; its job id.
-        Raises SubmitRefused (the scheduler refused it) or Ambiguous (it may have been submitted)."""
-
-    @abstractmethod
-    def find(self, job_name: str, created: float) -> dict[str, set[int | None]]:
-        """This user's jobs of exactly this name submitted since `created` (epoch seconds): id -> tasks seen."""
-
-    @abstractmethod
-    def queued(self, job_id: str) -> bool:
-        """Whether the job is still queued or running. Raises Unavailable when the scheduler cannot be asked."""
-
-    @abstractmethod
-    def accounted(self, job_id: str) -> str | None:
-        """The job's final state in the scheduler's own words once accounting has it, else None."""
-
-    @abstractmethod
-    def identity(self, environ: dict[str, str]) -> str | None:
-        """The job id this process runs as (an array's own id for an array task), from its environment (None: not
-        inside a job of this executor)."""
-
-    @abstractmethod
-    def task(self, environ: dict[str, str]) -> int | None:
-        """The array task this process runs as, from its environment (None: not an array task)."""
-
-    @abstractmethod
-    def cpus(self, environ: dict[str, str]) -> int | None:
-        """The CPUs the scheduler gave this task, from its environment (None: not said); a collection task uses no
-        more threads than these, whether or not the cluster binds it to them."""
-
-
-class Executor(ABC):
-    """One executor, implemented whole. Submissions go through the journal (`lifecycle.submission`), which calls
-    `render`, `hand_off`, `resolve` and `start` in that order; the rest answer questions about attempts."""
-
-    name: ClassVar[str]
-    request_fields: ClassVar[dict[str, str]]  # the plan section's field of each key of `request` it can set
-
-    # -- the plan ---------------------------------------------------------------------------------------------------
-
-    @abstractmethod
-    def section(self, asked: dict[str, Any]) -> dict[str, Any]:
-        """The plan's `scheduler.<name>` resolved from the request's (defaults filled in). Pure."""
-
-    @abstractmethod
-    def check_section(self, section: dict[str, Any]) -> None:
-        """Refuse (BadInput) a value of this executor's plan section that could never be submitted. Pure."""
-
-    @abstractmethod
-    def preflight(self, plan: dict[str, Any], run_dir: str, python: str) -> None:
-        """For the run's own executor, at tau-init before anything is written: refuse a plan that could never be
-        submitted from `run_dir` (UsageError or BadInput), as the first submission would find out."""
-
-    def check_request(self, run: Run, request: dict[str, str]) -> None:
-        """Refuse (BadInput) a request a person grants (tau-retry --mem/--time: {mem and/or time}, Slurm's
-        spelling) that this executor's site could never give, as far as its limits can be read; what cannot be
-        read is not guessed (the submission finds out)."""
-        return None
-
-    @abstractmethod
-    def request(self, section: dict[str, Any]) -> dict[str, str | None]:
-        """What each task of a first attempt asks for, as {"mem", "time"} in Slurm's spelling (None where this
-        executor or the plan sets nothing): the request `retry.escalate` grows (`rules.escalation`). Pure."""
-
-    @abstractmethod
-    def gpus(self, section: dict[str, Any]) -> int:
-        """How many GPUs each task is given under this section of the plan (0: none), which the services' GPUs must
-        fit (tau-init refuses a plan whose services need more). Pure."""
-
-    @abstractmethod
-    def limits(self, plan: dict[str, Any]) -> Limits:
-        """The limits the plan sets on this run's submissions."""
-
-    @abstractmethod
-    def capacity(self, run: Run) -> Capacity:
-        """What the scheduler lets this user queue now (asked before every submission): the array limits and the
-        room the tightest submit limit leaves. Unavailable when the scheduler cannot be asked at all."""
-
-    # -- submissions ------------------------------------------------------------------------------------------------
-
-    @abstractmethod
-    def render(self, run: Run, plan: dict[str, Any]) -> str | None:
-        """What the submission hands the scheduler (a job script), rendered before the journal entry is written
-        so that a bad field is refused first; None when there is nothing to render."""
-
-    @abstractmethod
-    def hand_off(self, run: Run, plan: dict[str, Any], text: str | None) -> str:
-        """Hand a PREPARED submission's tasks to the scheduler; the job id. Raises SubmitRefused (definitely not
-        submitted: the entry is retired) or Ambiguous (maybe submitted: the entry stays PREPARED for `resolve`)."""
-
-    @abstractmethod
-    def resolve(self, run: Run, plan: dict[str, Any], status: dict[str, Any]) -> Resolved:
-        """Settle a PREPARED submission whose hand-off may or may not have happened: adopt its job, wait, retire
-        it, or refuse (a conflict), as `rules.journal.resolve` decides."""
-
-    @abstractmethod
-    def start(self, run: Run, plan: dict[str, Any]) -> None:
-        """After a submission is bound to its job: whatever must run for its tasks to start (nothing under a
-        scheduler that starts them itself)."""
-
-    @abstractmethod
-    def stalled(self, run: Run, plan: dict[str, Any]) -> bool:
-        """Whether a bound submission's tasks wait on something that is gone (its starter died before starting
-        them all): then `start` is called again."""
-
-    # -- attempts ---------------------------------------------------------------------------------------------------
-
-    @abstractmethod
-    def observe(self, run: Run, attempts: list[dict[str, Any]]) -> Observed:
-        """The scheduler's word on each of these attempts now (read-only)."""
-
-    @abstractmethod
-    def usage(self, run: Run, submissions: list[tuple[dict[str, Any], str, set[int]]]) -> Measured:
-        """What the finished tasks of these bound submissions ((plan, job id, the task indices already measured)
-        each) used, for those whose figures are final; an executor may leave out the tasks already measured
-        (tau-observe; tau-run(5) "usage.json")."""
-
-    @abstractmethod
-    def running(self, run: Run, attempt: dict[str, Any]) -> bool | None:
-        """Whether the scheduler still has the attempt queued or running (None: it cannot be asked now)."""
-
-    @abstractmethod
-    def stop(self, run: Run, attempts: list[dict[str, Any]], whole_run: bool) -> Stopped:
-        """Stop these live attempts (and with `whole_run`, whatever would start more of the run's tasks)."""
-
-    @abstractmethod
-    def sweep(self, run: Run) -> list[str]:
-        """Tidy what the executor's own processes left when they died (run by tau-reconcile); what was swept."""
-
-    @abstractmethod
-    def output_path(self, attempt: dict[str, Any]) -> str:
-        """The allocation's own output file of an attempt, relative to the run directory."""
-
-    # -- inside the allocation --------------------------------------------------------------------------------------
-
-    @abstractmethod
-    def identity(self, environ: dict[str, str]) -> dict[str, Any] | None:
-        """The scheduler identity ({executor, job_id, task_index}) this process runs under, from its environment;
-        None when it is not inside an allocation of this executor; Refused when it half is."""
-
-    @abstractmethod
-    def restarts(self, environ: dict[str, str]) -> int:
-        """How many times the scheduler has started this allocation again (a requeue, a preemption): an attempt
-        already running is taken up again only by the same allocation restarted."""
-
-    @abstractmethod
-    def devices(self, environ: dict[str, str]) -> list[str] | None:
-        """The GPUs this allocation was given, as CUDA_VISIBLE_DEVICES names them, in order (None: it says
-        nothing of GPUs); tau splits them between the services' backends."""
-
-    @abstractmethod
-    def allocation_variables(self, environ: dict[str, str]) -> dict[str, str]:
-        """The variables of the allocation's environment that its client gets (the scheduler's own, the devices it
-        bound)."""
-
-    # -- the collection ---------------------------------------------------------------------------------------------
-
-    @abstractmethod
-    def collection_jobs(self) -> CollectionJobs | None:
-        """How a collection runs as a job of this executor's; None: it runs inline, in tau-collect itself."""
 
 
 _LOADED: dict[str, Executor] = {}
@@ -263,10 +57,10 @@ def get(name: str) -> Executor:
     """The executor of this name (its module imported on first use)."""
     found = _LOADED.get(name)
     if found is None:
-        module = EXECUTORS.get(name)
-        if module is None:
+        row = EXECUTORS.get(name)
+        if row is None:
             raise BadInput(f"executor {name!r} is not one of {', '.join(EXECUTORS)}", executor=name)
-        found = _LOADED[name] = importlib.import_module(module).EXECUTOR
+        found = _LOADED[name] = importlib.import_module(row.module).EXECUTOR
     return found
 
 
@@ -289,3 +83,8 @@ def identity(environ: dict[str, str]) -> dict[str, Any]:
             return found
     raise Refused("not inside an allocation: neither the local executor's nor Slurm's job variables are set; "
                   "tau-attempt run is started by the executor, not by hand")
+
+
+def plays(name: str, role: str) -> bool:
+    """Whether the executor of this name plays this optional role (`roles.OPTIONAL`), as its row says."""
+    return role in EXECUTORS[name].roles

@@ -13,8 +13,7 @@ from typing import Any
 
 from taulib import env
 from taulib.errors import BadInput, Refused
-from taulib.executors import (UNLIMITED, Capacity, CollectionJobs, Executor, Limits, Measured, Observed, Resolved,
-                             Stopped)
+from taulib.executors.roles import Executor, Limits, Measured, Observed, Resolved, Starter, Stopped
 from taulib.rules import escalation
 from taulib.rundir import layout
 from taulib.rundir.journal import task_indices
@@ -23,7 +22,7 @@ from taulib.rundir.run import Run
 MAX_PARALLEL = 4  # tasks of a submission that run at once when the plan does not say
 
 
-class Local(Executor):
+class Local(Starter, Executor):
     name = "local"
     request_fields = {"mem": "mem", "time": "time_limit"}
 
@@ -56,20 +55,11 @@ class Local(Executor):
             raise BadInput(f"cannot grant that: --mem {request['mem']} is more than this machine has "
                            f"({total // (1024 * 1024)}M)")
 
-    def preflight(self, plan: dict[str, Any], run_dir: str, python: str) -> None:
-        return None  # any folder tau-init can write is one the supervisor can run from
-
     def gpus(self, section: dict[str, Any]) -> int:
         return len(section.get("gpus", []))  # a task may be given any of them, one live task each
 
     def limits(self, plan: dict[str, Any]) -> Limits:
         return Limits(parallel=plan["scheduler"]["local"]["max_parallel"])
-
-    def capacity(self, run: Run) -> Capacity:
-        return UNLIMITED  # the supervisor queues every task of a submission itself, max_parallel at a time
-
-    def render(self, run: Run, plan: dict[str, Any]) -> str | None:
-        return None  # the supervisor reads the submission's plan itself
 
     def hand_off(self, run: Run, plan: dict[str, Any], text: str | None) -> str:
         return str(plan["submission_id"])  # the job is the submission: nothing to ask, nothing ambiguous
@@ -92,7 +82,7 @@ class Local(Executor):
         return not all(run.dir.exists(layout.local_task(sub_id, index)) for index in task_indices(plan))
 
     def observe(self, run: Run, attempts: list[dict[str, Any]]) -> Observed:
-        from taulib.executors import OBSERVED
+        from taulib.executors.roles import OBSERVED
         from taulib.executors.local import observe
 
         return Observed(observe.observe(run, attempts), dict(OBSERVED))
@@ -148,9 +138,6 @@ class Local(Executor):
                 from None
         return {"executor": self.name, "job_id": job, "task_index": task}
 
-    def restarts(self, environ: dict[str, str]) -> int:
-        return 0  # the supervisor never starts a task twice
-
     def devices(self, environ: dict[str, str]) -> list[str] | None:
         from taulib.rules.services import parse_devices
 
@@ -159,8 +146,6 @@ class Local(Executor):
     def allocation_variables(self, environ: dict[str, str]) -> dict[str, str]:
         return {}  # a local task's environment is the submitter's: nothing of it passes but what the run names
 
-    def collection_jobs(self) -> CollectionJobs | None:
-        return None  # collected inline, under tau-collect's own locks
 
 
 EXECUTOR = Local()

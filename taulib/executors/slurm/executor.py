@@ -18,19 +18,24 @@ from typing import Any
 
 from taulib import env, failpoints, jsonio
 from taulib.errors import BadInput, Refused, Unavailable, UsageError
-from taulib.executors import (Capacity, CollectionJobs, Executor, Limits, Measured, Observed, Resolved,
-                             Stopped)
+from taulib.executors.roles import (Capacity, CollectionJobs, Collects, Executor, Limits, Measured, Observed, Queue,
+                                    Requeue, Resolved, Stopped)
+from taulib.executors.slurm import commands, parse, script
 from taulib.rules import journal as journal_rules
 from taulib.rules.services import DEVICE_VARIABLES  # the allocation's variables a client gets beside Slurm's own
 from taulib.rundir.journal import task_indices
 from taulib.rundir.run import Run
-from taulib.executors.slurm import commands, parse, script
 
+
+
+ENGINE = journal_rules.Engine("Slurm", "sbatch")  # how the journal's reasons name Slurm
 
 
 class SlurmCollectionJobs(CollectionJobs):
     """A collection's CPU job: an array of one task per collection task (or per task rerun), no GPU
     (`slurm.script.render_collection`), submitted without the caller's SBATCH_* variables."""
+
+    engine = ENGINE
 
     def submit(self, run: Run, plan: dict[str, Any], job_name: str, task_indices: list[int], rerun: int = 0) -> str:
         collection_id = plan["collection_id"]
@@ -39,7 +44,7 @@ class SlurmCollectionJobs(CollectionJobs):
                                         task_indices=task_indices)
         rel = f"collections/{collection_id}/job.sh" if not rerun else f"collections/{collection_id}/job-r{rerun}.sh"
         job_id = commands.sbatch_script(run, rel, text, pinned=True, resolved_by="tau-collect")
-        failpoints.hit("collect.sbatch_returned")  # the job exists, nothing records it: the lost reply
+        failpoints.hit("collect.handed_off")  # the job exists, nothing records it: the lost reply
         return job_id
 
     def find(self, job_name: str, created: float) -> dict[str, set[int | None]]:
@@ -76,7 +81,7 @@ class SlurmCollectionJobs(CollectionJobs):
             raise Refused(f"SLURM_ARRAY_TASK_ID ({parse.short_text(task)!r}) is not an array task index") from None
 
 
-class Slurm(Executor):
+class Slurm(Queue, Requeue, Collects, Executor):
     name = "slurm"
     request_fields = {"mem": "mem", "time": "time"}
 
@@ -132,20 +137,14 @@ class Slurm(Executor):
         if text is None:
             raise BadInput(f"submission {plan['submission_id']} has no job script to hand to sbatch")
         job_id = commands.sbatch_script(run, f"submissions/{plan['submission_id']}/job.sh", text)
-        failpoints.hit("submit.sbatch_returned")  # the job exists, nothing records it: the lost reply
+        failpoints.hit("submit.handed_off")  # the job exists, nothing records it: the lost reply
         return job_id
 
     def resolve(self, run: Run, plan: dict[str, Any], status: dict[str, Any]) -> Resolved:
         found = commands.find_by_name(plan["job_name"], os.getuid(), jsonio.parse_time(plan["created_at"]))
         verdict = journal_rules.resolve(found, set(task_indices(plan)), jsonio.now_rfc3339() > status["deadline"],
-                                        plan["job_name"])
+                                        plan["job_name"], ENGINE)
         return Resolved(verdict, sorted(found))
-
-    def start(self, run: Run, plan: dict[str, Any]) -> None:
-        return None  # slurmctld starts the array's tasks itself
-
-    def stalled(self, run: Run, plan: dict[str, Any]) -> bool:
-        return False  # nothing of tau's stands between a bound job and its tasks
 
     def observe(self, run: Run, attempts: list[dict[str, Any]]) -> Observed:
         from taulib.executors.slurm import observe
@@ -185,9 +184,6 @@ class Slurm(Executor):
                                "they stop themselves when they next look, or run tau-cancel again")
         return Stopped(list(attempts), None)
 
-    def sweep(self, run: Run) -> list[str]:
-        return []  # tau leaves no process of its own behind under Slurm
-
     def output_path(self, attempt: dict[str, Any]) -> str:
         sched = attempt["scheduler"]
         return f"submissions/{attempt['submission_id']}/slurm-{sched['job_id']}_{sched['task_index']}.out"
@@ -219,7 +215,7 @@ class Slurm(Executor):
     def allocation_variables(self, environ: dict[str, str]) -> dict[str, str]:
         return {k: v for k, v in environ.items() if k.startswith("SLURM_") or k in DEVICE_VARIABLES}
 
-    def collection_jobs(self) -> CollectionJobs | None:
+    def collection_jobs(self) -> CollectionJobs:
         return _COLLECTION_JOBS
 
 
