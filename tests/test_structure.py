@@ -115,6 +115,101 @@ def test_the_cycle_finder_finds_a_cycle_when_there_is_one():
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
 
 
+# -- the layers, as CONTRIBUTING.md describes them once -------------------------------------------------------------
+
+def runtime_imports(path: Path) -> set[str]:
+    """The modules a file imports when it runs (at import or call time): `imported` without the imports under
+    `if TYPE_CHECKING:`, which only name types."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            node.body = [ast.Pass()]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                found.add(candidate if candidate in MODULES else node.module)
+    return found
+
+
+def layer_table(text: str) -> list[list[str]]:
+    """The paths of each row of the layer table of CONTRIBUTING.md "How the code is laid out", top layer first."""
+    section = text.split("## How the code is laid out", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.split("\n") if line.startswith("| `taulib/")]
+    return [re.findall(r"`(taulib/[^`]*)`", row.split("|")[1]) for row in rows]
+
+
+def layer_of(name: str, layers: list[list[str]]) -> int | None:
+    """The row of a module: the one whose path names it most closely (a file, then the deepest package, then
+    `taulib/*.py` for a top-level module); None when no row does."""
+    path = str(MODULES[name].relative_to(ROOT))
+    best: tuple[int, int] | None = None  # (how closely, row)
+    for row, paths in enumerate(layers):
+        for pattern in paths:
+            if pattern == path:
+                closeness = 1000
+            elif pattern.endswith("/") and path.startswith(pattern):
+                closeness = pattern.count("/")
+            elif pattern == "taulib/*.py" and path.count("/") == 1:
+                closeness = 1
+            else:
+                continue
+            if best is None or closeness > best[0]:
+                best = (closeness, row)
+    return None if best is None else best[1]
+
+
+def upward(edges: dict[str, set[str]], layer: dict[str, int]) -> list[str]:
+    """Every import from a layer to one above it (a smaller row), as `a (row) -> b (row)`."""
+    return sorted(f"{a} ({layer[a]}) -> {b} ({layer[b]})" for a, targets in edges.items() for b in targets
+                  if layer[b] < layer[a])
+
+
+LAYERS = layer_table((ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8"))
+
+
+def test_every_module_of_taulib_is_in_a_layer_of_contributings_table():
+    assert len(LAYERS) >= 8, f"CONTRIBUTING.md's layer table was not found: {LAYERS}"
+    missing = sorted(name for name in MODULES if layer_of(name, LAYERS) is None)
+    assert missing == [], f"in no row of CONTRIBUTING.md's layer table: {missing}"
+    named = [pattern for row in LAYERS for pattern in row if pattern != "taulib/*.py"]
+    gone = [pattern for pattern in named if not (ROOT / pattern).exists()]
+    assert gone == [], f"CONTRIBUTING.md's layer table names what does not exist: {gone}"
+    packages = {p.parent.relative_to(ROOT).as_posix() + "/" for p in TAULIB.glob("*/__init__.py")}
+    packages |= {p.parent.relative_to(ROOT).as_posix() + "/" for p in (TAULIB / "executors").glob("*/__init__.py")}
+    packages -= {"taulib/executors/"}  # its table and roles are named as files, in the base
+    assert sorted(packages - set(named)) == [], "a package of taulib is not named in the layer table"
+
+
+def test_no_import_goes_from_a_layer_to_one_above_it():
+    layer = {name: layer_of(name, LAYERS) for name in MODULES}
+    assert None not in layer.values()
+    edges = {name: {m for m in runtime_imports(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+    found = upward(edges, layer)
+    assert found == [], "imports from a layer to one above it (CONTRIBUTING.md's table, top layer first): " + \
+        "; ".join(found)
+
+
+def test_the_layer_check_fails_on_a_deliberately_added_upward_import(tmp_path):
+    layer = {name: layer_of(name, LAYERS) for name in MODULES}
+    edges = {name: {m for m in runtime_imports(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+    edges["taulib.rules.budget"].add("taulib.lifecycle.status")  # a rule that reads the run: refused
+    edges["taulib.rundir.state"].add("taulib.executors.slurm.parse")  # the read model reaching past the table
+    assert upward(edges, layer) == [
+        f"taulib.rules.budget ({layer['taulib.rules.budget']}) -> taulib.lifecycle.status "
+        f"({layer['taulib.lifecycle.status']})",
+        f"taulib.rundir.state ({layer['taulib.rundir.state']}) -> taulib.executors.slurm.parse "
+        f"({layer['taulib.executors.slurm.parse']})"]
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from taulib.rundir.run import Run\n" \
+             "import taulib.errors\n"
+    probe = tmp_path / "probe.py"
+    probe.write_text(source, encoding="utf-8")
+    assert runtime_imports(probe) == {"taulib.errors", "typing"}, "an import for types only is not a layer's"
+
+
 RULES = sorted(n for n in MODULES if n.startswith("taulib.rules"))
 
 
