@@ -17,6 +17,7 @@ The library under the `tau-*` commands, in layers; a module imports only from it
   errors      the one exit-code table, and the typed errors that carry its codes
   env         every environment variable tau reads or sets, in one table
   schema      validation against the JSON Schemas in share/schemas
+  records     the shapes of the main records as TypedDicts (plan, attempt, winner ...), following the schemas
   jsonio      canonical JSON, the one encoding of every record, and the digests over it
   failpoints  named failpoints at every step of every commit protocol, armed from the environment
   signals     clean-up that a stop signal cannot cut short, and a signal that reaches the main thread at once
