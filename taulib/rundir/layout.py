@@ -3,8 +3,8 @@
 RUN/
   run.json  plan.json                              run.json is published last by tau-init: its presence = the run exists
   cancel.json  schema.json                         the run's cancellation (tau-cancel), its output schema (first winner)
-  locks/{run,submit,collect,index,shard-NNNNN,resume-shard-NNNNN,local-submission-NNNN}.lock
-  locks/{local-slot-K,local-gpu-K}.lock            (local executor: a task's place and GPUs, held while it lives)
+  locks/{run,submit,collect,index,shard-NNNNN,resume-shard-NNNNN}.lock
+  locks/...                                        an executor's own locks (executors/<name>/records.py)
   index/sealed-KKKK.json                           the sealed-shard index in segments (a cache of winners, rundir.index)
   index/sealed.json                                the whole-run index of earlier versions (read, never written)
   shards/shard-NNNNN/                              made by the first record about the shard (its range: from the plan)
@@ -14,11 +14,11 @@ RUN/
       attempt.json readiness.json observation.json result.json manifest.json client.log progress dataset/
       endpoints.json services/NAME-K.log           (runs with services: the endpoints, each backend's output)
   submissions/submission-NNNN/
-    plan.json status.json job.sh slurm-JOB_TASK.out       (job.sh and its output under Slurm only)
-    local/supervisor.json local/supervisor.log     (local executor only)
-    local/task-NNNNN.json local/task-NNNNN.log
+    plan.json status.json usage.json
+    ...                                            the executor's own records (executors/<name>/: under Slurm job.sh
+                                                   and slurm-JOB_TASK.out; the local executor's local/)
   collections/collection-NNNN/plan.json status.json task-NNNNN.json (a task done: its files in the stage)
-    job.sh job-rK.sh slurm-JOB_TASK.out             (Slurm only: the array of its tasks, and the K-th rerun's)
+    job.sh job-rK.sh slurm-JOB_TASK.out            (Slurm only: the array of its tasks, and the K-th rerun's)
 """
 
 from __future__ import annotations
@@ -123,14 +123,6 @@ def service_log(sid: str, aid: str, name: str, backend: int) -> str:
     return attempt_file(sid, aid, f"services/{name}-{backend}.log")
 
 
-def local_slot(k: int) -> str:
-    """The lock of the local executor's K-th place for a live task (of max_parallel, run-wide)."""
-    return f"local-slot-{k}"
-
-
-def local_gpu(k: int) -> str:
-    """The lock of the K-th GPU of scheduler.local.gpus, held by the live task it was given to."""
-    return f"local-gpu-{k}"
 
 
 def attempt_file(sid: str, aid: str, name: str) -> str:
@@ -140,16 +132,3 @@ def attempt_file(sid: str, aid: str, name: str) -> str:
 def usage(sub: str) -> str:
     """What the finished tasks of a submission used (tau.usage, written by tau-reconcile)."""
     return f"submissions/{sub}/usage.json"
-
-
-def local_task(sub: str, task_index: int) -> str:
-    return f"submissions/{sub}/local/task-{task_index:05d}.json"
-
-
-def local_task_log(sub: str, task_index: int) -> str:
-    return f"submissions/{sub}/local/task-{task_index:05d}.log"
-
-
-def local_supervisor(sub: str) -> str:
-    return f"submissions/{sub}/local/supervisor.json"
-

@@ -13,9 +13,9 @@ from typing import Any
 
 from taulib import env
 from taulib.errors import BadInput, Refused
+from taulib.executors.local import records
 from taulib.executors.roles import Executor, Limits, Measured, Observed, Resolved, Starter, Stopped
 from taulib.rules import escalation
-from taulib.rundir import layout
 from taulib.rundir.journal import task_indices
 from taulib.rundir.run import Run
 
@@ -79,7 +79,7 @@ class Local(Starter, Executor):
         """Whether some task never started (its supervisor was killed, or tau-submit crashed before starting it):
         a task the supervisor started has a record."""
         sub_id = plan["submission_id"]
-        return not all(run.dir.exists(layout.local_task(sub_id, index)) for index in task_indices(plan))
+        return not all(run.dir.exists(records.task(sub_id, index)) for index in task_indices(plan))
 
     def observe(self, run: Run, attempts: list[dict[str, Any]]) -> Observed:
         from taulib.executors.roles import OBSERVED
@@ -98,7 +98,7 @@ class Local(Starter, Executor):
             for index in task_indices(plan):
                 if index in known:
                     continue  # measured already: its record is not read again
-                task = run.dir.read(layout.local_task(job, index), "tau.local-task")
+                task = run.dir.read(records.task(job, index), "tau.local-task")
                 if task is None or task["state"] == "running" or (task["state"] == "finished" and "usage" not in task):
                     continue  # not finished, or finished under a tau that measured nothing
                 used = task.get("usage") or {"elapsed_seconds": 0.0, "cpu_seconds": 0.0, "max_rss_bytes": None}
@@ -125,7 +125,7 @@ class Local(Starter, Executor):
         return supervisor.sweep(run)
 
     def output_path(self, attempt: dict[str, Any]) -> str:
-        return layout.local_task_log(attempt["submission_id"], attempt["scheduler"]["task_index"])
+        return records.task_log(attempt["submission_id"], attempt["scheduler"]["task_index"])
 
     def identity(self, environ: dict[str, str]) -> dict[str, Any] | None:
         job = env.get("TAU_LOCAL_JOB_ID", environ)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING
 
+from taulib.executors.local import records
 from taulib.jsonio import Record
-
 from taulib.processes import alive
-from taulib.rundir import layout
 
 if TYPE_CHECKING:
     from taulib.rundir.run import Run
@@ -25,9 +24,9 @@ def observe(run: Run, attempts: list[Record]) -> list[Record]:
         sched = attempt["scheduler"]
         sub, index = sched["job_id"], sched["task_index"]
         if sub not in supervisors:
-            rec = run.dir.read(layout.local_supervisor(sub), "tau.local-supervisor")
+            rec = run.dir.read(records.supervisor(sub), "tau.local-supervisor")
             supervisors[sub] = rec is not None and alive(rec["pid"], rec["start_ticks"])
-        task = run.dir.read(layout.local_task(sub, index), "tau.local-task")
+        task = run.dir.read(records.task(sub, index), "tau.local-task")
         queue = accounting = None
         if task is None:
             if supervisors[sub]:

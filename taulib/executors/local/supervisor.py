@@ -2,11 +2,10 @@
 process group (see `taulib.executors.local`), at most `max_parallel` of the whole run's at once, with the GPUs of
 `scheduler.local.gpus` that its services need, no GPU given to two live tasks.
 
-Reads: the submission plan. Writes: `submissions/<id>/local/{supervisor,task-NNNNN}.json` and their logs, through
-the one writer, under `locks/local-<submission>.lock` held for its whole life. A task's place and GPUs are the locks
-`local-slot-K` and `local-gpu-K` (`rundir.locks.try_hold`): every supervisor of the run takes them before it starts a
-task, shares them with the task's process, and lets them go once the task and all it left are gone.
-A task's memory is sampled and limited as Slurm's OverMemoryKill does (`local.memory`).
+Reads: the submission plan. Writes: its records (`local.records`), through the one writer, under its lock held for
+its whole life. A task's place and GPUs are the locks `local-slot-K` and `local-gpu-K` (`rundir.locks.try_hold`):
+every supervisor of the run takes them before it starts a task, shares them with the task's process, and lets them
+go once the task and all it left are gone. Memory is sampled and limited as Slurm's OverMemoryKill does (`memory`).
 Promises: a task is never run twice (a task with a record was started by an earlier supervisor of the submission);
 nothing of a task outlives it: its process group is killed when it ends, and the supervisor is the subreaper of
 everything its tasks start, so what a killed task left behind is adopted and stopped (SIGTERM, SIGKILL KILL_WAIT
@@ -25,12 +24,13 @@ from types import FrameType
 from typing import TYPE_CHECKING, BinaryIO
 
 from taulib import env, jsonio, processes
-from taulib.jsonio import Record
-from taulib.executors.local.memory import Memory, mem_limit
 from taulib.errors import Busy
+from taulib.executors.local import records
+from taulib.executors.local.memory import Memory, mem_limit
+from taulib.jsonio import Record
 from taulib.processes import alive, start_ticks as process_start_ticks
 from taulib.rules import services as service_rules
-from taulib.rundir import layout, locks, state
+from taulib.rundir import locks, state
 from taulib.rundir.journal import tasks
 from taulib.rundir.run import Run
 
@@ -60,7 +60,7 @@ def spawn(run: Run, submission_id: str) -> None:
     # pending instead of absent. A supervisor that exits at once (another one runs) ends the wait too.
     deadline = time.monotonic() + STARTUP_WAIT
     while time.monotonic() < deadline and proc.poll() is None:
-        record = run.dir.read(layout.local_supervisor(submission_id), "tau.local-supervisor")
+        record = run.dir.read(records.supervisor(submission_id), "tau.local-supervisor")
         if record is not None and record["pid"] == proc.pid:
             return
         time.sleep(0.01)
@@ -73,7 +73,7 @@ def supervise(run_dir: str, submission_id: str) -> int:
         sub = run.dir.require(f"submissions/{submission_id}/plan.json", "tau.submission-plan")
         max_parallel = run.plan["scheduler"]["local"]["max_parallel"]
         try:  # a live supervisor holds the lock for its whole life; a sweeper (`sweep`) for moments
-            with locks.hold(run.dir, f"local-{submission_id}", timeout=SWEEP_GRACE):
+            with locks.hold(run.dir, records.supervisor_lock(submission_id), timeout=SWEEP_GRACE):
                 return _supervise(run, sub, max_parallel)
         except Busy:
             return 0  # another supervisor already runs this submission
@@ -82,7 +82,7 @@ def supervise(run_dir: str, submission_id: str) -> int:
 def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
     sid = sub["submission_id"]
     me = os.getpid()
-    rel = layout.local_supervisor(sid)
+    rel = records.supervisor(sid)
     previous = run.dir.read(rel, "tau.local-supervisor")
     run.dir.replace(rel, {
         "kind": "tau.local-supervisor", "schema_version": 1, "run_id": run.run_id, "submission_id": sid,
@@ -111,7 +111,7 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
         if stopping["signal"] is not None:
             break
         index = task["task_index"]
-        record_rel = layout.local_task(sid, index)
+        record_rel = records.task(sid, index)
         if run.dir.exists(record_rel):
             continue  # started by an earlier supervisor of this submission: never run a task twice
         held = places.take()
@@ -136,7 +136,7 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
         _reap(run, running, limit, memory)
     processes.sweep(grace=KILL_WAIT)
     for task in queue:  # stopped (a cancelled run): what never started says so, so that it is not awaited
-        if not run.dir.exists(layout.local_task(sid, task["task_index"])) and _cancelled(run, task):
+        if not run.dir.exists(records.task(sid, task["task_index"])) and _cancelled(run, task):
             _skip(run, sid, task["task_index"])
     _ended(run, sid)
     return 0
@@ -144,7 +144,7 @@ def _supervise(run: Run, sub: Record, max_parallel: int) -> int:
 
 def _ended(run: Run, submission_id: str) -> None:
     """Mark the supervisor's record ended (its folder holds no write of its in progress any more)."""
-    rel = layout.local_supervisor(submission_id)
+    rel = records.supervisor(submission_id)
     record = run.dir.read(rel, "tau.local-supervisor")
     if record is not None and not record.get("ended_at"):
         run.dir.replace(rel, dict(record, revision=record["revision"] + 1, ended_at=jsonio.now_rfc3339()))
@@ -158,7 +158,7 @@ def sweep(run: Run) -> list[str]:
 
     swept = []
     for sid in Journal(run, SUBMISSIONS).ids():
-        rel = layout.local_supervisor(sid)
+        rel = records.supervisor(sid)
         folder = rel.rpartition("/")[0]
         record = run.dir.read(rel, "tau.local-supervisor")
         if record is None:  # killed before its first record, or starting now: only debris to look for
@@ -167,7 +167,7 @@ def sweep(run: Run) -> list[str]:
         elif record.get("ended_at") or alive(record["pid"], record["start_ticks"]):
             continue
         try:
-            with locks.hold(run.dir, f"local-{sid}", timeout=0):
+            with locks.hold(run.dir, records.supervisor_lock(sid), timeout=0):
                 run.dir.clean_debris(folder)
                 _ended(run, sid)
         except Busy:
@@ -185,7 +185,7 @@ def _cancelled(run: Run, task: Record) -> bool:
 def _skip(run: Run, submission_id: str, index: int) -> None:
     """The record of a task never started because its shard was cancelled."""
     now = jsonio.now_rfc3339()
-    run.dir.replace(layout.local_task(submission_id, index), {
+    run.dir.replace(records.task(submission_id, index), {
         "kind": "tau.local-task", "schema_version": 1, "run_id": run.run_id, "submission_id": submission_id,
         "task_index": index, "revision": 1, "state": "skipped", "pid": 0, "start_ticks": 0, "started_at": now,
         "finished_at": now, "exit_code": None, "signal": int(signal.SIGTERM)})
@@ -200,7 +200,7 @@ def stop(run: Run, attempts: list[Record], whole_run: bool) -> list[Record]:
     for attempt in attempts:
         sub, index = attempt["scheduler"]["job_id"], attempt["scheduler"]["task_index"]
         supervisors.add(sub)
-        task = run.dir.read(layout.local_task(sub, index), "tau.local-task")
+        task = run.dir.read(records.task(sub, index), "tau.local-task")
         if task is None and attempt["state"] == "running":
             task = _recorded_soon(run, sub, index)
         if task is not None and task["state"] == "running" and alive(task["pid"], task["start_ticks"]):
@@ -211,7 +211,7 @@ def stop(run: Run, attempts: list[Record], whole_run: bool) -> list[Record]:
                 pass
     if whole_run:
         for sub in sorted(supervisors):
-            record = run.dir.read(layout.local_supervisor(sub), "tau.local-supervisor")
+            record = run.dir.read(records.supervisor(sub), "tau.local-supervisor")
             if record is not None and alive(record["pid"], record["start_ticks"]):
                 try:
                     os.kill(record["pid"], signal.SIGTERM)
@@ -223,11 +223,11 @@ def stop(run: Run, attempts: list[Record], whole_run: bool) -> list[Record]:
 def _recorded_soon(run: Run, submission_id: str, index: int, patience: float = 5.0) -> Record | None:
     """The task record of an attempt that is running already: its supervisor writes it right after starting the
     task, so it is waited for (up to `patience` seconds) while that supervisor lives."""
-    record = run.dir.read(layout.local_supervisor(submission_id), "tau.local-supervisor")
+    record = run.dir.read(records.supervisor(submission_id), "tau.local-supervisor")
     deadline = time.monotonic() + patience
     while record is not None and alive(record["pid"], record["start_ticks"]) and time.monotonic() < deadline:
         time.sleep(0.02)
-        task = run.dir.read(layout.local_task(submission_id, index), "tau.local-task")
+        task = run.dir.read(records.task(submission_id, index), "tau.local-task")
         if task is not None:
             return task
     return None
@@ -240,7 +240,7 @@ def _start_task(run: Run, sub: Record, index: int, held: Held) -> subprocess.Pop
     child.pop("TAU_LOCAL_GPUS", None)
     if held.gpus is not None:
         child["TAU_LOCAL_GPUS"] = ",".join(held.gpus)
-    log = run.dir.open_append(layout.local_task_log(sid, index))
+    log = run.dir.open_append(records.task_log(sid, index))
     try:
         import subprocess
 
@@ -282,7 +282,7 @@ class Places:
     def take(self) -> Held | None:
         """A free place and the GPUs a task needs, locked now; None when the run has none free."""
         for k in range(self.max_parallel):
-            place = locks.try_hold(self.run.dir, layout.local_slot(k))
+            place = locks.try_hold(self.run.dir, records.slot(k))
             if place is not None:
                 break
         else:
@@ -291,7 +291,7 @@ class Places:
         for k, gpu in enumerate(self.gpus or []):
             if len(ids) == self.need:
                 break
-            fh = locks.try_hold(self.run.dir, layout.local_gpu(k))
+            fh = locks.try_hold(self.run.dir, records.gpu(k))
             if fh is not None:
                 files.append(fh)
                 ids.append(gpu)
