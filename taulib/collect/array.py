@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from taulib import failpoints, jsonio
 from taulib.collect import stage, tasks
@@ -22,6 +23,22 @@ from taulib.collect.destination import RESULT, open_parent, read_result, remove_
 from taulib.collect.report import progress
 from taulib.errors import Busy, Conflict, Refused, TauError
 from taulib.rundir import locks
+
+if TYPE_CHECKING:
+    from typing import Callable
+
+    from taulib.collect.destination import Destination
+    from taulib.collect.winners import Winner
+    from taulib.fs.tree import Tree
+    from taulib.jsonio import Record
+    from taulib.progress import Meter
+    from taulib.rundir.journal import Journal
+    from taulib.rundir.run import Run
+
+    # (plan, status, staged, result) -> its summary: the stage of a collection whose tasks are all done, published
+    Publish = Callable[[Record, Record, str, Record], Record]
+    # (plan, status, result) -> its summary: a dataset that is already published, adopted
+    Finish = Callable[[Record, Record, Record], Record]
 
 UNFINISHED = ("submitted", "running")
 
@@ -41,7 +58,8 @@ def lanes(count: int, allotted: int | None = None) -> int:
     return max(1, min(cpus // max(1, count), stage.LANES))
 
 
-def publish_when_done(run, plan: dict, status: dict, parent, name: str, publish) -> dict | None:
+def publish_when_done(run: Run, plan: Record, status: Record, parent: Tree, name: str,
+                      publish: Publish) -> Record | None:
     """Caller holds collect.lock. When every task has its record: the dataset's `_tau_collection.json` written into
     the stage, and `publish(plan, status, staged, result)` (the publication and the journal); its summary. None
     while a task is undone."""
@@ -56,8 +74,8 @@ def publish_when_done(run, plan: dict, status: dict, parent, name: str, publish)
     return publish(plan, status, staged, result)
 
 
-def work(run, book, plan: dict, job_id: str, task: int, found: list, where, publish, finish,
-         cpus: int | None = None) -> dict:
+def work(run: Run, book: Journal, plan: Record, job_id: str, task: int, found: list[Winner], where: Destination,
+         publish: Publish, finish: Finish, cpus: int | None = None) -> Record:
     """Slurm array task `task` of job `job_id` (the worker's fence was awaited), with the `cpus` Slurm allotted it:
     write its partitions, record them, publish when it is the last. `finish(plan, status, result)` adopts a dataset
     already published."""
@@ -101,7 +119,7 @@ def work(run, book, plan: dict, job_id: str, task: int, found: list, where, publ
     return done if done is not None else dict(progress(plan, status, False), task=task)
 
 
-def _fenced(book, plan: dict, job_id: str) -> dict:
+def _fenced(book: Journal, plan: Record, job_id: str) -> Record:
     status = book.run.dir.require(book.status_rel(plan["collection_id"]), book.kind.status_kind)
     if status["job_id"] != job_id or status["state"] not in UNFINISHED:
         raise Refused(f"collection {plan['collection_id']} is no longer bound to job {job_id} ({status['state']}, "
@@ -118,7 +136,7 @@ def reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _retire(run, book, plan: dict, job_id: str, where, exc: Exception) -> None:
+def _retire(run: Run, book: Journal, plan: Record, job_id: str, where: Destination, exc: Exception) -> None:
     """A task's error ends the collection (its stage removed): the next tau-collect starts a new one."""
     try:
         with locks.hold(run.dir, "collect"):
@@ -130,7 +148,8 @@ def _retire(run, book, plan: dict, job_id: str, where, exc: Exception) -> None:
         pass
 
 
-def local(run, plan: dict, todo: list[int], done, meter=None) -> None:
+def local(run: Run, plan: Record, todo: list[int], done: Callable[[int, list[Record]], object],
+          meter: Meter | None = None) -> None:
     """The local executor's tasks `todo`, each in a worker process of its own (`python -m taulib.collect.array`),
     all at once; `done(task, files)` is called for each that succeeded, as soon as it has. The first failure raises
     its error; on the way out (an error, or a stop signal) every worker still running is killed by its PID and
@@ -143,8 +162,8 @@ def local(run, plan: dict, todo: list[int], done, meter=None) -> None:
 
     argv = [sys.executable, "-m", "taulib.collect.array", run.path, plan["collection_id"]]
     share = str(lanes(len(todo)))
-    ended: queue.Queue = queue.Queue()
-    procs = {}
+    ended: queue.Queue[tuple[int, bytes, bytes]] = queue.Queue()
+    procs: dict[int, subprocess.Popen[bytes]] = {}
     try:
         for task in todo:
             proc = procs[task] = subprocess.Popen([*argv, str(task), share, str(os.getpid())],

@@ -27,10 +27,16 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import TYPE_CHECKING
 
 from taulib import __version__, jsonio
 from taulib.collect.destination import RESULT
 from taulib.errors import Conflict, Internal, Refused, TauError
+
+if TYPE_CHECKING:
+    from taulib.fs.tree import Tree
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
 
 
 def asked(url: str | None) -> str | None:
@@ -61,11 +67,11 @@ def _redacted(url: str) -> str:
     return f"{head}{sep}{user}{host.rpartition('@')[2]}{slash}{path}{hidden}"
 
 
-def generation(run, collection_id: str) -> str:
+def generation(run: Run, collection_id: str) -> str:
     return f"{run.run_id[:100]}-{jsonio.digest(run.record)[:8]}-{collection_id}"
 
 
-def planned(run, collection_id: str, url: str | None) -> dict:
+def planned(run: Run, collection_id: str, url: str | None) -> Record:
     """The plan's `upload` ({url, generation}), or nothing at all without --upload."""
     if url is None:
         return {}
@@ -74,7 +80,7 @@ def planned(run, collection_id: str, url: str | None) -> dict:
     return {"upload": {"url": url, "generation": mf.check_generation(generation(run, collection_id))}}
 
 
-def same_upload(plan: dict, url: str | None, verb: str) -> None:
+def same_upload(plan: Record, url: str | None, verb: str) -> None:
     """Conflict (73) unless the collection `plan` is uploaded where `url` asks (None: not at all)."""
     recorded = (plan.get("upload") or {}).get("url")
     if recorded == url:
@@ -95,7 +101,7 @@ def _said(url: str | None) -> str:
     return "without --upload" if url is None else f"with --upload {url!r}"
 
 
-def seal(run, plan: dict, result: dict, parent, staged: str) -> None:
+def seal(run: Run, plan: Record, result: Record, parent: Tree, staged: str) -> None:
     """Seal the stage `staged` (in `parent`) of a collection planned with --upload as its generation, before it is
     published: the manifest of every dataset file, from `result` (its `_tau_collection.json`), then the marker,
     then the current pointer, all made durable. Nothing without --upload."""
@@ -117,7 +123,7 @@ def seal(run, plan: dict, result: dict, parent, staged: str) -> None:
         stage.sync_folders([mf.manifest_name(name), mf.marker_name(name), mf.CURRENT])
 
 
-def _described(stage, result: dict, listing: list[tuple[str, int]]) -> list[dict]:
+def _described(stage: Tree, result: Record, listing: list[tuple[str, int]]) -> list[Record]:
     """The manifest's files: the stage's listing, each with the sha256 its writer computed (the partitions') or of
     the bytes there (`_tau_collection.json`); Internal (70) when the stage holds other files or other sizes."""
     known = {f["path"]: f for f in result["files"]}
@@ -137,7 +143,7 @@ def _described(stage, result: dict, listing: list[tuple[str, int]]) -> list[dict
     return files
 
 
-def deliver(run, summary: dict) -> dict:
+def deliver(run: Run, summary: Record) -> Record:
     """The summary of a collection with its upload done: for a succeeded collection planned with --upload whose
     generation the run does not record yet, upload the published dataset and record it; its `bundle` filled from
     the record. Any other summary is returned as it is. The caller holds no lock of the run."""
@@ -156,7 +162,7 @@ def deliver(run, summary: dict) -> dict:
     return {**summary, "bundle": bundle(plan, ref)}
 
 
-def _upload(run, plan: dict) -> dict:
+def _upload(run: Run, plan: Record) -> Record:
     """Upload the published dataset (sealed as the plan's generation) to the plan's prefix and record it; a failure
     keeps its code, its message saying that the collection itself succeeded."""
     from taulib.bundle import manifest as mf

@@ -30,7 +30,7 @@ and its entry stays unfinished, for the next call to resume.
 from __future__ import annotations
 
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import env, executors, failpoints, jsonio, signals
 from taulib.collect import array, bundle, formats, job, stage, tasks, winners
@@ -42,6 +42,13 @@ from taulib.fs import publish
 from taulib.rundir import locks
 from taulib.rundir.journal import COLLECTIONS, Journal
 
+if TYPE_CHECKING:
+    from taulib.collect.array import Publish
+    from taulib.collect.destination import Destination
+    from taulib.fs.tree import Tree
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
+
 UNFINISHED = ("prepared", "submitted", "running")
 MAX_ROWS = (1 << 63) - 1  # what a JSON record's integer holds
 
@@ -52,12 +59,12 @@ class Shape(NamedTuple):
     (tau-collect --upload, normalised; None: not uploaded)."""
     format: str
     rows_per_partition: int
-    options: dict
+    options: dict[str, str | int | None]
     tasks: int = 1
     upload: str | None = None
 
 
-def shape(run, fmt: str | None = None, rows_per_partition: int | None = None, task_count: int | None = None,
+def shape(run: Run, fmt: str | None = None, rows_per_partition: int | None = None, task_count: int | None = None,
           upload: str | None = None) -> Shape:
     """The shape of a collection asked for with --format `fmt`, --rows-per-partition and --tasks (None: the
     plan's); UsageError (2) for a value tau cannot write, before anything is read or written."""
@@ -75,13 +82,13 @@ def shape(run, fmt: str | None = None, rows_per_partition: int | None = None, ta
                  bundle.asked(upload))
 
 
-def shape_of(plan: dict) -> tuple[str, int]:
+def shape_of(plan: Record) -> tuple[str, int]:
     return plan["format"], plan["rows_per_partition"]
 
 
-def collect(run, destination: str, wait: bool = False, fmt: str | None = None,
+def collect(run: Run, destination: str, wait: bool = False, fmt: str | None = None,
             rows_per_partition: int | None = None, progress: bool | None = None, allow_missing: bool = False,
-            task_count: int | None = None, upload: str | None = None) -> dict:
+            task_count: int | None = None, upload: str | None = None) -> Record:
     """Plan a collection and run it: inline under the local executor, as a CPU job under Slurm (returned as
     `submitted`; with `wait`, followed to its end and then reported as a later call would, but `created` still
     says whether this call planned it or found it planned). `fmt` and `rows_per_partition` choose its shape (None:
@@ -101,8 +108,8 @@ def collect(run, destination: str, wait: bool = False, fmt: str | None = None,
     return bundle.deliver(run, result)  # a published collection's upload, outside the locks
 
 
-def _once(run, destination: str, asked: Shape, progress: bool | None, allow_missing: bool = False,
-          follow: str | None = None) -> dict:
+def _once(run: Run, destination: str, asked: Shape, progress: bool | None, allow_missing: bool = False,
+          follow: str | None = None) -> Record:
     """One pass; `follow`, the collection this call has been waiting for (reported whatever has won since)."""
     found = winners.gather(run, allow_missing)
     fields = found.winners[0].manifest.get("fields", [])  # (a run of an older tau may not have recorded them)
@@ -117,10 +124,10 @@ def _once(run, destination: str, asked: Shape, progress: bool | None, allow_miss
                            allow_missing, follow)
 
 
-def _coordinate(run, book: Journal, found: winners.Found, where, parent, asked: Shape, progress: bool | None,
-                allow_missing: bool = False, follow: str | None = None) -> dict:
+def _coordinate(run: Run, book: Journal, found: winners.Found, where: Destination, parent: Tree, asked: Shape,
+                progress: bool | None, allow_missing: bool = False, follow: str | None = None) -> Record:
     jobs = executors.of(run).collection_jobs()  # None: the collection runs inline, here
-    resumed = None
+    resumed: tuple[Record, Record] | None = None
     entry = book.newest()
     if entry is not None and entry.status is not None and entry.status["state"] in UNFINISHED:
         plan, status = entry.plan, entry.status
@@ -139,9 +146,10 @@ def _coordinate(run, book: Journal, found: winners.Found, where, parent, asked: 
                 return settled
     publish.recover_reservation(parent, where.name)
     if resumed is not None:
-        resumed = _resume(book, resumed, found, parent, where.name)
-        if isinstance(resumed, dict):
-            return resumed
+        outcome = _resume(book, resumed, found, parent, where.name)
+        if isinstance(outcome, dict):
+            return outcome
+        resumed = outcome
     if parent.exists(where.name):
         published = _published(book, parent, where)
         if published is not None:
@@ -165,7 +173,8 @@ def _coordinate(run, book: Journal, found: winners.Found, where, parent, asked: 
     return _work(run, book, plan, status, found.winners, parent, where.name, progress)
 
 
-def _resume(book: Journal, unfinished: tuple[dict, dict], found: winners.Found, parent, name: str):
+def _resume(book: Journal, unfinished: tuple[Record, Record], found: winners.Found, parent: Tree,
+            name: str) -> Record | tuple[Record, Record] | None:
     """An unfinished inline collection (its process died; we hold collect.lock): its summary when it had published
     its dataset and collects the shards asked for; (plan, status) to resume it; None when it is over (published
     other shards, or retired here because the winners there are now are not the ones it was planned from)."""
@@ -182,7 +191,7 @@ def _resume(book: Journal, unfinished: tuple[dict, dict], found: winners.Found, 
     return None
 
 
-def _published(book: Journal, parent, where) -> tuple[dict, dict, dict] | None:
+def _published(book: Journal, parent: Tree, where: Destination) -> tuple[Record, Record, Record] | None:
     """(plan, status, result) of the collection of this run whose dataset is at the destination, when it is one:
     its `_tau_collection.json` names a succeeded entry of the journal, made from that entry's plan, to here."""
     result = read_result(parent, where.name)
@@ -195,7 +204,7 @@ def _published(book: Journal, parent, where) -> tuple[dict, dict, dict] | None:
     return plan, status, result
 
 
-def _same_shape(plan: dict, asked: Shape, verb: str) -> None:
+def _same_shape(plan: Record, asked: Shape, verb: str) -> None:
     """Conflict (73) unless the collection `plan` has the shape asked for: a destination is one dataset."""
     if shape_of(plan) == (asked.format, asked.rows_per_partition):
         bundle.same_upload(plan, asked.upload, verb)  # and where it is uploaded
@@ -208,7 +217,7 @@ def _same_shape(plan: dict, asked: Shape, verb: str) -> None:
                    rows_per_partition=plan["rows_per_partition"])
 
 
-def _same_shards(plan: dict, found: winners.Found, verb: str, lenient: bool = False) -> None:
+def _same_shards(plan: Record, found: winners.Found, verb: str, lenient: bool = False) -> None:
     """Conflict (73) unless the collection `plan` collects the shards that have a winner now (`lenient`: or fewer
     of them): a collection is also the set of shards it collects, so a partial one never stands for a complete
     one, nor a complete one for a partial one."""
@@ -223,11 +232,11 @@ def _same_shards(plan: dict, found: winners.Found, verb: str, lenient: bool = Fa
                    missing=[m["shard_id"] for m in plan.get("missing", [])][:100])
 
 
-def _shard_ids(plan: dict) -> list[str]:
+def _shard_ids(plan: Record) -> list[str]:
     return [s["shard_id"] for s in plan["shards"]]
 
 
-def _coverage(plan: dict) -> str:
+def _coverage(plan: Record) -> str:
     return coverage(len(plan["shards"]), [m["shard_id"] for m in plan.get("missing", [])])
 
 
@@ -243,11 +252,11 @@ def coverage(collected: int, missing: list[str]) -> str:
     return f"{collected} of {collected + len(missing)} shards ({winners.shown(missing)} missing)"
 
 
-def _options(plan: dict) -> str:
+def _options(plan: Record) -> str:
     return f"--format {plan['format']} --rows-per-partition {plan['rows_per_partition']}"
 
 
-def _plan(run, collection_id: str, destination: str, found: winners.Found, asked: Shape) -> dict:
+def _plan(run: Run, collection_id: str, destination: str, found: winners.Found, asked: Shape) -> Record:
     plan = {"kind": "tau.collection-plan", "schema_version": 1, "run_id": run.run_id,
             "collection_id": collection_id, "plan_sha256": run.plan_sha256, "created_at": jsonio.now_rfc3339(),
             "destination": destination, "format": asked.format, "rows_per_partition": asked.rows_per_partition,
@@ -260,8 +269,8 @@ def _plan(run, collection_id: str, destination: str, found: winners.Found, asked
     return plan
 
 
-def _work(run, book: Journal, plan: dict, status: dict, found: list, parent, name: str,
-          progress: bool | None = None) -> dict:
+def _work(run: Run, book: Journal, plan: Record, status: Record, found: list[winners.Winner], parent: Tree, name: str,
+          progress: bool | None = None) -> Record:
     """Steps 4-6 inline, under the local executor: the collection written here (one task), or each of its tasks
     in a worker process (`collect.array.local`); a resumed collection of several tasks keeps the tasks that are
     done and reruns the others. The caller holds collect.lock."""
@@ -300,7 +309,8 @@ def _work(run, book: Journal, plan: dict, status: dict, found: list, parent, nam
         raise
 
 
-def _publish(book: Journal, plan: dict, status: dict, parent, staged: str, name: str, result: dict) -> dict:
+def _publish(book: Journal, plan: Record, status: Record, parent: Tree, staged: str, name: str,
+             result: Record) -> Record:
     """Step 5: the stage, `_tau_collection.json` written last, published at the destination; then step 6."""
     bundle.seal(book.run, plan, result, parent, staged)  # with --upload, it is published sealed
     try:
@@ -314,12 +324,12 @@ def _publish(book: Journal, plan: dict, status: dict, parent, staged: str, name:
     return _finish(book, plan, status, result)
 
 
-def _finish(book: Journal, plan: dict, status: dict, result: dict) -> dict:
+def _finish(book: Journal, plan: Record, status: Record, result: Record) -> Record:
     status = book.advance(status, state="succeeded", result_sha256=jsonio.digest(result))
     return summary(plan, status, result, created=True)
 
 
-def _settle_gone(run, jobs: CollectionJobs, collection_id: str) -> None:
+def _settle_gone(run: Run, jobs: CollectionJobs, collection_id: str) -> None:
     """While waiting: settle a CPU job that left the queue without finishing the collection."""
     book = Journal(run, COLLECTIONS)
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"):
@@ -331,7 +341,7 @@ def _settle_gone(run, jobs: CollectionJobs, collection_id: str) -> None:
                            _publisher(book, where))
 
 
-def work(run_dir: str, collection_id: str, environ: dict | None = None) -> dict:
+def work(run_dir: str, collection_id: str, environ: dict[str, str] | None = None) -> Record:
     """An array task of the collection's Slurm job (`tau-collect RUN --worker ID`): fence on the array job's id,
     then write the task's partitions and publish the dataset when every task is done (`collect.array.work`)."""
     from taulib.rundir.run import Run
@@ -357,10 +367,10 @@ def work(run_dir: str, collection_id: str, environ: dict | None = None) -> dict:
         return bundle.deliver(run, result)  # the last task, once the dataset is published: its upload
 
 
-def _publisher(book: Journal, where):
+def _publisher(book: Journal, where: Destination) -> Publish:
     """The publication of a collection whose tasks are all done, at `where`: (plan, status, staged, result) ->
     its summary. The caller holds collect.lock."""
-    def publish_it(plan: dict, status: dict, staged: str, result: dict) -> dict:
+    def publish_it(plan: Record, status: Record, staged: str, result: Record) -> Record:
         with open_parent(where) as parent:
             return _publish(book, plan, status, parent, staged, where.name, result)
     return publish_it

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import jsonio, schema
 from taulib.errors import Conflict, Refused, TauError, UsageError
 from taulib.fs.tree import Tree
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
 
 RESULT = "_tau_collection.json"  # leading "_": Arrow, Spark and DuckDB dataset readers skip it
 NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits, in bytes (PATH_MAX counts the final NUL)
@@ -33,7 +37,7 @@ class Destination(NamedTuple):
     name: str  # the final name in it
 
 
-def authorise(run, destination: str) -> Destination:
+def authorise(run: Run, destination: str) -> Destination:
     if not destination or "\0" in destination:
         raise UsageError("--destination must be a path")
     dest = os.path.normpath(os.path.abspath(destination))
@@ -102,11 +106,11 @@ def open_parent(where: Destination) -> Tree:
     return tree
 
 
-def stage_name(plan: dict) -> str:
+def stage_name(plan: Record) -> str:
     return f".{os.path.basename(plan['destination'])}.tau-stage-{jsonio.digest(plan)[:16]}"
 
 
-def read_result(parent: Tree, name: str) -> dict | None:
+def read_result(parent: Tree, name: str) -> Record | None:
     """The `_tau_collection.json` of a dataset published at `name`, or None (absent, damaged or not ours)."""
     try:
         data = parent.read_bytes(f"{name}/{RESULT}", limit=64 << 20)

@@ -25,12 +25,16 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, Generator, Iterator, NamedTuple
 
 from taulib import signals
 from taulib.collect import parquet
 from taulib.errors import Conflict
 from taulib.rules import partition
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
 
 READ_ROWS = 16_384  # rows decoded at a time
 INPUT_BUFFER = 64 << 20  # winner files up to this size are read once; larger ones twice (hash, then decode)
@@ -58,25 +62,25 @@ class Inputs:
     ahead of the writer; `read` takes the rows of one piece of a file, in order (the rows of a file before the
     piece, which another lane writes, are decoded and passed over)."""
 
-    def __init__(self, run, files: list[tuple[str, dict]], first: int, last: int, lanes_stop: threading.Event,
+    def __init__(self, run: Run, files: list[tuple[str, Record]], first: int, last: int, lanes_stop: threading.Event,
                  needs: dict[int, list[tuple[int, int]]], copy: bool, threaded: bool = True) -> None:
         self.run, self.files, self.first, self.last = run, files, first, last
         self.needs = needs  # by file: the row ranges of the lane's pieces (row groups outside them are skipped)
         self.copy = copy  # row groups that fit are handed over whole, to be copied (Parquet)
         self.lanes_stop = lanes_stop  # set when any lane fails or the collection stops
-        self.handed: deque = deque()  # batches, _END markers and the reader's exception, in order
+        self.handed: deque[Any] = deque()  # batches, _END markers and the reader's exception, in order
         self.stop = threading.Event()  # this reader's own
         self.thread: threading.Thread | None = None
         self.current = first - 1  # the file whose batches `read` takes now
         self.position = 0  # rows of the current file already taken
-        self.left = None  # the rest of a batch a piece ended inside
+        self.left: Any = None  # the rest of a batch a piece ended inside
         self.done = False  # the current file's batches are all taken
         self.buffers: list[bytearray] = []  # the reader's input buffers, each reused once nothing refers to it
         self.scratches: dict[str, memoryview] = {}  # READ_CHUNK bytes each: a large file hashed, and copied
         self.threaded = threaded  # a reader thread of its own, else the lane's thread reads in place
-        self.produced = None  # the items read in place
+        self.produced: Generator[Any, None, None] | None = None  # the items read in place
 
-    def read(self, piece: partition.Piece):
+    def read(self, piece: partition.Piece) -> Iterator[Any]:
         """The rows [start, stop) of input `piece.file`, as record batches."""
         while self.current < piece.file:
             self._next_file()
@@ -120,7 +124,7 @@ class Inputs:
 
     # -- the writer's side --------------------------------------------------------------------------------------
 
-    def _take(self):
+    def _take(self) -> Any:
         if not self.threaded:  # this lane's thread reads too: the next item of the same sequence, in place
             produced = self.produced
             if produced is None:
@@ -158,7 +162,7 @@ class Inputs:
             if self._take() is _END:
                 self.done = True
 
-    def _next_batch(self):
+    def _next_batch(self) -> Any:
         item = self._take()
         if item is _END:
             raise Conflict(f"{self.files[self.current][0]} ended before the rows its manifest names",
@@ -167,7 +171,7 @@ class Inputs:
 
     # -- the reader thread ----------------------------------------------------------------------------------------
 
-    def _put(self, item) -> bool:
+    def _put(self, item: Any) -> bool:
         while len(self.handed) >= QUEUE:
             if self.stop.is_set() or self.lanes_stop.is_set():
                 return False
@@ -185,7 +189,7 @@ class Inputs:
         except BaseException as exc:  # noqa: BLE001 - whatever ends this thread ends the lane, said in order
             self._put(exc)
 
-    def _items(self):
+    def _items(self) -> Generator[Any, None, None]:
         """Every batch of the lane's files, each file's followed by _END; an error in its place, and nothing
         after it."""
         try:
@@ -196,7 +200,7 @@ class Inputs:
         except Exception as exc:  # the writer raises it, in order, where it would have come
             yield exc
 
-    def _batches(self, index: int, rel: str, entry: dict):
+    def _batches(self, index: int, rel: str, entry: Record) -> Iterator[Any]:
         """The items of winner file `index`, row group by row group: a `Skip` of one that no piece of this lane
         needs, a `parquet.Span` of one to copy (`collect.parquet`), else its rows decoded, in batches."""
         import pyarrow as pa

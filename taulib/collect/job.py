@@ -19,6 +19,7 @@ Promises:
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from taulib import jsonio
 from taulib.collect import array, tasks
@@ -29,6 +30,15 @@ from taulib.executors import CollectionJobs
 from taulib.rules import journal as journal_rules
 from taulib.rundir import journal
 
+if TYPE_CHECKING:
+    from typing import Callable
+
+    from taulib.collect.array import Finish, Publish
+    from taulib.fs.tree import Tree
+    from taulib.jsonio import Record
+    from taulib.rundir.journal import Journal
+    from taulib.rundir.run import Run
+
 ACCOUNTING_GRACE = 60  # seconds after its last change that a job absent from queue and accounting is given
 POLL = 0.25  # seconds between reads of the status while waiting
 QUEUE_EVERY = 10.0  # seconds between squeue calls while waiting
@@ -36,13 +46,13 @@ GONE_AFTER = 5.0  # seconds a job may be gone from the queue, while waiting, bef
 MAX_RERUNS = 3  # times a collection's unfinished tasks are submitted again before it fails
 
 
-def job_name(run, collection_id: str, rerun: int = 0) -> str:
+def job_name(run: Run, collection_id: str, rerun: int = 0) -> str:
     """The job's exact name: `...-cNNNN` for the first job of a collection, `...-cNNNNrK` for its K-th rerun."""
     return journal.job_name(run, "c" + collection_id.split("-")[1] + (f"r{rerun}" if rerun else ""))
 
 
-def submit(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, todo: list[int] | None = None,
-           created: bool = False) -> dict:
+def submit(run: Run, jobs: CollectionJobs, book: Journal, plan: Record, status: Record, parent: Tree,
+           todo: list[int] | None = None, created: bool = False) -> Record:
     """Render and submit the CPU job of a PREPARED entry (the tasks `todo`, default all); returns the progress
     summary (state submitted; `created` when the caller has just planned the collection, false for a rerun). A
     refused submission retires the entry and removes its stage (in `parent`)."""
@@ -57,8 +67,8 @@ def submit(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, to
     return progress(plan, book.advance(status, state="submitted", job_id=job_id), created)
 
 
-def settle(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, name: str, finish,
-           publish) -> dict | None:
+def settle(run: Run, jobs: CollectionJobs, book: Journal, plan: Record, status: Record, parent: Tree, name: str,
+           finish: Finish, publish: Publish) -> Record | None:
     """Where is an unfinished collection job? Its summary (`created` false: an earlier call planned it, and its job
     published it, unless this call publishes it here), or None when it failed (start a new one).
     `finish(plan, status, result)` records a dataset the job published; `publish(plan, status, staged, result)`
@@ -109,7 +119,7 @@ def settle(run, jobs: CollectionJobs, book, plan: dict, status: dict, parent, na
     return None
 
 
-def wait(jobs: CollectionJobs, book, collection_id: str, settle_gone) -> None:
+def wait(jobs: CollectionJobs, book: Journal, collection_id: str, settle_gone: Callable[[], None]) -> None:
     """Follow a Slurm collection until it succeeds (return) or fails (CheckFailed with its reason): reads its
     status every POLL seconds, asks squeue every QUEUE_EVERY seconds, and calls `settle_gone()` once the job has
     been gone from the queue for GONE_AFTER seconds without the collection finishing."""
@@ -138,7 +148,7 @@ def wait(jobs: CollectionJobs, book, collection_id: str, settle_gone) -> None:
             gone_since = time.monotonic()
 
 
-def await_binding(book, plan: dict, job: str, limit: float) -> None:
+def await_binding(book: Journal, plan: Record, job: str, limit: float) -> None:
     """The worker's fence: wait (until the monotonic time `limit`) for the entry to name this job; Refused (and
     nothing written) when it is another job's, or was never bound in time. The job can start before tau-collect
     has recorded its id."""

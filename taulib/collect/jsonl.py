@@ -13,6 +13,8 @@ only the collection worker loads this module.
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,19 +25,20 @@ _NULL, _QUOTE, _EMPTY = (pa.scalar(text, pa.large_binary()) for text in (b"null"
 
 
 
-def reference(batch) -> bytes:
+def reference(batch: Any) -> bytes:
     """The definition: one orjson object per row, keys in schema order (a repeated name keeps its first place and
     its last value, as a dict does)."""
     names = batch.schema.names
     columns = [column.to_pylist() for column in batch.columns]
     dumps, option = orjson.dumps, orjson.OPT_APPEND_NEWLINE
     if not columns:
-        return b"{}\n" * batch.num_rows
+        rows: int = batch.num_rows
+        return b"{}\n" * rows
     return b"".join([dumps(dict(zip(names, values, strict=True)), default=str, option=option)
                      for values in zip(*columns, strict=True)])
 
 
-def lines(batch):
+def lines(batch: Any) -> Any:
     """The JSON lines of `batch`, as bytes or a pyarrow Buffer (either can be written as it is)."""
     names = batch.schema.names
     if batch.num_rows == 0:
@@ -53,7 +56,7 @@ def lines(batch):
     return joined.buffers()[2].slice(start, stop - start)  # no row is null: the lines, back to back
 
 
-def _texts(name: str, column):
+def _texts(name: str, column: Any) -> Any:
     """The column's values as JSON texts (large_binary, no nulls)."""
     kind = column.type
     if pa.types.is_dictionary(kind):
@@ -82,7 +85,7 @@ def _texts(name: str, column):
     return pc.fill_null(placed, _NULL)
 
 
-def _strings(name: str, valid):
+def _strings(name: str, valid: Any) -> Any:
     """JSON strings, exactly as orjson writes them, of string values without nulls. One dumps of the whole list
     decides: when it is exactly as long as the values and their quotes and commas, no value needed an escape and
     each is its own bytes in quotes; otherwise the dumps is split at `","`, which only a boundary can hold (inside

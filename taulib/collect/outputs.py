@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import TYPE_CHECKING, Any
 
 from taulib.collect import formats, parquet
 from taulib.errors import Internal
 from taulib.fs import writeback
 from taulib.fs.tree import Tree
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
 
 WRITE_BUFFER = 1 << 20
 
@@ -37,7 +41,7 @@ class Sink:
         self.closed = False
         self.behind = writeback.Behind(fd)
 
-    def write(self, data) -> int:
+    def write(self, data: Any) -> int:
         view = memoryview(data)
         self.sha.update(view)
         self.size += view.nbytes
@@ -70,14 +74,14 @@ class Output:
         self.stage, self.name, self.format = stage, name, formats.get(fmt)
         self.sink: Sink | None = None
         self.writer: formats.Writer | None = None
-        self.pending: list = []
+        self.pending: list[Any] = []
         self.pending_rows = 0
         self.hold = self.format.rows_held  # rows buffered before they are written
 
     def size(self) -> int:
         return self.sink.size if self.sink is not None else 0
 
-    def write(self, batch) -> None:
+    def write(self, batch: Any) -> None:
         """Write a record batch of rows, or copy a winner's row group (a `collect.parquet.Span`, which only a
         Parquet collection's reader gives)."""
         if self.sink is None:
@@ -104,7 +108,7 @@ class Output:
         self.pending, self.pending_rows = [], 0
         self._opened()[1].write(table)
 
-    def close(self, rows: int) -> dict:
+    def close(self, rows: int) -> Record:
         """Finish the file (fsynced) and describe it: path, size, sha256, rows."""
         self._flush()
         sink, writer = self._opened()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from taulib.collect import thrift
 from taulib.collect.thrift import I64, LIST, STRUCT, Field, Seq
@@ -88,7 +88,7 @@ class Source:
         if fd is not None:
             os.close(fd)
 
-    def pieces(self, start: int, length: int):
+    def pieces(self, start: int, length: int) -> Iterator[memoryview]:
         """The bytes `start` .. `start + length`, in pieces each valid until the next is asked for."""
         if self.data is not None:
             yield self.data[start:start + length]

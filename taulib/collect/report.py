@@ -8,8 +8,13 @@ plan, so a collection planned by an older tau, which knew no missing shards, rea
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def progress(plan: dict, status: dict, created: bool) -> dict:
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+
+
+def progress(plan: Record, status: Record, created: bool) -> Record:
     """The summary of a collection whose job has not published the dataset yet; `created`, whether the caller
     planned the collection (and submitted its first job) rather than found it."""
     return {"kind": "tau.collection", "schema_version": 1, "run_id": plan["run_id"],
@@ -20,7 +25,7 @@ def progress(plan: dict, status: dict, created: bool) -> dict:
             "bundle": bundle(plan), **coverage(plan)}
 
 
-def summary(plan: dict, status: dict, result: dict, created: bool) -> dict:
+def summary(plan: Record, status: Record, result: Record, created: bool) -> Record:
     return {"kind": "tau.collection", "schema_version": 1, "run_id": plan["run_id"],
             "collection_id": plan["collection_id"], "state": status["state"], "created": created,
             "destination": plan["destination"], "format": plan["format"],
@@ -29,7 +34,7 @@ def summary(plan: dict, status: dict, result: dict, created: bool) -> dict:
             "tasks": plan.get("tasks", 1), "bundle": bundle(plan), **coverage(plan)}
 
 
-def bundle(plan: dict, ref: dict | None = None) -> dict | None:
+def bundle(plan: Record, ref: Record | None = None) -> Record | None:
     """The `bundle` key: null for a collection planned without --upload; else its prefix and generation, the
     digest of its manifest and whether it is uploaded, from `ref` (its RUN/bundles/G.json; None: not yet)."""
     upload = plan.get("upload")
@@ -39,6 +44,6 @@ def bundle(plan: dict, ref: dict | None = None) -> dict | None:
             "manifest_sha256": None if ref is None else ref["manifest_sha256"], "uploaded": ref is not None}
 
 
-def coverage(plan: dict) -> dict:
+def coverage(plan: Record) -> Record:
     missing = plan.get("missing", [])
     return {"complete": not missing, "missing": missing}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from taulib import failpoints, jsonio, signals
 from taulib.collect.destination import RESULT
@@ -35,29 +36,35 @@ from taulib.errors import Conflict
 from taulib.fs.tree import Tree
 from taulib.rules import partition
 
+if TYPE_CHECKING:
+    from taulib.collect.winners import Winner
+    from taulib.jsonio import Record
+    from taulib.progress import Meter
+    from taulib.rundir.run import Run
+
 LANES = max(1, min(len(os.sched_getaffinity(0)), 4))  # partitions written at the same time: the CPUs this may use
 READ_AHEAD = 64 << 20  # bytes of winner files that reader threads beside several lanes may hold, reading ahead
 
 
-def files_of(winners: list) -> list[tuple[str, dict]]:
+def files_of(winners: list[Winner]) -> list[tuple[str, Record]]:
     """Every winner file in collection order: (its path in the run, its manifest entry)."""
     return [(f"{w.manifest['dataset']}/{entry['path']}", entry) for w in winners for entry in w.manifest["files"]]
 
 
-def partitions(plan: dict, winners: list) -> tuple[list[tuple[str, dict]], list[partition.Partition]]:
+def partitions(plan: Record, winners: list[Winner]) -> tuple[list[tuple[str, Record]], list[partition.Partition]]:
     """The collection's files and its partition plan (`rules.partition.plan`)."""
     files = files_of(winners)
     return files, partition.plan([entry["rows"] for _, entry in files], plan["rows_per_partition"])
 
 
-def tasks(plan: dict, winners: list, asked: int) -> list[partition.Lane]:
+def tasks(plan: Record, winners: list[Winner], asked: int) -> list[partition.Lane]:
     """The collection split into at most `asked` tasks of consecutive partitions (`rules.partition.lanes`): as many
     as there are partitions at most, one at least."""
     files, parts = partitions(plan, winners)
     return partition.lanes(parts, len(files), asked)
 
 
-def write(run, plan: dict, winners: list, stage: Tree, meter=None) -> dict:
+def write(run: Run, plan: Record, winners: list[Winner], stage: Tree, meter: Meter | None = None) -> Record:
     """Write the whole collection `plan` of `winners` into the empty `stage`; returns its `_tau_collection.json`.
     `meter` (a `taulib.progress.Meter`, or None) is told the rows and the bytes written as they are."""
     files, parts = partitions(plan, winners)
@@ -65,7 +72,8 @@ def write(run, plan: dict, winners: list, stage: Tree, meter=None) -> dict:
     return finish(plan, stage, [written[part.index] for part in parts])
 
 
-def write_task(run, plan: dict, winners: list, stage: Tree, task: int, lanes: int = LANES, meter=None) -> list[dict]:
+def write_task(run: Run, plan: Record, winners: list[Winner], stage: Tree, task: int, lanes: int = LANES,
+               meter: Meter | None = None) -> list[Record]:
     """Write task `task`'s partitions (of the plan's `tasks`) into `stage`, over `lanes` threads, first removing
     whatever an earlier try of this task left of them; returns their descriptions, in order, once the files and
     the stage folder are fsynced. Other tasks may write their own partitions into the same stage meanwhile."""
@@ -81,7 +89,7 @@ def write_task(run, plan: dict, winners: list, stage: Tree, task: int, lanes: in
     return [written[part.index] for part in lane.partitions]
 
 
-def finish(plan: dict, stage: Tree, out: list[dict]) -> dict:
+def finish(plan: Record, stage: Tree, out: list[Record]) -> Record:
     """Write `_tau_collection.json` of the partition files `out` (in order) last into the stage, fsynced; returns
     it. Conflict when the files do not hold the plan's rows."""
     total = sum(f["rows"] for f in out)
@@ -96,10 +104,11 @@ def finish(plan: dict, stage: Tree, out: list[dict]) -> dict:
     return result
 
 
-def _write_lanes(run, files: list, split: list[partition.Lane], stage: Tree, fmt: str, meter) -> dict[int, dict]:
+def _write_lanes(run: Run, files: list[tuple[str, Record]], split: list[partition.Lane], stage: Tree, fmt: str,
+                 meter: Meter | None) -> dict[int, Record]:
     """Write the partitions of the lanes `split`, each lane in a thread (the first in this one); their
     descriptions by partition index."""
-    written: dict[int, dict] = {}
+    written: dict[int, Record] = {}
     failed: list[tuple[int, BaseException]] = []
     stop = threading.Event()
     # one lane: its reader gets a thread of its own, so that both cores work; several get one each when the file
@@ -129,8 +138,9 @@ class _Lane:
     """Consecutive partitions written one after another (`rules.partition.lanes`), by one thread, from its own
     reader; the lanes of a collection run at the same time, each on its own files."""
 
-    def __init__(self, run, files, lane: partition.Lane, stage: Tree, fmt: str, meter, stop: threading.Event,
-                 written: dict, failed: list, threaded: bool) -> None:
+    def __init__(self, run: Run, files: list[tuple[str, Record]], lane: partition.Lane, stage: Tree, fmt: str,
+                 meter: Meter | None, stop: threading.Event, written: dict[int, Record],
+                 failed: list[tuple[int, BaseException]], threaded: bool) -> None:
         needs: dict[int, list[tuple[int, int]]] = {}
         for part in lane.partitions:
             for piece in part.pieces:

@@ -14,26 +14,34 @@ the shape only).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from taulib import jsonio
 from taulib.errors import Conflict
 from taulib.rundir.journal import COLLECTIONS
+
+if TYPE_CHECKING:
+    from taulib.fs.tree import Tree
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
 
 KIND = "tau.collection-task"
 MOST = 1000  # tasks of one collection at most: Slurm's default MaxArraySize (1001) holds indices 0..1000
 
 
-def count(plan: dict) -> int:
+def count(plan: Record) -> int:
     """The collection's tasks (a plan made before tasks existed has one)."""
-    return plan.get("tasks", 1)
+    tasks: int = plan.get("tasks", 1)
+    return tasks
 
 
 def rel(collection_id: str, task: int) -> str:
     return f"{COLLECTIONS.folder}/{collection_id}/task-{task:05d}.json"
 
 
-def done(run, plan: dict) -> dict[int, dict]:
+def done(run: Run, plan: Record) -> dict[int, Record]:
     """The task records there are, by task."""
-    found = {}
+    found: dict[int, Record] = {}
     for task in range(count(plan)):
         record = run.dir.read(rel(plan["collection_id"], task), KIND)
         if record is not None:
@@ -44,13 +52,13 @@ def done(run, plan: dict) -> dict[int, dict]:
     return found
 
 
-def undone(run, plan: dict) -> list[int]:
+def undone(run: Run, plan: Record) -> list[int]:
     """The tasks without a record, in order."""
     have = done(run, plan)
     return [task for task in range(count(plan)) if task not in have]
 
 
-def record(run, plan: dict, task: int, job_id: str | None, files: list[dict]) -> dict:
+def record(run: Run, plan: Record, task: int, job_id: str | None, files: list[Record]) -> Record:
     """Journal task `task` done, its partition files `files` (in order) whole and durable in the stage."""
     entry = {"kind": KIND, "schema_version": 1, "run_id": plan["run_id"], "collection_id": plan["collection_id"],
              "plan_sha256": jsonio.digest(plan), "task": task, "job_id": job_id, "files": files,
@@ -59,7 +67,7 @@ def record(run, plan: dict, task: int, job_id: str | None, files: list[dict]) ->
     return entry
 
 
-def files(plan: dict, records: dict[int, dict], stage) -> list[dict]:
+def files(plan: Record, records: dict[int, Record], stage: Tree) -> list[Record]:
     """Every partition file of a collection whose tasks are all done, in partition order, each checked to be in the
     stage with its recorded size (Conflict otherwise: the stage was changed behind tau's back)."""
     out = [entry for task in range(count(plan)) for entry in records[task]["files"]]

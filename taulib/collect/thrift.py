@@ -31,13 +31,13 @@ class Field(NamedTuple):
 
 class Seq(NamedTuple):
     type: int  # of the elements (a list's or a set's: the kind is the field's type)
-    values: list
+    values: list[Any]
 
 
 class Map(NamedTuple):
     key: int
     value: int
-    pairs: list
+    pairs: list[tuple[Any, Any]]
 
 
 def decode(data: bytes | memoryview) -> list[Field]:

@@ -12,7 +12,7 @@ folders are never globbed and no "latest attempt" is ever picked.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import jsonio
 from taulib.errors import CheckFailed, Conflict
@@ -20,27 +20,31 @@ from taulib.lifecycle import winner as winner_chain
 from taulib.rules import fields
 from taulib.rundir import layout, state
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
+
 
 class Winner(NamedTuple):
     shard_id: str
-    record: dict  # winner.json
+    record: Record  # winner.json
     winner_sha256: str
-    manifest: dict  # the winner's candidate manifest
+    manifest: Record  # the winner's candidate manifest
 
 
 class Found(NamedTuple):
     """What a collection collects: the winners in planned order, and the shards without one (each {shard_id,
     state, reason}, in planned order; empty unless missing shards were allowed)."""
     winners: list[Winner]
-    missing: list[dict]
+    missing: list[Record]
 
 
-def validate(run) -> list[Winner]:
+def validate(run: Run) -> list[Winner]:
     """Every shard's winner, in planned order (CheckFailed when any is missing or its chain does not hold)."""
     return gather(run).winners
 
 
-def gather(run, allow_missing: bool = False) -> Found:
+def gather(run: Run, allow_missing: bool = False) -> Found:
     """The winners there are, in planned order, each chain checked; a shard without a winner refuses the
     collection (CheckFailed) unless `allow_missing`, which records it with its state and reason instead (and
     refuses only when no shard has a winner)."""
@@ -81,21 +85,21 @@ def shown(shard_ids: list[str]) -> str:
     return ", ".join(shard_ids[:5]) + (f" and {len(shard_ids) - 5} more" if len(shard_ids) > 5 else "")
 
 
-def records_of(run, shard_ids: list[str]) -> int:
+def records_of(run: Run, shard_ids: list[str]) -> int:
     """The records the plan gives the shards `shard_ids` (all of them: the plan's records)."""
     if len(shard_ids) == run.shard_count:
         return int(run.plan["records"])
     return sum(shard["record_end"] - shard["record_start"] for shard in map(run.shard, shard_ids))
 
 
-def why_missing(run, sid: str, whole_run: dict | None) -> dict:
+def why_missing(run: Run, sid: str, whole_run: Record | None) -> Record:
     """A shard without a winner, as a collection records it: its state and reason from the run's records (what
     tau-status says of it, without asking the scheduler)."""
     view = state.shard_view(run, sid, whole_run)
     return {"shard_id": sid, "state": view.state, "reason": view.reason}
 
 
-def of_plan(run, plan: dict) -> list[Winner]:
+def of_plan(run: Run, plan: Record) -> list[Winner]:
     """The winners a collection `plan` was made from, each still there and unchanged (Conflict otherwise): what
     its work reads, whatever has won since."""
     found = {w.shard_id: w for w in gather(run, allow_missing=True).winners}
@@ -123,7 +127,7 @@ def schema_refusal(winners: list[Winner]) -> str:
     return text + "; refusing to collect"
 
 
-def check_unchanged(plan: dict, winners: list[Winner]) -> None:
+def check_unchanged(plan: Record, winners: list[Winner]) -> None:
     """The winners are the ones the collection plan was made from (Conflict otherwise)."""
     if [p["shard_id"] for p in plan["shards"]] != [w.shard_id for w in winners]:
         raise Conflict(f"the shards with a winner are not the ones collection {plan['collection_id']} was planned "
