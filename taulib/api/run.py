@@ -142,14 +142,11 @@ class Run:
 
     def reconcile(self) -> RunStatus:
         """Ask the executor about the live attempts and apply what it says under the run's locks, then return the
-        status (`tau-observe RUN | tau-reconcile RUN`)."""
-        from taulib.lifecycle import observe, reconcile
-        from taulib.rundir import locks
+        status (`tau-observe RUN | tau-reconcile RUN`, as tau-drive's cycle does it)."""
+        from taulib.lifecycle import observe
 
         with self._opened() as run:
-            with locks.hold(run.dir, "run", shared=True):
-                doc = observe.observe(run)
-            return RunStatus.of(reconcile.apply(run, reconcile.validate_document(doc)))
+            return RunStatus.of(observe.observe_and_reconcile(run))
 
     def logs(self, shard: Shard, attempt: str | None = None, service: str | None = None) -> str:
         """The output of the shard's newest attempt (or of `attempt`, such as "attempt-0001"), as tau-logs prints
@@ -160,31 +157,40 @@ class Run:
         from taulib.lifecycle import logs
 
         with self._opened() as run:
-            return logs.text(run, logs.attempt_of(run, _shard_id(shard), attempt), service).decode("utf-8",
-                                                                                                  "replace")
+            return logs.render(run, _shard_id(shard), attempt, service).text().decode("utf-8", "replace")
 
     # -- driving it to the end ----------------------------------------------------------------------------------
 
     def drive(self, interval: float = 10.0, *, once: bool = False, notify: str | None = None,
               status_file: str | None = None, timeout: float | None = None,
-              on_cycle: Callable[[DriveResult], None] | None = None) -> DriveResult:
+              on_cycle: Callable[[DriveResult], None] | None = None,
+              collect: str | os.PathLike[str] | None = None, allow_missing: bool = False) -> DriveResult:
         """Keep the run moving, as tau-drive does: each cycle observes and reconciles it, publishes winners, stops
         stalled attempts, submits what was never submitted or was deferred, and retries within the budget; cycles
         `interval` seconds apart until the run succeeded or stopped (budget, cancellation). `once` does one cycle.
         `notify` is a shell command run once per change a person is owed (tau-drive --notify); `on_cycle` is called
         with each cycle's result. A run that finished without succeeding is returned, not raised (see `wait`).
-        With `timeout` (seconds), Timeout (75) is raised once the next cycle would begin past it. A bad `limit`,
-        `interval` or shard (neither an id nor a number) is a UsageError (2), as a bad option is for a command."""
+        With `collect` (a destination, as `Run.collect` takes it), the run is collected there once it succeeded, as
+        tau-drive --collect does (the merge waited for under Slurm; a destination that already holds this
+        collection is reported, not redone): the result's `collection`, None when nothing was collected. With
+        `allow_missing` too, a run that finished without succeeding is collected with the winners there are
+        (tau-drive --allow-missing). With `timeout` (seconds), Timeout (75) is raised once the next cycle would
+        begin past it. A bad `limit`, `interval` or shard (neither an id nor a number), or `allow_missing` without
+        `collect`, is a UsageError (2), as a bad option is for a command."""
         from taulib.lifecycle import drive
 
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.1 <= interval <= 3600:
             raise UsageError(f"interval {interval!r} is not a number of seconds from 0.1 to 3600 (as tau-drive's)")
+        if allow_missing and collect is None:
+            raise UsageError("allow_missing says how collect collects: give collect=DESTINATION too")
+        how = None if collect is None else drive.Collect(os.fspath(collect), allow_missing)
         with self._opened() as run:
             if once:
-                result = DriveResult.of(drive.once(run, notify, status_file))
-                if on_cycle is not None:
-                    on_cycle(result)
-                return result
+                def told(doc: dict[str, Any]) -> None:
+                    if on_cycle is not None:
+                        on_cycle(DriveResult.of(doc))
+
+                return DriveResult.of(drive.once(run, notify, status_file, told, collect=how))
             deadline = None if timeout is None else time.monotonic() + timeout
 
             def shown(doc: dict[str, Any]) -> None:
@@ -196,7 +202,7 @@ class Run:
             def hitch(exc: TauError) -> None:  # a busy lock, a scheduler that did not answer: tried again
                 self._in_time(deadline, interval, f"waiting ({exc.message})")
 
-            return DriveResult.of(drive.drive(run, interval, notify, status_file, shown, hitch=hitch))
+            return DriveResult.of(drive.drive(run, interval, notify, status_file, shown, hitch=hitch, collect=how))
 
     def wait(self, timeout: float | None = None, interval: float = 10.0, *,
              notify: str | None = None) -> RunStatus:

@@ -167,7 +167,8 @@ class Cancellation:
 class DriveResult:
     """The result of driving a run (tau-drive's document): the run's state, why it is finished (`succeeded`, or why
     it stopped; None while a cycle may still move it), the cycles this call ran, what the last cycle did, the
-    notifications sent, and the run's status after it."""
+    notifications sent, the run's status after it, and the collection made or found once it finished (`drive`'s
+    `collect`; None without one)."""
 
     run_id: str
     state: str
@@ -176,6 +177,7 @@ class DriveResult:
     actions: Document | None
     notified: tuple[Document, ...]
     status: RunStatus
+    collection: Collection | None
     raw: Document = field(repr=False, compare=False)
 
     @property
@@ -184,9 +186,10 @@ class DriveResult:
 
     @classmethod
     def of(cls, doc: Document) -> DriveResult:
+        collected = doc.get("collection")  # each cycle's result has none yet: only the last is collected
         return cls(run_id=doc["run_id"], state=doc["state"], finished=doc["finished"], cycles=doc["cycles"],
                    actions=doc["actions"], notified=tuple(doc["notified"]), status=RunStatus.of(doc["status"]),
-                   raw=doc)
+                   collection=None if collected is None else Collection.of(collected), raw=doc)
 
 
 @dataclass(frozen=True)

@@ -70,21 +70,9 @@ def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partiti
                                     progress=progress, allow_missing=allow_missing, task_count=task_count,
                                     upload=upload)
     if output == "table":
-        from taulib import table
+        from taulib.collect import summary
 
-        if result["state"] != "succeeded":
-            common.emit_text(f"collection {result['collection_id']}: {result['state']} as Slurm job "
-                             f"{result['job_id']}; run tau-collect again (or with --wait) to follow it")
-            return
-        missing = "".join(f"missing: {m['shard_id']} ({m['state']}: {m['reason']})\n" for m in result["missing"])
-        common.emit_text(f"collection {result['collection_id']}: {result['records']} records in "
-                         f"{result['partitions']} {result['format']} file(s) at {result['destination']}\n"
-                         + (f"partial: {len(result['missing'])} shard(s) without a winner left out\n{missing}"
-                            if missing else "")
-                         + (f"uploaded: generation {result['bundle']['generation']} to {result['bundle']['url']}\n"
-                            if result["bundle"] else "") + "\n"
-                         + table.render(["FILE", "ROWS", "BYTES", "SHA256"],
-                                        [[f["path"], f["rows"], f["size"], f["sha256"]] for f in result["files"]]))
+        common.emit_text(summary.text(result))
     else:
         common.emit(result)
 

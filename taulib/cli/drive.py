@@ -52,20 +52,12 @@ def cli(run_dir: str, once: bool, interval: float, notify: str | None, status_fi
     if allow_missing and destination is None:
         raise UsageError("--allow-missing says how --collect collects: give --collect DESTINATION too")
     shown = _line if meter.enabled(progress) else None
+    collect = None if destination is None else drive.Collect(destination, allow_missing, progress)
     with Run(run_dir) as run:
         if once:
-            result = drive.once(run, notify, status_file)
-            if shown is not None:
-                shown(result)
+            result = drive.once(run, notify, status_file, shown, collect=collect)
         else:
-            result = drive.drive(run, interval, notify, status_file, shown, hitch=_hitch)
-        result["collection"] = None
-        partial = allow_missing and result["finished"] is not None
-        if destination is not None and (result["state"] == "succeeded" or partial):
-            from taulib.collect import collection
-
-            result["collection"] = collection.collect(run, destination, wait=True, progress=progress,
-                                                      allow_missing=partial and result["state"] != "succeeded")
+            result = drive.drive(run, interval, notify, status_file, shown, hitch=_hitch, collect=collect)
     if output == "table":
         common.emit_text(f"tau-drive: run {result['run_id']} {_finished(result)}\n\n" + table.status(result["status"]))
     else:

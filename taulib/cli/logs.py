@@ -47,23 +47,16 @@ def cli(run_dir: str, shard: str, attempt_id: str | None, service: str | None, l
         raise UsageError("--follow waits for the newest attempt's output: drop --latest-with-output")
     with Run(run_dir) as run:
         if follow:
-            attempt = logs.attempt_of(run, shard, attempt_id)
-        else:
-            attempt, note = logs.chosen(run, shard, attempt_id, service, latest_with_output)
-            if note is not None:
-                print(f"tau-logs: {note}", file=sys.stderr, flush=True)
-        if output == "json":
-            common.emit({"kind": "tau.logs", "schema_version": 1, "run_id": run.run_id, "shard_id": shard,
-                         "attempt_id": attempt["attempt_id"], "state": attempt["state"],
-                         "logs": [dict(entry, text=entry["text"].decode("utf-8", "replace"))
-                                  for entry in logs.snapshot(run, attempt, service)]})
+            logs.stream(run, shard, attempt_id, service, common.emit_bytes)
+            sys.stdout.flush()
             return
-        if follow:
-            headed = logs.Headings(logs.sources(run, attempt, service)[0][0])
-            logs.follow(run, attempt, lambda source, path, data: common.emit_bytes(headed(source, path, data)),
-                        service=service)
-        else:
-            common.emit_bytes(logs.text(run, attempt, service))
+        shown = logs.render(run, shard, attempt_id, service, latest_with_output)
+    if shown.note is not None:
+        print(f"tau-logs: {shown.note}", file=sys.stderr, flush=True)
+    if output == "json":
+        common.emit(shown.document())
+    else:
+        common.emit_bytes(shown.text())
         sys.stdout.flush()
 
 

@@ -63,11 +63,10 @@ def cli(run_dir: str | None, workload: str | None, namespace: str | None, output
 def _observe_run(run_dir: str, output: str) -> None:
     from taulib import table
     from taulib.lifecycle import observe
-    from taulib.rundir import locks
     from taulib.rundir.run import Run
 
-    with Run(run_dir) as run, locks.hold(run.dir, "run", shared=True):
-        doc = observe.observe(run)
+    with Run(run_dir) as run:
+        doc = observe.observed(run)
     if output == "table":
         common.emit_text(table.observations(doc))
     else:

@@ -17,5 +17,6 @@ imported here, so that tau-collect's options (`formats`) cost nothing to list.
   jsonl        Arrow rows as JSON lines, column by column
   job          the CPU job of an executor that collects in a job of its own: submit, settle, wait, fence
   report       the tau.collection summary
+  summary      what tau-collect -o table shows: the dataset's lines and a row per file
   bundle       --upload: the stage sealed as one bundle generation, the published dataset uploaded and recorded
 """

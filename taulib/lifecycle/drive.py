@@ -1,12 +1,14 @@
 """Driving a run (tau-drive): one cycle of what the plumbing does, in turn, until the run is finished.
 
 A cycle is the same library calls the plumbing commands make, in their order: observe and reconcile
-(`lifecycle.observe`, `lifecycle.reconcile`), publish the winners of candidates (`lifecycle.winner`), stop the
-attempts the plan stops when stalled (`rules.stall`, the stop records of `lifecycle.client`), then submit: the
-run's first submission when it has none, the shards the scheduler's limits deferred (`lifecycle.retry.initial`),
-and a retry of the retryable shards within the budget (`lifecycle.retry.retry`). The status it ends with is read
-again from the records (`rundir.status`), and `rules.drive` says whether the run is finished and what a person
-is owed a notification for.
+(`lifecycle.observe.observe_and_reconcile`, under the run lock as the commands take it), publish the winners of
+candidates (`lifecycle.winner`), stop the attempts the plan stops when stalled (`rules.stall`, the stop records of
+`lifecycle.client`), then submit: the run's first submission when it has none, the shards the scheduler's limits
+deferred (`lifecycle.retry.initial`), and a retry of the retryable shards within the budget
+(`lifecycle.retry.retry`). The status it ends with is read again from the records (`rundir.status`), and
+`rules.drive` says whether the run is finished and what a person is owed a notification for. With `Collect`
+(tau-drive --collect), a run that succeeded (or, allowed to be partial, finished) is then collected by
+`collect.collection.collect`, as tau-collect --wait does: under its own locks, after drive.lock is let go.
 Reads: the run's records, the scheduler (through the executors). Writes: through those library calls only, and
 its own `drive/state.json` (tau.drive, mutable), under `locks/drive.lock`: how many cycles began, and what the
 notifications last told.
@@ -14,6 +16,8 @@ Promises:
 - cycles of one run take turns (drive.lock); a caller that asked while a cycle was running waits for it, and
   runs one of its own only when no cycle began after it asked (the record's `cycles`): a burst of callers (cron
   lines, epilogs) costs at most two cycles, and no request goes unserved;
+- every step takes the locks its command takes, in turn (the run lock, shared, then the step's own), and lets
+  them go before the next: only drive.lock is held across the cycle, so no step waits for a lock the cycle holds;
 - nothing is submitted twice: the submissions' own submit lock and journal decide, as for the plumbing;
 - each notification (`--notify`) is sent once: it is run under drive.lock and recorded after it ran (a crash in
   between sends it again: at least once);
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from taulib import env, executors, jsonio
 from taulib.errors import Busy, TauError, Unavailable
@@ -42,9 +46,29 @@ NOTIFY_TIMEOUT = 60.0  # seconds a --notify command may run before it is killed
 WAIT_FOR_TURN = 3600.0  # seconds a caller waits for the cycle of another one to end
 
 
-def once(run: Run, notify: str | None = None, status_file: str | None = None) -> Record:
+class Collect(NamedTuple):
+    """How a driven run is collected once it is finished (tau-drive --collect): tau-collect --destination
+    DESTINATION --wait, with --allow-missing when `allow_missing` and the run finished without succeeding;
+    `progress` as tau-collect --progress (None: when standard error is a terminal)."""
+
+    destination: str
+    allow_missing: bool = False
+    progress: bool | None = False
+
+
+def once(run: Run, notify: str | None = None, status_file: str | None = None,
+         shown: Callable[[Record], None] | None = None, collect: Collect | None = None) -> Record:
     """One cycle (or none, when one began after this call asked): the cycle's actions, the notifications sent,
-    whether the run is finished, and its status."""
+    whether the run is finished, and its status; `shown` gets the result before the run is collected (`collect`),
+    and the result's `collection` is the collection's (None when none was made)."""
+    result = _turn(run, notify, status_file)
+    if shown is not None:
+        shown(result)
+    return collected(run, result, collect)
+
+
+def _turn(run: Run, notify: str | None, status_file: str | None) -> Record:
+    """One cycle of this caller's, or none when one began after it asked (module docstring)."""
     asked = _state(run)["cycles"]
     with locks.hold(run.dir, "drive", timeout=WAIT_FOR_TURN):
         current = _state(run)
@@ -62,7 +86,7 @@ def cycle(run: Run, status_file: str | None = None) -> tuple[Record, Record]:
     """(the actions of one cycle, the status after them)."""
     from taulib.lifecycle import observe, reconcile, retry, winner
 
-    reconciled = reconcile.apply(run, observe.observe(run))
+    reconciled = observe.observe_and_reconcile(run)
     candidates = [s["id"] for s in reconciled["shards"] if s["state"] == "candidate"]
     won = winner.publish_many(run, candidates)["shards"] if candidates else []
     stopped = _stop_stalled(run, reconciled)
@@ -89,15 +113,15 @@ def cycle(run: Run, status_file: str | None = None) -> tuple[Record, Record]:
 
 def drive(run: Run, interval: float, notify: str | None = None, status_file: str | None = None,
           shown: Callable[[Record], None] | None = None, cycles: int | None = None,
-          hitch: Callable[[TauError], None] | None = None) -> Record:
+          hitch: Callable[[TauError], None] | None = None, collect: Collect | None = None) -> Record:
     """Cycle until the run is finished (or `cycles` cycles ran), `interval` seconds apart; `shown` gets each
     cycle's result (progress for a person). A cycle that meets a busy lock, a submission not resolved yet or a
     scheduler that does not answer (Busy, Unavailable) is tried again at the next interval (`hitch` is told why).
-    Returns the last result, with `cycles` the number this call ran."""
+    Returns the last result, with `cycles` the number this call ran, and `collection` as `once` says."""
     count = 0
     while True:
         try:
-            result = once(run, notify, status_file)
+            result = _turn(run, notify, status_file)
         except (Busy, Unavailable) as exc:
             if hitch is not None:
                 hitch(exc)
@@ -108,8 +132,23 @@ def drive(run: Run, interval: float, notify: str | None = None, status_file: str
             shown(result)
         if result["finished"] is not None or (cycles is not None and count >= cycles):
             result["cycles"] = count
-            return result
+            return collected(run, result, collect)
         time.sleep(interval)
+
+
+def collected(run: Run, result: Record, collect: Collect | None) -> Record:
+    """The drive's result with its `collection`: with `collect`, once the run succeeded (or, with
+    `allow_missing`, finished), tau-collect's result for its destination (made, or found made before), else None.
+    The collection takes its own locks (the run lock, shared, then collect.lock), after the cycle let go of
+    drive.lock: a long collection holds up no other driver."""
+    collection: Record | None = None
+    partial = collect is not None and collect.allow_missing and result["finished"] is not None
+    if collect is not None and (result["state"] == "succeeded" or partial):
+        from taulib.collect import collection as collecting
+
+        collection = collecting.collect(run, collect.destination, wait=True, progress=collect.progress,
+                                        allow_missing=partial and result["state"] != "succeeded")
+    return dict(result, collection=collection)
 
 
 def _result(run: Run, status: Record, actions: Record | None, sent: list[Record], served: bool) -> Record:

@@ -7,16 +7,18 @@ through a symlink; for an attempt without output, its observation.json and stop.
 record and the executor's view of the attempt (the local executor's records, or squeue). Writes: nothing.
 Promises: the newest attempt of the shard unless one is named; `follow` streams what is appended while the attempt
 is live and returns once it has ended (its record says so, or the executor no longer has it), after the last bytes;
-every file's text but the first's is headed by its path (`Headings`), the same for tau-logs and the Python API. An
-attempt none of whose output files holds a byte (not started yet, or silent so far) is said to have no output, with
-its state as the records say it (`chosen`; the scheduler is not asked); `chosen` can show the newest attempt with
-output instead.
+every file's text but the first's is headed by its path (`Headings`). What tau-logs prints and the Python API's
+`Run.logs` returns is rendered here once (`render` for the text and the JSON document, `stream` for --follow), so
+the two are the same bytes. An attempt none of whose output files holds a byte (not started yet, or silent so far)
+is said to have no output, with its state as the records say it (`chosen`; the scheduler is not asked); `chosen` can
+show the newest attempt with output instead.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from taulib import executors
@@ -163,11 +165,44 @@ class Headings:
         return head + data
 
 
-def text(run: Run, attempt: Record, service: str | None = None) -> bytes:
-    """What the attempt's output files (or one backend's) hold now, as tau-logs prints them."""
-    entries = snapshot(run, attempt, service)
-    headed = Headings(entries[0]["source"])
-    return b"".join(headed(e["source"], e["path"], e["text"]) for e in entries if e["text"])
+@dataclass(frozen=True)
+class Shown:
+    """The output of one attempt as tau-logs shows it: the attempt, what is said of it on standard error (None, or
+    that it has no output yet, and which attempt is shown instead), and its output files with what they hold."""
+
+    run_id: str
+    shard_id: str
+    attempt: Record
+    note: str | None
+    entries: list[Record]
+
+    def text(self) -> bytes:
+        """The files' bytes one after another, headed as `Headings` says (tau-logs, -o text)."""
+        headed = Headings(self.entries[0]["source"])
+        return b"".join(headed(e["source"], e["path"], e["text"]) for e in self.entries if e["text"])
+
+    def document(self) -> Record:
+        """The `tau.logs` document (tau-logs -o json): the paths and what they hold, as text."""
+        return {"kind": "tau.logs", "schema_version": 1, "run_id": self.run_id, "shard_id": self.shard_id,
+                "attempt_id": self.attempt["attempt_id"], "state": self.attempt["state"],
+                "logs": [dict(entry, text=entry["text"].decode("utf-8", "replace")) for entry in self.entries]}
+
+
+def render(run: Run, sid: str, aid: str | None = None, service: str | None = None,
+           latest_with_output: bool = False) -> Shown:
+    """What tau-logs shows of shard `sid` now: the attempt `chosen` says (its note), and its output files (or one
+    service backend's) with what they hold. NotFound for a shard, an attempt or a backend the run does not have."""
+    attempt, note = chosen(run, sid, aid, service, latest_with_output)
+    return Shown(run.run_id, sid, attempt, note, snapshot(run, attempt, service))
+
+
+def stream(run: Run, sid: str, aid: str | None, service: str | None, write: Callable[[bytes], None],
+           stop: Callable[[], bool] = lambda: False) -> None:
+    """tau-logs --follow: `write` gets the attempt's output as `text` renders it, and then what is appended, headed
+    the same way, until the attempt has ended (or `stop()` says so)."""
+    attempt = attempt_of(run, sid, aid)
+    headed = Headings(sources(run, attempt, service)[0][0])
+    follow(run, attempt, lambda source, path, data: write(headed(source, path, data)), stop, service)
 
 
 def follow(run: Run, attempt: Record, write: Callable[[str, str, bytes], None],

@@ -1,10 +1,16 @@
-"""Observation (tau-observe RUN): ask the executors about a run's live attempts. Read-only.
+"""Observation (tau-observe RUN): ask the executors about a run's live attempts. Read-only, but for
+`observe_and_reconcile`, which hands what it observed to `lifecycle.reconcile`.
 
 Reads: the shards' records (the sealed-shard index first, so finished shards cost nothing) and whatever the
 executor of each live attempt keeps (`Executor.observe`: the local executor's records, or one batched squeue and
-one batched sacct for the recorded Slurm jobs). Writes: nothing.
+one batched sacct for the recorded Slurm jobs). Writes: nothing itself; `observe_and_reconcile` writes through
+`lifecycle.reconcile.apply` only.
 Promises: the live attempts are the newest attempt of each shard without a winner whose lifecycle is not finished;
 the result is one normalised `tau.observations` document (schema `observations`), which tau-reconcile applies.
+`observed` reads under the run lock, shared, as every command holds it (tau-observe); `observe_and_reconcile` is
+`tau-observe RUN | tau-reconcile RUN` in one process (tau-drive's cycle, the Python API's `reconcile`): the run
+lock is taken for each step in turn (observe, then reconcile's own), never held across both, so that a caller
+holding drive.lock may make it and no step waits for a lock its caller holds.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from taulib import executors, jsonio, schema
-from taulib.rundir import layout, state, usage
+from taulib.rundir import layout, locks, state, usage
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record
@@ -43,7 +49,23 @@ def live_attempts(run: Run) -> list[Record]:
     return out
 
 
+def observed(run: Run) -> Record:
+    """`observe`, under the run lock (shared), as tau-observe makes it."""
+    with locks.hold(run.dir, "run", shared=True):
+        return observe(run)
+
+
+def observe_and_reconcile(run: Run) -> Record:
+    """Observe the run (`observed`), then apply what was observed (`lifecycle.reconcile.apply`, under its own
+    locks): the run status with the `changes` made, as `tau-observe RUN | tau-reconcile RUN` prints it. Busy (75)
+    when the run lock is not granted in time, before the executor is asked."""
+    from taulib.lifecycle import reconcile
+
+    return reconcile.apply(run, observed(run))
+
+
 def observe(run: Run) -> Record:
+    """The `tau.observations` document of the run's live attempts now (the caller holds the run lock: `observed`)."""
     attempts = live_attempts(run)
     observed_at = jsonio.now_rfc3339()
     views: list[Record] = []
