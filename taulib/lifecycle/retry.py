@@ -28,15 +28,15 @@ if TYPE_CHECKING:
 
 def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False,
           grant: Record | None = None, observed: bool = False) -> Record:
-    """Submit the retryable shards (or, with `explicit`, these shards, granting exhausted ones one attempt more).
-    With `reopen`, the cancellation of the named shards (or, with none named, of the run) is lifted first
-    (`lifecycle.cancel.reopen`). With `grant` ({mem, time}, Slurm's spelling, None where not granted), the named
-    shards' new attempts ask for that instead of what escalation would ask (checked against the site's limits
-    where its executor can read them), recorded in the submission. A shard whose newest attempt was killed without
-    a cause yet waits for it (`rules.escalation.next_attempt`) unless named. The result names the exhausted shards
-    left alone and the waiting ones, and says why nothing was submitted (`reason`; `stopped` when the run is past
-    its failure budget). It acts on the state tau-status shows: the scheduler is observed and its word reconciled
-    first (as tau-drive does), unless the caller just did (`observed`)."""
+    """Submit the retryable shards (or, with `explicit`, these shards, granting exhausted ones one attempt more). With
+    `reopen`, the cancellation of the named shards (or, with none named, of the run) is lifted first
+    (`lifecycle.cancel.reopen`). With `grant` ({mem, time} in `rules.escalation`'s spelling, None where not granted),
+    the named shards' new attempts ask for that instead of what escalation would ask (checked against the site's limits
+    where its executor can read them), recorded in the submission. A shard whose newest attempt was killed without a
+    cause yet waits for it (`rules.escalation.next_attempt`) unless named. The result names the exhausted shards left
+    alone and the waiting ones, and says why nothing was submitted (`reason`; `stopped` when the run is past its failure
+    budget). It acts on the state tau-status shows: the scheduler is observed and its word reconciled first (as tau-
+    drive does), unless the caller just did (`observed`)."""
     wanted = None
     if explicit:
         for sid in explicit:
@@ -51,9 +51,9 @@ def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False,
 
         reopened = cancel.reopen(run, explicit)
     if not observed:
-        from taulib.lifecycle import observe, reconcile
+        from taulib.lifecycle import observe
 
-        reconcile.apply(run, observe.observe(run))
+        observe.observe_and_reconcile(run)  # under the run lock, as tau-observe | tau-reconcile
     stopped = None
     exhausted: list[Record] = []
     capped: set[str] = set()  # exhausted because a retry would ask the request that was killed
