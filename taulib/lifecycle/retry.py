@@ -35,8 +35,8 @@ def retry(run: Run, explicit: list[str] | None = None, reopen: bool = False,
     where its executor can read them), recorded in the submission. A shard whose newest attempt was killed without a
     cause yet waits for it (`rules.escalation.next_attempt`) unless named. The result names the exhausted shards left
     alone and the waiting ones, and says why nothing was submitted (`reason`; `stopped` when the run is past its failure
-    budget). It acts on the state tau-status shows: the scheduler is observed and its word reconciled first (as tau-
-    drive does), unless the caller just did (`observed`)."""
+    budget). It acts on the state tau-status shows: the scheduler is observed and its word reconciled first (as
+    tau-drive does), unless the caller just did (`observed`)."""
     wanted = None
     if explicit:
         for sid in explicit:
