@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taulib import env
 from taulib.bundle.credentials import credential, denied, what_to_set
@@ -24,13 +24,21 @@ from taulib.bundle.endpoint import Location
 from taulib.bundle.threads import run_all
 from taulib.errors import CheckFailed, NotFound, Refused, Unavailable
 
+if TYPE_CHECKING:  # annotations only: the SDK and requests are imported where they are used
+    from collections.abc import Iterator, Mapping
+
+    import requests
+    from azure.storage.blob import ContainerClient
+
+    from taulib.bundle.rest import Client
+
 RANGE = 8 << 20  # bytes per ranged GET into memory or staged block: 8-16 MiB reach the best throughput measured
 WINDOW = 8  # ranges (or blocks) in flight per large blob
 WORKERS = 16  # small blobs transferred at once (one GET each)
 POOL = 32  # HTTP connections kept per host: more than WINDOW and WORKERS, so none is discarded
 
 
-def _session():
+def _session() -> requests.Session:
     import requests
     from requests.adapters import HTTPAdapter
     from urllib3.util.retry import Retry
@@ -48,7 +56,7 @@ def _quiet() -> None:
         logging.getLogger(name).addHandler(logging.NullHandler())
 
 
-def container(location: Location, environ: dict | None = None):
+def container(location: Location, environ: dict[str, str] | None = None) -> ContainerClient:
     from azure.storage.blob import ContainerClient, ExponentialRetry
 
     _quiet()
@@ -62,7 +70,7 @@ def container(location: Location, environ: dict | None = None):
                            max_single_get_size=RANGE, max_chunk_get_size=RANGE, **kwargs)
 
 
-def reader(location: Location, environ: dict | None = None):
+def reader(location: Location, environ: dict[str, str] | None = None) -> Client:
     """The client tau-bundle-fetch and tau-bundle-verify read with (`rest.Client`: no SDK); `list_prefix`,
     `read_small` and `claims` take it as they take a ContainerClient."""
     from taulib.bundle import rest
@@ -72,7 +80,7 @@ def reader(location: Location, environ: dict | None = None):
 
 
 @contextmanager
-def translated(what: str):
+def translated(what: str) -> Iterator[None]:
     """Turn Azure SDK errors into tau's exit codes, naming what was being done."""
     from azure.core.exceptions import (
         ClientAuthenticationError, HttpResponseError, ResourceModifiedError, ResourceNotFoundError,
@@ -99,7 +107,7 @@ def translated(what: str):
         raise Unavailable(f"{what}: Blob storage cannot be reached ({type(exc).__name__})") from None
 
 
-def list_prefix(client, prefix: str) -> dict[str, tuple[int, str]]:
+def list_prefix(client: ContainerClient | Client, prefix: str) -> dict[str, tuple[int, str]]:
     """{path below prefix: (size, etag)} of every blob under `prefix/`."""
     if not hasattr(client, "list_blobs"):  # a reader
         return client.list_prefix(prefix)
@@ -110,7 +118,7 @@ def list_prefix(client, prefix: str) -> dict[str, tuple[int, str]]:
     return out
 
 
-def read_small(client, name: str, limit: int = 16 << 20) -> bytes | None:
+def read_small(client: ContainerClient | Client, name: str, limit: int = 16 << 20) -> bytes | None:
     """The bytes of blob `name`, None when there is none; CheckFailed when it is larger than `limit`."""
     if not hasattr(client, "download_blob"):  # a reader
         return client.read_small(name, limit)
@@ -126,7 +134,8 @@ def read_small(client, name: str, limit: int = 16 << 20) -> bytes | None:
         return downloader.readall()
 
 
-def claims(client, prefix: str, listing: dict | None, generation: str, strict: bool = False) -> dict:
+def claims(client: ContainerClient | Client, prefix: str, listing: Mapping[str, object] | None, generation: str,
+           strict: bool = False) -> dict[str, list[tuple[str, str, int]]]:
     """What the manifests of the generations other than `generation` under PREFIX/.tau/bundles/ name, acknowledged
     or not: {payload path: [(generation, sha256, size)]} (`manifest.claims`). They are found in `listing` (the
     prefix's, paths below it), or, when it is None, in a fresh listing of PREFIX/.tau/bundles/."""

@@ -19,7 +19,11 @@ import os
 import select
 import socket
 import threading
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    import ssl
 
 CONNECT_TIMEOUT = 5.0
 ERROR_BODY = 64 << 10  # bytes of an error answer's body read before its connection is given back
@@ -30,7 +34,7 @@ TAIL = LOW_WATER + (64 << 10)  # a body's last bytes, read as they come (more th
 class Pool:
     """Kept-alive connections to `account_url` (http or https; `verify` as `tls_context` takes it)."""
 
-    def __init__(self, account_url: str, verify, read_timeout: float) -> None:
+    def __init__(self, account_url: str, verify: bool | str, read_timeout: float) -> None:
         url = urlsplit(account_url)
         self.host, self.port, self.read_timeout = url.hostname or "", url.port, read_timeout
         self.context = tls_context(verify) if url.scheme == "https" else None
@@ -86,7 +90,7 @@ class Pool:
             conn.close()
 
 
-def low_water(response, on: bool) -> None:
+def low_water(response: http.client.HTTPResponse, on: bool) -> None:
     """Wake the reader of `response` (http.client's) only once LOW_WATER bytes have arrived (on), or for any byte
     (off: the socket's default, as every request starts). A body is read with it on only while more than TAIL
     bytes of it are still to come, so that the bytes waited for are always on their way (under TLS too, whose
@@ -132,12 +136,12 @@ class _Plain(_Timed):
 
 
 class _Secure(_Timed, http.client.HTTPSConnection):
-    def __init__(self, host: str, port: int | None, read_timeout: float, context) -> None:
+    def __init__(self, host: str, port: int | None, read_timeout: float, context: ssl.SSLContext) -> None:
         super().__init__(host, port, timeout=CONNECT_TIMEOUT, context=context)
         self.read_timeout = read_timeout
 
 
-def tls_context(verify):
+def tls_context(verify: bool | str) -> ssl.SSLContext:
     """The TLS context requests would use for `verify` (True: certifi's certificates; a path: that file or folder
     of certificates, as REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE named it)."""
     import ssl

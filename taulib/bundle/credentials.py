@@ -18,10 +18,17 @@ of credential the request carried) and what to set.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any, cast
 
 from taulib import env
 from taulib.bundle.endpoint import Location
 from taulib.errors import Refused, UsageError
+
+if TYPE_CHECKING:  # imported only when a request is made (azure-core, azure-identity)
+    from azure.core.credentials import AccessToken
+    from azure.core.exceptions import HttpResponseError
+    from azure.core.rest import HttpRequest
+    from azure.identity import DefaultAzureCredential
 
 STORAGE_SCOPE = "https://storage.azure.com/.default"  # what azure-storage-blob asks a token credential for
 # DefaultAzureCredential's sources that have no place on a login node, a VM or a pod (or that open a window)
@@ -29,7 +36,7 @@ _NOT_HERE = ("shared_token_cache", "visual_studio_code", "powershell", "develope
              "broker")
 
 
-def _connection_string_key(text: str, account: str) -> dict:
+def _connection_string_key(text: str, account: str) -> dict[str, str]:
     fields = dict(part.split("=", 1) for part in text.split(";") if "=" in part)
     name, key = fields.get("AccountName"), fields.get("AccountKey")
     if not name or not key:
@@ -62,10 +69,10 @@ class _Identity:
     """DefaultAzureCredential that hands out the token credential() obtained first, while it is valid for more than
     five minutes, before asking the chain again (the Azure CLI source costs a process per token)."""
 
-    def __init__(self, chain, token) -> None:
+    def __init__(self, chain: DefaultAzureCredential, token: AccessToken) -> None:
         self.chain, self.token = chain, token
 
-    def get_token(self, *scopes: str, **kwargs):
+    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
         token = self.token
         if token is not None and scopes == (STORAGE_SCOPE,) and not kwargs.get("claims") \
                 and token.expires_on - time.time() > 300:
@@ -94,7 +101,7 @@ def _identity(location: Location) -> _Identity:
     return _Identity(chain, token)
 
 
-def credential(location: Location, environ: dict | None = None):
+def credential(location: Location, environ: dict[str, str] | None = None) -> dict[str, str] | _Identity | None:
     """The credential for `location`: the connection string's key, else (https only) a checked Azure identity,
     else None (anonymous). azure-identity reads the process environment itself, never `environ`."""
     text = env.get("AZURE_STORAGE_CONNECTION_STRING", environ)
@@ -107,9 +114,10 @@ def credential(location: Location, environ: dict | None = None):
     return _identity(location)
 
 
-def denied(what: str, exc) -> str:
+def denied(what: str, exc: HttpResponseError) -> str:
     """The access-denied message of an SDK error `exc` (`denied_to`)."""
-    request = exc.response.request
+    assert exc.response is not None and exc.status_code is not None, "an access-denied error carries its answer"
+    request = cast("HttpRequest", exc.response.request)  # azure-core types it `object`; it is an HttpRequest
     scheme = (request.headers.get("Authorization") or "").split(" ", 1)[0]
     return denied_to(what, exc.status_code, scheme, str(request.url))
 

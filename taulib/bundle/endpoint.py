@@ -39,11 +39,11 @@ class Location(NamedTuple):
         return f"{self.account_url}/{self.container}/{self.prefix}"
 
 
-def trusted_origins(environ: dict | None = None) -> frozenset[str]:
-    return env.get("TAU_TRUSTED_BLOB_ENDPOINTS", environ)  # type: ignore[return-value]
+def trusted_origins(environ: dict[str, str] | None = None) -> frozenset[str]:
+    return env.get("TAU_TRUSTED_BLOB_ENDPOINTS", environ)
 
 
-def parse(source: str, environ: dict | None = None) -> Location:
+def parse(source: str, environ: dict[str, str] | None = None) -> Location:
     """The Location of a Blob SOURCE URL, or Refused (77) when tau must not contact it."""
     if any(ord(c) < 0x21 or ord(c) == 0x7F for c in source):
         raise Refused(f"blob URL {source!r} contains spaces or control characters")

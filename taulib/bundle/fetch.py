@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import TYPE_CHECKING
 
 from taulib import failpoints, jsonio, signals
 from taulib.bundle import endpoint
@@ -42,6 +43,10 @@ from taulib.bundle.claim import Claim
 from taulib.errors import CheckFailed, Conflict, NotFound, Refused, UsageError
 from taulib.fs import publish
 from taulib.fs.tree import Tree
+
+if TYPE_CHECKING:
+    from taulib.bundle.rest import Client
+    from taulib.jsonio import Record
 
 
 def _destination(destination: str) -> tuple[Tree, str, bool, Claim]:
@@ -79,7 +84,7 @@ def _destination(destination: str) -> tuple[Tree, str, bool, Claim]:
 
 
 def fetch(source: str, destination: str, generation: str | None, current: bool = False,
-          env: dict | None = None, progress: bool | None = None) -> dict:
+          env: dict[str, str] | None = None, progress: bool | None = None) -> Record:
     """Fetch the generation into `destination`; `progress` forces the progress line on (True) or off (False),
     None shows it when stderr is a terminal."""
     location = endpoint.parse(source, env)
@@ -105,8 +110,8 @@ def fetch(source: str, destination: str, generation: str | None, current: bool =
             "checkpoints": record.get("checkpoints"), "metrics": record.get("metrics", [])}
 
 
-def _fetch(parent: Tree, name: str, existed: bool, claim: Claim, location, generation: str | None,
-           env: dict | None, progress: bool | None) -> tuple[str, dict, bytes]:
+def _fetch(parent: Tree, name: str, existed: bool, claim: Claim, location: endpoint.Location, generation: str | None,
+           env: dict[str, str] | None, progress: bool | None) -> tuple[str, Record, bytes]:
     """Steps 2 and 4 to 6 (the caller holds the claim): (the generation, its manifest, the manifest's bytes)."""
     from taulib.bundle import blob
 
@@ -155,7 +160,7 @@ def _fetch(parent: Tree, name: str, existed: bool, claim: Claim, location, gener
     return generation, record, manifest_bytes
 
 
-def _describe(differences: dict) -> str:
+def _describe(differences: Record) -> str:
     parts = []
     for key in ("missing", "extra"):
         if differences[key]:
@@ -167,7 +172,8 @@ def _describe(differences: dict) -> str:
     return "; ".join(parts)
 
 
-def _download_all(client, location, record: dict, listing: dict, stage: Tree, show: bool | None) -> None:
+def _download_all(client: Client, location: endpoint.Location, record: Record, listing: dict[str, tuple[int, str]],
+                  stage: Tree, show: bool | None) -> None:
     from taulib.bundle import transfer
     from taulib.progress import Meter
 
@@ -176,7 +182,8 @@ def _download_all(client, location, record: dict, listing: dict, stage: Tree, sh
     progress = Meter(f"fetching {generation}", unit="files", total_count=len(entries),
                      total_bytes=sum(e["size"] for e in entries), show=show)
 
-    def finish(entry: dict, sha: str, fd: int) -> None:
+    def finish(entry: Record, sha: str, fd: int | None) -> None:
+        assert fd is not None, "open_fd gave every file its descriptor"
         try:
             size = os.fstat(fd).st_size
             if size != entry["size"]:

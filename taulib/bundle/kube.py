@@ -54,10 +54,15 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from taulib.bundle import endpoint
 from taulib.errors import BadInput, Busy, CheckFailed, Conflict, NotFound, Refused, Unavailable, UsageError
+
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.k8s.api import Read, Session
 
 GENERATION = "tau.azure.com/artifact-bundle-id"
 STORE = "tau.azure.com/artifact-store"
@@ -77,8 +82,8 @@ _PV_SPEC_FIELDS = frozenset({"accessModes", "capacity", "claimRef", "mountOption
                              "volumeMode"})
 
 
-def resolve(name: str, namespace: str | None = None, env: dict | None = None, generation: str | None = None,
-            current: bool = False) -> dict:
+def resolve(name: str, namespace: str | None = None, env: dict[str, str] | None = None, generation: str | None = None,
+            current: bool = False) -> Record:
     """{"url", "generation" (None: follow .tau/current), "generation_from", "discovered", "pvc", "pv",
     "resource_group", "kind", "name", "namespace"} of the bundle of the Job or RayJob NAME."""
     from taulib.k8s import api
@@ -98,7 +103,7 @@ def resolve(name: str, namespace: str | None = None, env: dict | None = None, ge
     return {**found, **chosen, "kind": kind, "name": name, "namespace": namespace}
 
 
-def _workload(session, name: str, namespace: str) -> tuple[str, dict]:
+def _workload(session: Session, name: str, namespace: str) -> tuple[str, Record | None]:
     from taulib.k8s import api
     from taulib.k8s.objects import owned_by
 
@@ -122,7 +127,7 @@ def _workload(session, name: str, namespace: str) -> tuple[str, dict]:
     return ("Job", job.value) if job.state == api.OBSERVED else ("RayJob", rayjob.value)
 
 
-def _require(annotations: dict, what: str) -> None:
+def _require(annotations: Record, what: str) -> None:
     """A store annotation or a result PVC to discover one from, and a result path (pure)."""
     if not annotations.get(STORE) and not annotations.get(RESULT_PVC):
         missing = [key for key in (GENERATION, STORE) if not annotations.get(key)]
@@ -135,7 +140,7 @@ def _require(annotations: dict, what: str) -> None:
 
 
 def choose_generation(annotated: str | None, option: str | None, current: bool, kind: str, name: str,
-                      what: str) -> dict:
+                      what: str) -> Record:
     """{"generation" (None: follow .tau/current), "generation_from"} (pure)."""
     if annotated is not None:
         if current:
@@ -156,7 +161,7 @@ def choose_generation(annotated: str | None, option: str | None, current: bool, 
                      "explicitly with --current")
 
 
-def locate(annotations: dict, what: str, env: dict | None = None) -> dict:
+def locate(annotations: Record, what: str, env: dict[str, str] | None = None) -> Record:
     """{"url"} from a workload's store and result-path annotations (pure: no request)."""
     store = _store(annotations[STORE], what)
     prefix = _prefix(annotations[RESULT_PATH], what)
@@ -170,8 +175,8 @@ def locate(annotations: dict, what: str, env: dict | None = None) -> dict:
     return {"url": location.url()}
 
 
-def discover(session, claim: object, namespace: str, result_path: object, what: str,
-             env: dict | None = None) -> dict:
+def discover(session: Session, claim: object, namespace: str, result_path: object, what: str,
+             env: dict[str, str] | None = None) -> Record:
     """{"url", "discovered": "pvc", "pvc", "pv", "resource_group"}: read the claim, then its volume."""
     from taulib.k8s import api
 
@@ -184,6 +189,7 @@ def discover(session, claim: object, namespace: str, result_path: object, what: 
     if read.state != api.OBSERVED:
         raise NotFound(f"the PersistentVolumeClaim {claim!r} in namespace {namespace!r}, the {RESULT_PVC} of the "
                        f"{what}, does not exist", pvc=claim, namespace=namespace)
+    assert read.value is not None, "an observed read carries its object"
     volume = bound_volume(read.value, claim, namespace)
     pv_read = session.get(api.PVS, None, volume)
     _check_read(pv_read, "ask for get on persistentvolumes (cluster-scoped: a ClusterRole and a "
@@ -192,11 +198,12 @@ def discover(session, claim: object, namespace: str, result_path: object, what: 
     if pv_read.state != api.OBSERVED:
         raise NotFound(f"the PersistentVolume {volume!r} that PersistentVolumeClaim {claim!r} in namespace "
                        f"{namespace!r} is bound to does not exist", pv=volume, pvc=claim)
+    assert pv_read.value is not None, "an observed read carries its object"
     found = volume_location(pv_read.value, read.value, claim, namespace, prefix, env)
     return {**found, "discovered": "pvc", "pvc": claim, "pv": volume}
 
 
-def _check_read(read, ask: str, **details: object) -> None:
+def _check_read(read: Read[object], ask: str, **details: object) -> None:
     from taulib.k8s import api
 
     if read.denied:
@@ -205,7 +212,7 @@ def _check_read(read, ask: str, **details: object) -> None:
         raise Unavailable(f"{read.reason}; try again when it answers", **details)
 
 
-def bound_volume(pvc: dict, claim: str, namespace: str) -> str:
+def bound_volume(pvc: Record, claim: str, namespace: str) -> str:
     """The name of the PersistentVolume a claim is bound to (pure)."""
     volume = (pvc.get("spec") or {}).get("volumeName")
     phase = (pvc.get("status") or {}).get("phase")
@@ -217,7 +224,8 @@ def bound_volume(pvc: dict, claim: str, namespace: str) -> str:
     return volume
 
 
-def volume_location(pv: dict, pvc: dict, claim: str, namespace: str, prefix: str, env: dict | None = None) -> dict:
+def volume_location(pv: Record, pvc: Record, claim: str, namespace: str, prefix: str,
+                    env: dict[str, str] | None = None) -> Record:
     """{"url", "resource_group"} of a Blob CSI PersistentVolume bound to the claim, by Tau's artifact-store
     controller's rules (pure: no request)."""
     name = (pv.get("metadata") or {}).get("name")
@@ -272,7 +280,7 @@ def volume_location(pv: dict, pvc: dict, claim: str, namespace: str, prefix: str
     return {"url": location.url(), "resource_group": resource_group}
 
 
-def fold_attributes(attributes: object, pv: object) -> dict:
+def fold_attributes(attributes: object, pv: object) -> dict[str, str]:
     """volumeAttributes with lowercased names, as the driver reads them; conflicting case variants are 65."""
     if not isinstance(attributes, dict):
         raise BadInput(f"the volumeAttributes of PersistentVolume {pv!r} are not an object", pv=pv)
@@ -291,7 +299,7 @@ def fold_attributes(attributes: object, pv: object) -> dict:
     return folded
 
 
-def _account_url(attributes: dict, account: str, pv: object, env: dict | None) -> str:
+def _account_url(attributes: dict[str, str], account: str, pv: object, env: dict[str, str] | None) -> str:
     """The account URL from the `server` attribute, else from the account and the endpoint suffix."""
     server = attributes.get("server")
     if not server:
@@ -326,7 +334,7 @@ def _account_url(attributes: dict, account: str, pv: object, env: dict | None) -
     return origin
 
 
-def _store(text: str, what: str) -> dict:
+def _store(text: str, what: str) -> Record:
     try:
         store = json.loads(text)
     except ValueError:

@@ -26,6 +26,7 @@ import hashlib
 import os
 import re
 from collections.abc import Container
+from typing import TypeVar
 
 from taulib import jsonio, schema
 from taulib.errors import BadInput, CheckFailed, Conflict, Refused, TauError
@@ -36,6 +37,7 @@ BUNDLES = ".tau/bundles"
 CURRENT = ".tau/current"
 _GENERATION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 CHUNK = 1 << 20
+_V = TypeVar("_V")
 
 
 def check_generation(generation: str) -> str:
@@ -102,7 +104,7 @@ def parse_current(data: bytes, where: str) -> str:
     return text
 
 
-def load_ack(generation: str, manifest_bytes: bytes | None, marker_bytes: bytes | None, where: str) -> dict:
+def load_ack(generation: str, manifest_bytes: bytes | None, marker_bytes: bytes | None, where: str) -> jsonio.Record:
     """The manifest of an acknowledged generation, checked against its marker; typed errors otherwise: no marker
     or no manifest CheckFailed (1), malformed BadInput (65), a marker or manifest of another generation Conflict
     (73), a marker that acknowledges other manifest bytes CheckFailed (1), an unsafe path Refused (77)."""
@@ -184,7 +186,7 @@ def generations(tree: Tree) -> list[str]:
                   if n.endswith(".complete") and _GENERATION.match(n[: -len(".complete")]))
 
 
-def describe(tree: Tree, listing: list[tuple[str, int]] | None = None, durable: bool = False) -> list[dict]:
+def describe(tree: Tree, listing: list[tuple[str, int]] | None = None, durable: bool = False) -> list[jsonio.Record]:
     """Manifest entries of every payload file (of `listing`, by default a fresh `walk`): path, size, sha256;
     `durable`: each file fsynced once hashed (its folders are the caller's: `Tree.sync_folders`)."""
     files = []
@@ -200,8 +202,9 @@ def describe(tree: Tree, listing: list[tuple[str, int]] | None = None, durable: 
     return files
 
 
-def build(generation: str, files: list[dict], run: dict | None, producer: dict, index: dict | None,
-          checkpoints: dict | None = None, metrics: list[dict] | None = None) -> dict:
+def build(generation: str, files: list[jsonio.Record], run: jsonio.Record | None, producer: jsonio.Record,
+          index: jsonio.Record | None, checkpoints: jsonio.Record | None = None,
+          metrics: list[jsonio.Record] | None = None) -> jsonio.Record:
     record = {"kind": "tau.bundle-manifest", "schema_version": 1, "generation": check_generation(generation),
               "created_at": jsonio.now_rfc3339(), "run": run, "producer": producer, "index": index,
               "checkpoints": checkpoints, "metrics": metrics or [],
@@ -210,16 +213,14 @@ def build(generation: str, files: list[dict], run: dict | None, producer: dict, 
     return record
 
 
-def decode(data: bytes, generation: str) -> dict:
+def decode(data: bytes, generation: str) -> jsonio.Record:
     record = jsonio.loads(data, f"manifest of generation {generation!r}")
     if not isinstance(record, dict):
         raise BadInput(f"manifest of generation {generation!r} is not a JSON object")
     schema.validate(record, "bundle-manifest", f"manifest of generation {generation!r}")
     if record["generation"] != generation:
         raise Conflict(f"manifest names generation {record['generation']!r}, not {generation!r}")
-    for entry in record["files"]:
-        safe_relpath(entry["path"])
-    paths = [f["path"] for f in record["files"]]
+    paths = [safe_relpath(f["path"]) for f in record["files"]]
     if len(set(paths)) != len(paths):
         raise BadInput(f"manifest of generation {generation!r} lists a path twice")
     folders = {p.rsplit("/", i)[0] for p in paths for i in range(1, p.count("/") + 1)}
@@ -243,7 +244,7 @@ def decode(data: bytes, generation: str) -> dict:
     return record
 
 
-def parts(record: dict) -> list[dict]:
+def parts(record: jsonio.Record) -> list[jsonio.Record]:
     """The generation's own files its manifest names (checkpoint index, metrics copies): path, size, sha256."""
     out = []
     if record.get("checkpoints") is not None:
@@ -252,12 +253,13 @@ def parts(record: dict) -> list[dict]:
     return out
 
 
-def entries(record: dict) -> list[dict]:
+def entries(record: jsonio.Record) -> list[jsonio.Record]:
     """Every file a generation consists of: its payload files, then its parts."""
-    return record["files"] + parts(record)
+    files: list[jsonio.Record] = record["files"]
+    return files + parts(record)
 
 
-def reader_view(listing: dict, generation: str) -> dict:
+def reader_view(listing: dict[str, _V], generation: str) -> dict[str, _V]:
     """What readers of `generation` compare with its manifest: the payload (everything outside `.tau/`) and the
     generation's own folder; the rest of `.tau/` (acknowledgements, other generations' folders) is tau's."""
     folder = parts_folder(generation) + "/"
@@ -303,10 +305,9 @@ def local_claims(tree: Tree, generation: str) -> dict[str, list[tuple[str, str, 
     return claims(manifests)
 
 
-def compare(manifest: dict, listing: dict[str, int], claimed: Container[str] = ()) -> dict:
-    """Missing, extra and resized files of a listing {path: size} against a manifest (its payload files and its
-    parts); a file of the listing that the manifest does not name but another generation's does (`claimed`) is
-    not extra."""
+def compare(manifest: jsonio.Record, listing: dict[str, int], claimed: Container[str] = ()) -> jsonio.Record:
+    """Missing, extra and resized files of a listing {path: size} against a manifest (its payload files and its parts);
+    a file of the listing that the manifest does not name but another generation's does (`claimed`) is not extra."""
     expected = {f["path"]: f["size"] for f in entries(manifest)}
     return {
         "missing": sorted(set(expected) - set(listing)),
@@ -376,7 +377,7 @@ def folder_digest(files: list[tuple[str, int, str]]) -> str:
     return h.hexdigest()
 
 
-def checkpoint_index(generation: str, globs: list[str], files: list[dict]) -> dict:
+def checkpoint_index(generation: str, globs: list[str], files: list[jsonio.Record]) -> jsonio.Record:
     """The checkpoint index (tau.checkpoint-index) of the matches of `globs` among a manifest's payload files,
     which carry every file's size and sha256 (nothing is read again)."""
     matched, _ = match_checkpoints(globs, [f["path"] for f in files])

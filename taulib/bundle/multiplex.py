@@ -26,16 +26,26 @@ import selectors
 import socket
 import ssl
 import time
+from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
 from urllib.parse import urlsplit
 
 from taulib.bundle.connections import tls_context
 from taulib.bundle.rest import Again, Client
 from taulib.errors import Unavailable
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+    # what socket.getaddrinfo gives for each address: (family, type, proto, canonname, sockaddr)
+    AddressInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str,
+                        tuple[str, int] | tuple[str, int, int, int] | tuple[int, bytes]]
+
 HEAD_LIMIT = 64 << 10  # bytes of status line and headers accepted in one answer
 CONNECT_TIMEOUT = 5.0
 TICK = 0.2  # longest wait without looking at deadlines and retries
 RECV = 256 << 10  # bytes asked of the socket at a time while reading an answer's head
+_R = TypeVar("_R")
+_Ts = TypeVarTuple("_Ts")
 
 
 class Get:
@@ -71,7 +81,7 @@ class _Theirs(Exception):
         self.error = error
 
 
-def _theirs(call, *args):
+def _theirs(call: Callable[[*_Ts], _R], *args: *_Ts) -> _R:
     try:
         return call(*args)
     except BaseException as exc:
@@ -116,7 +126,7 @@ class Engine:
         default = (443 if self.tls else 80) == self.port
         self.host_header = (f"[{self.host}]" if ":" in self.host else self.host) + ("" if default else f":{self.port}")
         self.context = tls_context(client.verify) if self.tls else None
-        self.addresses: list = []  # the endpoint's, resolved at the first connection
+        self.addresses: Sequence[AddressInfo] = []  # the endpoint's, resolved at the first connection
         self.selector = selectors.DefaultSelector()
         self.conns: list[_Conn] = []
         self.buffers = [memoryview(mmap.mmap(-1, scratch)) for _ in range(connections)]
@@ -127,7 +137,7 @@ class Engine:
             self._drop(conn)
         self.selector.close()
 
-    def run(self, gets) -> None:
+    def run(self, gets: Iterable[Get]) -> None:
         """Every Get of the iterable `gets`, one per connection at a time, taken from it in order as connections
         free up; returns when all ended, raises the first failure that is not tried again."""
         source, exhausted = iter(gets), False
@@ -230,7 +240,7 @@ class Engine:
                 pass
             conn.sock.close()
 
-    def _retry(self, conn: _Conn, failed: _Failed, retries: list) -> None:
+    def _retry(self, conn: _Conn, failed: _Failed, retries: list[Get]) -> None:
         """The try of conn's GET failed: the connection is closed; the GET goes back to wait for its next try,
         or its failure is raised when its tries are spent."""
         get, stale = conn.get_in_use(), failed.stale and conn.reused

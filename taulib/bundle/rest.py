@@ -37,7 +37,7 @@ import http.client
 import random
 import threading
 from email.utils import formatdate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, NoReturn, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
 from taulib import __version__, env
@@ -46,13 +46,18 @@ from taulib.bundle.credentials import STORAGE_SCOPE, denied_to, what_to_set
 from taulib.bundle.endpoint import Location
 from taulib.errors import CheckFailed, NotFound, Refused, Unavailable
 
-if TYPE_CHECKING:  # imported only through a proxy (~40 ms)
+if TYPE_CHECKING:  # imported only through a proxy (~40 ms), or only for a token (azure-core)
+    from azure.core.credentials import TokenCredential
     from urllib3 import HTTPConnectionPool
 
 API_VERSION = "2025-01-05"  # Blob storage's REST version asked for (TAU_BLOB_API_VERSION overrides it)
 RETRIED = frozenset({408, 500, 502, 503, 504})  # what the SDK's StorageRetryPolicy retries (5xx but 501 and 505)
 USER_AGENT = f"tau/{__version__}"
 LIST_PAGE = 5000  # blobs per List Blobs answer (the service's most)
+
+_R = TypeVar("_R")
+Consume = Callable[[http.client.HTTPResponse, int | None, str], _R]  # consume(response, length, what): `_tried`
+Span = tuple[int, int]  # (start, length) of a range
 
 
 class Again(Exception):
@@ -67,8 +72,11 @@ class Client:
     """Requests to the container of `location` with `credential` (`credentials.credential`'s: the key's fields, a
     token credential, or None); through a proxy over a pool of at most `pool_size` connections."""
 
-    def __init__(self, location: Location, credential, pool_size: int, environ: dict | None = None) -> None:
-        self.account, self.key, self.token = location.account, None, None
+    def __init__(self, location: Location, credential: dict[str, str] | TokenCredential | None, pool_size: int,
+                 environ: dict[str, str] | None = None) -> None:
+        self.account = location.account
+        self.key: bytes | None = None
+        self.token: TokenCredential | None = None
         if isinstance(credential, dict):
             self.account, self.key = credential["account_name"], base64.b64decode(credential["account_key"])
         else:
@@ -86,7 +94,7 @@ class Client:
         # no proxy variable: what requests would do, without importing it (~40 ms): a connection straight to the
         # endpoint, the certificates of REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE, else certifi's
         self.proxied = False
-        self.verify = env.get("REQUESTS_CA_BUNDLE", environ) or env.get("CURL_CA_BUNDLE", environ) or True
+        self.verify: bool | str = env.get("REQUESTS_CA_BUNDLE", environ) or env.get("CURL_CA_BUNDLE", environ) or True
         self.container_path = urlsplit(root).path  # /CONTAINER/, or /ACCOUNT/CONTAINER/ at a trusted endpoint
         self.unproxied = connections.Pool(location.account_url, self.verify, self.read_timeout)
 
@@ -157,7 +165,7 @@ class Client:
     def read_small(self, name: str, limit: int) -> bytes | None:
         """The bytes of blob `name`, None when it does not exist; CheckFailed when it has more than `limit`."""
 
-        def whole(response, length: int | None, what: str) -> bytes:
+        def whole(response: http.client.HTTPResponse, length: int | None, what: str) -> bytes:
             if (length or 0) > limit:
                 raise CheckFailed(f"{name} is larger than {limit} bytes")
             data = response.read(limit + 1)
@@ -176,7 +184,7 @@ class Client:
         which must then have exactly len(view) bytes. Returns how many arrived (fewer than len(view) only for a
         range past the blob's end). Once `stop` is set, a failure is not tried again."""
 
-        def whole(response, available: int | None, what: str) -> int:
+        def whole(response: http.client.HTTPResponse, available: int | None, what: str) -> int:
             length = self.check_length(available, what, name, len(view), start is None)
             got = 0
             while got < length:
@@ -196,7 +204,7 @@ class Client:
         the blob's end). Once `stop` is set, a failure is not tried again."""
         done = 0
 
-        def pipe(response, length: int | None, what: str) -> int:
+        def pipe(response: http.client.HTTPResponse, length: int | None, what: str) -> int:
             nonlocal done
             end = done + self.check_length(length, what, name, len(view) - done, False)
             bulk = end - connections.TAIL  # up to here, woken per LOW_WATER bytes
@@ -209,7 +217,7 @@ class Client:
             _read(response, end)
             return done
 
-        def _read(response, end: int) -> None:
+        def _read(response: http.client.HTTPResponse, end: int) -> None:
             nonlocal done
             while done < end:
                 n = response.readinto(view[done:end])
@@ -236,7 +244,8 @@ class Client:
             raise CheckFailed(f"{what}: Blob storage answered {available} bytes for a range of {expected}")
         return available
 
-    def _tried(self, what: str, path: str, query: dict | None, etag: str | None, span, stop, consume):
+    def _tried(self, what: str, path: str, query: dict[str, str] | None, etag: str | None,
+               span: Span | Callable[[], Span] | None, stop: threading.Event | None, consume: Consume[_R]) -> _R:
         """consume(response, length, what) of a GET of `path` (response: http.client's, its body to read; length:
         the body's bytes, None when the answer did not say), tried up to TAU_BLOB_RETRIES more times; `span` is None
         (all of it), (start, length), or a function giving them afresh for each try."""
@@ -248,7 +257,8 @@ class Client:
                     raise Unavailable(f"{what}: {again}") from None
         raise AssertionError("unreachable")
 
-    def _once(self, what: str, path: str, query: dict | None, etag: str | None, span, consume):
+    def _once(self, what: str, path: str, query: dict[str, str] | None, etag: str | None, span: Span | None,
+              consume: Consume[_R]) -> _R:
         headers = self.headers(what, path, query, etag, span)
         if query:
             path += "?" + "&".join(f"{k}={quote(v, safe='')}" for k, v in query.items())
@@ -266,7 +276,9 @@ class Client:
             if response.status not in (200, 206):
                 response.drain_conn()
                 self.refuse(what, response.status, response.reason, headers)
-            result = consume(response._fp, response.length_remaining, what)
+            fp = response._fp
+            assert fp is not None, "an answer not preloaded has its http.client response"
+            result = consume(fp, response.length_remaining, what)
             response.release_conn()
             response = None
             return result
@@ -277,7 +289,7 @@ class Client:
                 response.close()
                 response.release_conn()
 
-    def _unproxied(self, what: str, target: str, headers: dict, consume):
+    def _unproxied(self, what: str, target: str, headers: dict[str, str], consume: Consume[_R]) -> _R:
         """One GET over a kept-alive connection of this client's own, given back once its answer was read whole. A
         kept-alive connection the endpoint closed before a byte of the answer came (its close still on the way
         when the connection was taken) is replaced by a new one, without a try counted."""
@@ -286,7 +298,8 @@ class Client:
         except _Stale:
             return self._over(self.unproxied.take(new=True), what, target, headers, consume)
 
-    def _over(self, conn: http.client.HTTPConnection, what: str, target: str, headers: dict, consume):
+    def _over(self, conn: http.client.HTTPConnection, what: str, target: str, headers: dict[str, str],
+              consume: Consume[_R]) -> _R:
         reused, whole = conn.sock is not None, False
         try:
             try:
@@ -311,7 +324,8 @@ class Client:
         finally:
             self.unproxied.give(conn, whole)
 
-    def headers(self, what: str, path: str, query: dict | None, etag: str | None, span) -> dict:
+    def headers(self, what: str, path: str, query: dict[str, str] | None, etag: str | None,
+                span: Span | None) -> dict[str, str]:
         """The headers of a GET of `path` (span: None, or (start, length) of a range), signed."""
         headers = {"User-Agent": USER_AGENT, "x-ms-date": formatdate(usegmt=True), "x-ms-version": self.api_version}
         if span is not None:
@@ -321,7 +335,7 @@ class Client:
         self._authorize(what, path, query, headers)
         return headers
 
-    def refuse(self, what: str, status: int, reason: str | None, headers: dict) -> None:
+    def refuse(self, what: str, status: int, reason: str | None, headers: dict[str, str]) -> NoReturn:
         """Raise what an answer other than 200/206 means (`Again` for one another try may not get); `headers`:
         the request's (its Authorization says which credential was refused)."""
         if status in (401, 403):
@@ -335,7 +349,7 @@ class Client:
             raise Again(f"Blob storage answered {status} {reason or ''}".strip())
         raise Unavailable(f"{what}: Blob storage answered {status} {reason or ''}".strip())
 
-    def _authorize(self, what: str, path: str, query: dict | None, headers: dict) -> None:
+    def _authorize(self, what: str, path: str, query: dict[str, str] | None, headers: dict[str, str]) -> None:
         if self.key is not None:  # SharedKey, as the SDK's StorageSharedKeyCredentialPolicy signs a GET
             signed = "".join(f"{k}:{headers[k]}\n" for k in sorted(k for k in headers if k.startswith("x-ms-")))
             resource = f"/{self.account}{path}" + "".join(f"\n{k}:{v}" for k, v in sorted((query or {}).items()))

@@ -37,11 +37,16 @@ from __future__ import annotations
 import os
 import re
 import socket
+from typing import TYPE_CHECKING
 
 from taulib import __version__, env, failpoints, jsonio
 from taulib.bundle import manifest as mf
 from taulib.errors import BadInput, Conflict, NotFound, Refused, TauError, UsageError
 from taulib.rundir import locks
+
+if TYPE_CHECKING:
+    from taulib.fs.tree import Tree
+    from taulib.jsonio import Record
 
 
 class PayloadFailed(TauError):
@@ -59,7 +64,7 @@ class PayloadFailed(TauError):
 METRICS_LIMIT = 256 << 20  # a metrics file is copied whole, in memory
 
 
-def _index_entry(tree, index: str, generation: str) -> dict | None:
+def _index_entry(tree: Tree, index: str, generation: str) -> Record | None:
     """The manifest's `index` of the declared artifact index; None when it is absent (no acknowledgement)."""
     rel = mf.safe_relpath(index)
     try:
@@ -121,7 +126,7 @@ _ABSENT = {"--index": "the artifact index {!r} (--index) is absent",
            "--metrics": "the metrics file {!r} (--metrics) is absent"}
 
 
-def _write_once(tree, rel: str, data: bytes) -> bool:
+def _write_once(tree: Tree, rel: str, data: bytes) -> bool:
     """Publish DIR/rel with the link-no-overwrite protocol. True when created, False when identical bytes were
     there; other bytes are a conflict."""
     if tree.link_new(rel, data):
@@ -132,7 +137,7 @@ def _write_once(tree, rel: str, data: bytes) -> bool:
     return False
 
 
-def _write_part(tree, rel: str, data: bytes, named: bool) -> None:
+def _write_part(tree: Tree, rel: str, data: bytes, named: bool) -> None:
     """A part of the generation (`.tau/bundles/G.d/...`): kept when identical, created when missing; other bytes
     are a killed sealer's, replaced while no manifest names them (`named` false), else a conflict."""
     current = tree.read_bytes(rel)
@@ -147,7 +152,7 @@ def _write_part(tree, rel: str, data: bytes, named: bool) -> None:
         tree.rename_over(rel, data)
 
 
-def run_identity(run_id: str | None, environ: dict | None = None) -> dict | None:
+def run_identity(run_id: str | None, environ: dict[str, str] | None = None) -> dict[str, str | None] | None:
     """The manifest's `run`: None without a run id; the shard and attempt only from the environment of that run."""
     if run_id is None:
         return None
@@ -189,9 +194,9 @@ def run_payload(command: list[str]) -> int:
     return 128 - status if status < 0 else status
 
 
-def _acknowledge(tree, tau, generation: str, files: list, index_entry: dict | None, run: dict | None,
-                 command: list[str] | None, checkpoints: dict | None, metrics: list[dict],
-                 parts: list[tuple[str, bytes]]) -> tuple[dict, bytes, bool]:
+def _acknowledge(tree: Tree, tau: Tree, generation: str, files: list[Record], index_entry: Record | None,
+                 run: Record | None, command: list[str] | None, checkpoints: Record | None, metrics: list[Record],
+                 parts: list[tuple[str, bytes]]) -> tuple[Record, bytes, bool]:
     """Steps 4 and 5, under `.tau/locks/seal.lock`: one sealer of a tree at a time, so it alone removes what a
     killed sealer left (temp files), and the no-link publication (check, then rename) is exact. (record, its
     bytes, whether the manifest was created)."""
@@ -225,10 +230,10 @@ def _acknowledge(tree, tau, generation: str, files: list, index_entry: dict | No
     return record, data, created
 
 
-def _declared(tree, listing: list, generation: str, index: str | None, globs: list[str], metrics: list[str],
-              names: list[str]) -> tuple[dict | None, list[tuple[str, bytes]], list[dict]]:
+def _declared(tree: Tree, listing: list[tuple[str, int]], generation: str, index: str | None, globs: list[str],
+              metrics: list[str], names: list[str]) -> tuple[Record | None, list[tuple[str, bytes]], list[Record]]:
     """Step 2: (the index entry, the metrics (name, bytes), what is absent: [{option, path}])."""
-    absent = []
+    absent: list[Record] = []
     index_entry = None
     if index is not None:
         index_entry = _index_entry(tree, index, generation)
@@ -246,16 +251,18 @@ def _declared(tree, listing: list, generation: str, index: str | None, globs: li
     return index_entry, found, absent
 
 
-def _parts(generation: str, globs: list[str], files: list[dict], metrics: list[tuple[str, bytes]]):
+def _parts(generation: str, globs: list[str], files: list[Record],
+           metrics: list[tuple[str, bytes]]) -> tuple[Record | None, list[Record], list[tuple[str, bytes]]]:
     """Step 3's parts: (checkpoints entry, metrics entries, [(path, bytes)] to write)."""
-    parts, checkpoints = [], None
+    parts: list[tuple[str, bytes]] = []
+    checkpoints: Record | None = None
     if globs:
         doc = mf.checkpoint_index(generation, globs, files)
         data = jsonio.canonical(doc)
         checkpoints = {"path": mf.checkpoint_index_name(generation), "size": len(data),
                        "sha256": jsonio.sha256_hex(data), "count": len(doc["checkpoints"])}
         parts.append((checkpoints["path"], data))
-    entries = []
+    entries: list[Record] = []
     for name, data in sorted(metrics):
         entries.append({"name": name, "path": mf.metrics_name(generation, name), "size": len(data),
                         "sha256": jsonio.sha256_hex(data)})
@@ -263,9 +270,9 @@ def _parts(generation: str, globs: list[str], files: list[dict], metrics: list[t
     return checkpoints, entries, parts
 
 
-def seal(root: str, generation: str, run: dict | None = None, index: str | None = None,
+def seal(root: str, generation: str, run: Record | None = None, index: str | None = None,
          command: list[str] | None = None, upload: str | None = None, checkpoints: tuple[str, ...] = (),
-         metrics: tuple[str, ...] = ()) -> dict:
+         metrics: tuple[str, ...] = ()) -> Record:
     mf.check_generation(generation)
     if index is not None:
         mf.safe_relpath(index)

@@ -20,6 +20,7 @@ import os
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from taulib import signals
 from taulib.bundle import multiplex
@@ -28,11 +29,22 @@ from taulib.bundle.rest import Client
 from taulib.bundle.threads import held_lock
 from taulib.fs import writeback
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from taulib.jsonio import Record
+
+    # the callbacks of `transfer.download_many` (and of `download` here)
+    OpenFd = Callable[[Record], int]  # open_fd(entry): a new file descriptor to write the entry into
+    Finish = Callable[[Record, str, int | None], None]  # finish(entry, sha256, fd): fd None when only hashed
+    Progress = Callable[[int], None]  # progress(bytes)
+
 FSYNCS = 4  # threads that check, fsync and close finished files (a fsync waits on the disk)
 OPEN_FILES = 64  # finished files waiting for their fsync, at most, before the transfer waits for the oldest
 
 
-def download(client: Client, prefix: str, entries: list[dict], etags: dict, open_fd, finish, progress) -> None:
+def download(client: Client, prefix: str, entries: list[Record], etags: dict[str, str], open_fd: OpenFd | None,
+             finish: Finish, progress: Progress | None) -> None:
     """The small entries (at most RANGE bytes each) of `transfer.download_many`, WORKERS at a time over `multiplex`,
     each one GET into its connection's buffer, then written, hashed and handed to finish() (check, fsync, close)
     on FSYNCS threads; with open_fd None only hashed, and finish(entry, sha256, None) called in this thread."""
@@ -41,7 +53,7 @@ def download(client: Client, prefix: str, entries: list[dict], etags: dict, open
     closing = _Closing(finish)
     engine = multiplex.Engine(client, WORKERS, RANGE)
 
-    def wholes():
+    def wholes() -> Iterator[_Whole]:
         for entry in entries:
             name = f"{prefix}/{entry['path']}" if prefix else entry["path"]
             yield _Whole(entry, name, etags.get(entry["path"]), open_fd, closing, progress)
@@ -58,7 +70,8 @@ def download(client: Client, prefix: str, entries: list[dict], etags: dict, open
 class _Whole(multiplex.Get):
     """A small blob, read whole into the connection's buffer, then written, hashed and handed to finish()."""
 
-    def __init__(self, entry: dict, name: str, etag: str | None, open_fd, closing: _Closing, progress) -> None:
+    def __init__(self, entry: Record, name: str, etag: str | None, open_fd: OpenFd | None, closing: _Closing,
+                 progress: Progress | None) -> None:
         super().__init__(name, etag, entry["size"])
         self.entry, self.open_fd, self.closing, self.progress = entry, open_fd, closing, progress
 
@@ -83,13 +96,13 @@ class _Closing:
     the first failure is raised by the next `add` or by `wait`. `join` after a failure only closes the files still
     waiting."""
 
-    def __init__(self, finish) -> None:
+    def __init__(self, finish: Finish) -> None:
         self.finish, self.stopping = finish, False
         self.pending: deque[threading.Lock] = deque()  # released by each file's thread once it is closed
         self.failed: list[BaseException] = []
         self.pool = ThreadPoolExecutor(max_workers=FSYNCS)
 
-    def add(self, entry: dict, sha: str, fd: int) -> None:
+    def add(self, entry: Record, sha: str, fd: int) -> None:
         done = held_lock()  # released by the thread once the file is closed
 
         def run() -> None:

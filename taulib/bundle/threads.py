@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from taulib import signals
 
+_T = TypeVar("_T")
 
-def run_all(items: list, fn: Callable[[Any], None], workers: int, stop: threading.Event | None = None) -> None:
+
+def run_all(items: list[_T], fn: Callable[[_T], None], workers: int, stop: threading.Event | None = None) -> None:
     """fn(item) for every item on `workers` threads; the first failure cancels what has not started and is
     raised once the running calls have returned (no call outlives this function, whatever signals come). `stop`
     is set as soon as a call failed or the caller is leaving (a signal): calls waiting to retry give up."""
@@ -27,7 +29,7 @@ def run_all(items: list, fn: Callable[[Any], None], workers: int, stop: threadin
     count = threading.Lock()
     finished = held_lock()  # released once: every call ended, or one failed
 
-    def one(item) -> None:
+    def one(item: _T) -> None:
         try:
             if not failed:
                 fn(item)
@@ -70,7 +72,7 @@ def join(pool: ThreadPoolExecutor) -> None:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def raise_first(futures: Iterable[Future]) -> None:
+def raise_first(futures: Iterable[Future[Any]]) -> None:
     """Raise the failure of the first of `futures` that ended with one (nothing when none did)."""
     for future in futures:
         if future.done() and not future.cancelled():

@@ -35,6 +35,7 @@ import mmap
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVarTuple
 
 from taulib import signals
 from taulib.bundle.blob import RANGE, WORKERS
@@ -43,10 +44,17 @@ from taulib.bundle.threads import held_lock, join, run_all
 from taulib.errors import CheckFailed
 from taulib.fs import writeback
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from taulib.bundle.small_blobs import Finish, OpenFd, Progress
+    from taulib.jsonio import Record
+
 SPAN = 16 << 20  # bytes per ranged GET of a large blob, each into a buffer of its own
 SPANS = 4  # ranged GETs in flight, a transfer thread each
 BUFFERS = SPANS + 2  # ranges held at most: those in flight, and a finished one or two waiting for their hash
 _local = threading.local()  # each thread's buffer
+_Ts = TypeVarTuple("_Ts")
 
 
 def _buffer() -> mmap.mmap:
@@ -58,7 +66,8 @@ def _buffer() -> mmap.mmap:
     return buffer
 
 
-def download(client: Client, name: str, fd: int | None, size: int, etag: str | None, progress=None) -> str:
+def download(client: Client, name: str, fd: int | None, size: int, etag: str | None,
+             progress: Progress | None = None) -> str:
     """Read blob `name` (into fd with positional writes through the page cache; or nowhere when fd is None) and
     return its sha256. The blob must keep its etag and have exactly `size` bytes."""
     if size <= RANGE:
@@ -70,8 +79,8 @@ def download(client: Client, name: str, fd: int | None, size: int, etag: str | N
     return digests["sha"]
 
 
-def download_many(client: Client, prefix: str, entries: list[dict], etags: dict[str, str], open_fd, finish,
-                  progress=None) -> None:
+def download_many(client: Client, prefix: str, entries: list[Record], etags: dict[str, str], open_fd: OpenFd | None,
+                  finish: Finish, progress: Progress | None = None) -> None:
     """Download manifest entries, the large ones first. open_fd(entry) gives a new file descriptor to write into,
     this transfer's own (direct I/O may be turned on for it), or open_fd is None: hash only; finish(entry, sha256,
     fd) checks and closes it. The first failure stops the rest."""
@@ -84,7 +93,7 @@ def download_many(client: Client, prefix: str, entries: list[dict], etags: dict[
         return
     stop = threading.Event()
 
-    def one(entry: dict) -> None:
+    def one(entry: Record) -> None:
         fd = open_fd(entry) if open_fd else None
         try:
             sha = _small(client, f"{prefix}/{entry['path']}", fd, entry["size"], etags.get(entry["path"]), progress,
@@ -98,7 +107,8 @@ def download_many(client: Client, prefix: str, entries: list[dict], etags: dict[
     run_all([e for e in entries if e["size"] <= RANGE], one, workers=WORKERS, stop=stop)
 
 
-def _small(client: Client, name: str, fd: int | None, size: int, etag: str | None, progress, stop) -> str:
+def _small(client: Client, name: str, fd: int | None, size: int, etag: str | None, progress: Progress | None,
+           stop: threading.Event | None) -> str:
     view = memoryview(_buffer())[:size]
     client.read(name, etag, view, None, stop)
     if fd is not None:
@@ -109,15 +119,15 @@ def _small(client: Client, name: str, fd: int | None, size: int, etag: str | Non
     return sha.hexdigest()
 
 
-def _large(client: Client, prefix: str, entries: list[dict], etags: dict, open_fd, finish, progress,
-           own: bool = True) -> None:
+def _large(client: Client, prefix: str, entries: list[Record], etags: Mapping[str, str | None], open_fd: OpenFd | None,
+           finish: Finish, progress: Progress | None, own: bool = True) -> None:
     """The large entries' ranges, SPANS in flight and BUFFERS held at most, in their order, each hashed in this
     thread in that order. `own`: the descriptors open_fd gives are this transfer's (direct I/O may be turned on,
     and one whose file did not finish is closed here)."""
     if not entries:
         return
     jobs = [(entry, offset, length) for entry in entries for offset, length in spans(entry["size"])]
-    files: dict[str, list] = {}  # path: [fd or None, sha256, whether direct I/O is on]
+    files: dict[str, list[Any]] = {}  # path: [fd or None, sha256, whether direct I/O is on]
     held: dict[int, mmap.mmap] = {}  # job: its buffer, from its hand-out to its digest
     spare: list[mmap.mmap] = []  # buffers of digested jobs, for the next ones
 
@@ -177,7 +187,7 @@ class _Writer:
     def __init__(self) -> None:
         self.pool: ThreadPoolExecutor | None = None
 
-    def start(self, write, *args) -> tuple:
+    def start(self, write: Callable[[*_Ts], None], *args: *_Ts) -> tuple[threading.Lock, list[BaseException]]:
         """write(*args) on the writer thread; returns what `wait` takes."""
         if self.pool is None:
             self.pool = ThreadPoolExecutor(max_workers=1)
@@ -195,7 +205,7 @@ class _Writer:
         return done, failed
 
     @staticmethod
-    def wait(started: tuple) -> None:
+    def wait(started: tuple[threading.Lock, list[BaseException]]) -> None:
         """Until that write has ended; raises what it raised."""
         done, failed = started
         done.acquire()  # a lock's wait: a stop signal may cut it at any moment (`threads.held_lock`)
@@ -212,7 +222,8 @@ def spans(size: int, span: int = SPAN) -> list[tuple[int, int]]:
     return [(offset, min(span, size - offset)) for offset in range(0, size, span)]
 
 
-def _windowed(count: int, begin, fetch, digest, client: Client) -> None:
+def _windowed(count: int, begin: Callable[[int], None], fetch: Callable[[int, threading.Event], None],
+              digest: Callable[[int], None], client: Client) -> None:
     """fetch(i, stopped) for i in range(count) on SPANS threads, at most BUFFERS ahead of digest(i), which runs in
     this thread in order, after fetch(i) returned; begin(i) runs here before i is handed out. On a failure (or a
     stop signal), client.interrupt() cuts what the threads are waiting on before they are joined, and

@@ -12,16 +12,27 @@ import base64
 import hashlib
 import os
 import threading
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from taulib.bundle import blob
 from taulib.bundle.blob import RANGE, WINDOW, WORKERS, container, list_prefix, read_small, translated
 from taulib.bundle.threads import raise_first, run_all
 from taulib.errors import CheckFailed, Conflict
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+    from azure.storage.blob import ContainerClient
+
+    from taulib.fs.tree import Tree
+    from taulib.jsonio import Record
+
 META_SHA256 = "tau_sha256"  # metadata of every blob tau uploads: the sha256 of its bytes...
 META_GENERATION = "tau_generation"  # ...and the generation that wrote it (provenance only)
+Listed = tuple[int, str, dict[str, str]]  # a blob as listed: (size, etag, metadata)
+Claimed = list[tuple[str, str, int]]  # what other generations' manifests name for a path: [(generation, sha256, size)]
 
 
 class Exists(Exception):
@@ -30,7 +41,7 @@ class Exists(Exception):
 
 
 @contextmanager
-def _conditional():
+def _conditional() -> Iterator[None]:
     from azure.core.exceptions import HttpResponseError
 
     try:
@@ -46,8 +57,8 @@ def _block_id(token: str, n: int) -> str:
     return base64.b64encode(f"tau-{token}-{n:08d}".encode()).decode()
 
 
-def upload_file(client, name: str, fd: int, size: int, etag: str | None = None, expected: str | None = None,
-                metadata: dict | None = None) -> str:
+def upload_file(client: ContainerClient, name: str, fd: int, size: int, etag: str | None = None,
+                expected: str | None = None, metadata: dict[str, str] | None = None) -> str:
     """Upload size bytes of fd (read once, in order) as blob `name`, always conditionally: created only where no
     blob is (etag None: if-none-match *), else replacing only the blob that still has `etag` (if-match); Exists
     when that condition fails. Returns the sha256 of the bytes read (or "size N" when there were N, not `size`);
@@ -76,7 +87,7 @@ def upload_file(client, name: str, fd: int, size: int, etag: str | None = None, 
         token = os.urandom(6).hex()
         ids: list[str] = []
         with ThreadPoolExecutor(max_workers=WINDOW) as pool:
-            futures = []
+            futures: list[Future[dict[str, Any]]] = []
             try:
                 while True:
                     data = os.pread(fd, RANGE, sent)
@@ -106,7 +117,7 @@ def upload_file(client, name: str, fd: int, size: int, etag: str | None = None, 
     return sha.hexdigest()
 
 
-def _acknowledged(listing: dict) -> set[str]:
+def _acknowledged(listing: Mapping[str, object]) -> set[str]:
     """The generations whose completion marker is in a listing (paths below the prefix)."""
     from taulib.bundle import manifest as mf
 
@@ -115,14 +126,14 @@ def _acknowledged(listing: dict) -> set[str]:
             if p.startswith(top) and p.endswith(".complete") and "/" not in p[len(top):]}
 
 
-def _listing(client, prefix: str) -> dict[str, tuple[int, str, dict]]:
+def _listing(client: ContainerClient, prefix: str) -> dict[str, Listed]:
     """{path below prefix: (size, etag, metadata)} of every blob under `prefix/`."""
     with translated(f"listing {prefix}/"):
         return {item.name[len(prefix) + 1:]: (item.size, item.etag, item.metadata or {})
                 for item in client.list_blobs(name_starts_with=prefix + "/", include=["metadata"])}
 
 
-def _properties(client, name: str) -> tuple[int, str, dict] | None:
+def _properties(client: ContainerClient, name: str) -> Listed | None:
     from azure.core.exceptions import ResourceNotFoundError
 
     with translated(f"reading the properties of {name}"):
@@ -133,7 +144,7 @@ def _properties(client, name: str) -> tuple[int, str, dict] | None:
     return found.size, found.etag, found.metadata or {}
 
 
-def _identical(existing: tuple[int, str, dict] | None, entry: dict, claimed: list, acknowledged: set[str]) -> bool:
+def _identical(existing: Listed | None, entry: Record, claimed: Claimed, acknowledged: set[str]) -> bool:
     """Whether the blob there already holds the entry's bytes: its size, and the sha256 tau recorded when it wrote
     it, or the one the manifest of another acknowledged generation names for it (its upload is finished: a pending
     one may not have written the blob yet)."""
@@ -143,7 +154,7 @@ def _identical(existing: tuple[int, str, dict] | None, entry: dict, claimed: lis
         (sha, size) == (entry["sha256"], entry["size"]) and other in acknowledged for other, sha, size in claimed)
 
 
-def _clash(entry: dict, claimed: list) -> tuple[str, str] | None:
+def _clash(entry: Record, claimed: Claimed) -> tuple[str, str] | None:
     """(generation, sha256) of another generation's manifest that names the entry's path with other bytes."""
     for other, sha, size in claimed:
         if (sha, size) != (entry["sha256"], entry["size"]):
@@ -151,7 +162,7 @@ def _clash(entry: dict, claimed: list) -> tuple[str, str] | None:
     return None
 
 
-def _refuse_clash(where: str, generation: str, entry: dict, clash: tuple[str, str], raced: bool = False):
+def _refuse_clash(where: str, generation: str, entry: Record, clash: tuple[str, str], raced: bool = False) -> Conflict:
     other, sha = clash
     return Conflict(f"blob {where}/{entry['path']} belongs to generation {other!r} with other bytes (sha256 "
                     f"{sha[:12]}..., generation {generation!r} has {entry['sha256'][:12]}...)"
@@ -160,7 +171,7 @@ def _refuse_clash(where: str, generation: str, entry: dict, clash: tuple[str, st
                     "another prefix", path=entry["path"], generation=other)
 
 
-def _put_new(client, name: str, data: bytes, what: str) -> bool:
+def _put_new(client: ContainerClient, name: str, data: bytes, what: str) -> bool:
     """Create blob `name` with `data` only where none is (if-none-match *): True when written, False when the same
     bytes were there already; other bytes are a conflict (`what` names them)."""
     with translated(f"uploading {name}"):
@@ -175,7 +186,7 @@ def _put_new(client, name: str, data: bytes, what: str) -> bool:
     return False
 
 
-def upload_bundle(root: str, record: dict, manifest_bytes: bytes, url: str) -> dict:
+def upload_bundle(root: str, record: Record, manifest_bytes: bytes, url: str) -> Record:
     """Upload a sealed generation G to the prefix of `url`, never over a blob another generation's manifest names
     with other bytes. Before anything is sent, refused (73): another manifest of G there; a path G uploads that
     another generation's manifest (acknowledged or not) names with another sha256 or size (the blob named);
@@ -226,7 +237,7 @@ def upload_bundle(root: str, record: dict, manifest_bytes: bytes, url: str) -> d
     lock = threading.Lock()
     acknowledged = _acknowledged(listing)
     with mf.open_tree(root) as tree:
-        def one(entry: dict) -> None:
+        def one(entry: Record) -> None:
             done = _upload_entry(client, tree, where, prefix, generation, entry, listing.get(entry["path"]),
                                  claimed.get(entry["path"], []), acknowledged, metadata)
             with lock:
@@ -247,9 +258,8 @@ def upload_bundle(root: str, record: dict, manifest_bytes: bytes, url: str) -> d
     return {"url": where, "files": len(record["files"]), **counts}
 
 
-def _upload_entry(client, tree, where: str, prefix: str, generation: str, entry: dict,
-                  existing: tuple[int, str, dict] | None, claimed: list, acknowledged: set[str],
-                  metadata: dict) -> str:
+def _upload_entry(client: ContainerClient, tree: Tree, where: str, prefix: str, generation: str, entry: Record,
+                  existing: Listed | None, claimed: Claimed, acknowledged: set[str], metadata: dict[str, str]) -> str:
     """Step 2 of `upload_bundle` for one file: "sent" or "skipped"."""
     from taulib.bundle import manifest as mf
 

@@ -17,12 +17,18 @@ errors instead of a report. Reads only: verify never writes.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from taulib.bundle import manifest as mf
 from taulib.errors import CheckFailed, NotFound, TauError, UsageError
 
+if TYPE_CHECKING:
+    from collections.abc import Container
 
-def _report(source: str, generation: str | None) -> dict:
+    from taulib.jsonio import Record
+
+
+def _report(source: str, generation: str | None) -> Record:
     return {"kind": "tau.bundle-verify", "schema_version": 1, "source": source, "generation": generation,
             "complete": False, "manifest_sha256": None, "files": None, "bytes": None, "missing": [], "extra": [],
             "resized": [], "digest_mismatch": [], "ignored": 0, "hashed": False, "problems": []}
@@ -39,7 +45,8 @@ def choose_generation(available: list[str], generation: str | None, where: str) 
     raise UsageError(f"{where} holds several generations ({', '.join(available[:5])}); name one with --generation")
 
 
-def check_ack(report: dict, generation: str, manifest_bytes: bytes | None, marker_bytes: bytes | None) -> dict | None:
+def check_ack(report: Record, generation: str, manifest_bytes: bytes | None,
+              marker_bytes: bytes | None) -> Record | None:
     """Validate marker and manifest; a failure becomes a problem of the report; returns the manifest or None."""
     try:
         record = mf.load_ack(generation, manifest_bytes, marker_bytes, report["source"])
@@ -54,26 +61,26 @@ def check_ack(report: dict, generation: str, manifest_bytes: bytes | None, marke
     return record
 
 
-def _compare(report: dict, record: dict, listing: dict[str, int], claims: dict) -> None:
+def _compare(report: Record, record: Record, listing: dict[str, int], claims: Container[str]) -> None:
     report.update(mf.compare(record, listing, claims))
     named = {e["path"] for e in mf.entries(record)}
     report["ignored"] = sum(1 for p in listing if p not in named and p in claims)
 
 
-def _finish(report: dict) -> dict:
+def _finish(report: Record) -> Record:
     report["complete"] = not (report["problems"] or report["missing"] or report["extra"] or report["resized"]
                               or report["digest_mismatch"])
     return report
 
 
-def _no_generation(report: dict, where: str) -> dict:
+def _no_generation(report: Record, where: str) -> Record:
     report["problems"].append(f"{where} holds no acknowledged bundle generation: not acknowledged without a "
                               f"completion marker under {mf.BUNDLES}/ (none was sealed, or a part its seal declared "
                               "was absent)")
     return _finish(report)
 
 
-def verify(source: str, generation: str | None, deep: bool = False, env: dict | None = None) -> dict:
+def verify(source: str, generation: str | None, deep: bool = False, env: dict[str, str] | None = None) -> Record:
     """Verify a local tree or a Blob URL (anything starting with http:// or https://)."""
     from taulib.bundle import endpoint
 
@@ -82,7 +89,7 @@ def verify(source: str, generation: str | None, deep: bool = False, env: dict | 
     return verify_local(source, generation)
 
 
-def verify_local(root: str, generation: str | None) -> dict:
+def verify_local(root: str, generation: str | None) -> Record:
     with mf.open_tree(root) as tree:
         root = tree.path
         generation = choose_generation(mf.generations(tree), generation, root)
@@ -113,7 +120,7 @@ def verify_local(root: str, generation: str | None) -> dict:
     return _finish(report)
 
 
-def verify_blob(source: str, generation: str | None, deep: bool, env: dict | None = None) -> dict:
+def verify_blob(source: str, generation: str | None, deep: bool, env: dict[str, str] | None = None) -> Record:
     from taulib.bundle import endpoint
 
     location = endpoint.parse(source, env)  # refused before any request
@@ -144,7 +151,7 @@ def verify_blob(source: str, generation: str | None, deep: bool, env: dict | Non
         progress = Meter(f"hashing {generation}", unit="files", total_count=len(entries),
                          total_bytes=sum(e["size"] for e in entries), bytes_word="hashed")
 
-        def finish(entry: dict, sha: str, fd: None) -> None:
+        def finish(entry: Record, sha: str, fd: int | None) -> None:  # hashed only: fd is None
             if sha != entry["sha256"]:
                 report["digest_mismatch"].append(entry["path"])
             progress.add(1)

@@ -13,14 +13,19 @@ recorded generation is a conflict, 73).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from taulib import env, jsonio
 from taulib.rundir import locks
 from taulib.errors import NotFound, UsageError
 
+if TYPE_CHECKING:
+    from taulib.jsonio import Record
+    from taulib.rundir.run import Run
 
-def _ref(run, generation: str, url: str, manifest_sha256: str, shard_id: str | None, attempt_id: str | None,
-         collection_id: str | None = None) -> dict:
+
+def _ref(run: Run, generation: str, url: str, manifest_sha256: str, shard_id: str | None, attempt_id: str | None,
+         collection_id: str | None = None) -> Record:
     ref = {"kind": "tau.bundle-ref", "schema_version": 1, "run_id": run.run_id, "generation": generation,
            "url": url, "manifest_sha256": manifest_sha256, "shard_id": shard_id, "attempt_id": attempt_id,
            "recorded_at": jsonio.now_rfc3339()}
@@ -29,7 +34,7 @@ def _ref(run, generation: str, url: str, manifest_sha256: str, shard_id: str | N
     return ref
 
 
-def _publish(run, ref: dict) -> dict:
+def _publish(run: Run, ref: Record) -> Record:
     """Publish `ref`, or return the record already there when it says the same (recorded_at aside)."""
     rel = f"bundles/{ref['generation']}.json"
     existing = run.dir.read(rel, "tau.bundle-ref")
@@ -41,7 +46,7 @@ def _publish(run, ref: dict) -> dict:
 
 
 def record(run_dir: str, generation: str, url: str, manifest_sha256: str, shard_id: str | None,
-           attempt_id: str | None) -> dict:
+           attempt_id: str | None) -> Record:
     from taulib.rundir.run import Run
 
     with Run(run_dir) as run:
@@ -52,18 +57,19 @@ def record(run_dir: str, generation: str, url: str, manifest_sha256: str, shard_
             return _publish(run, ref)
 
 
-def record_collection(run, generation: str, url: str, manifest_sha256: str, collection_id: str) -> dict:
+def record_collection(run: Run, generation: str, url: str, manifest_sha256: str, collection_id: str) -> Record:
     """`record` of a collection's uploaded dataset (`collect.bundle`), in the open `run`; the caller holds run.lock
     (shared) and bundles.lock."""
     return _publish(run, _ref(run, generation, url, manifest_sha256, None, None, collection_id))
 
 
-def recorded(run, generation: str) -> dict | None:
+def recorded(run: Run, generation: str) -> Record | None:
     """The record of `generation` in the open `run`, or None."""
     return run.dir.read(f"bundles/{generation}.json", "tau.bundle-ref")
 
 
-def record_sealed(run_dir: str, generation: str, url: str, manifest_sha256: str, environ: dict | None = None) -> dict:
+def record_sealed(run_dir: str, generation: str, url: str, manifest_sha256: str,
+                  environ: dict[str, str] | None = None) -> Record:
     """`record` for tau-bundle-seal --record: the shard and attempt are the environment's (TAU_SHARD_ID,
     TAU_ATTEMPT_ID) only when the seal runs inside an allocation of that same run (TAU_RUN_DIR names it)."""
     own = env.get("TAU_RUN_DIR", environ)
@@ -72,7 +78,7 @@ def record_sealed(run_dir: str, generation: str, url: str, manifest_sha256: str,
                   env.get("TAU_ATTEMPT_ID", environ) if inside else None)
 
 
-def resolve(run_dir: str, shard_id: str | None, generation: str | None, collection_id: str | None = None) -> dict:
+def resolve(run_dir: str, shard_id: str | None, generation: str | None, collection_id: str | None = None) -> Record:
     """The one bundle record of the run that matches the shard, collection and generation asked for."""
     from taulib.rundir.run import Run
 
