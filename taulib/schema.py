@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any, Callable
 from functools import lru_cache
 
 import orjson
@@ -34,7 +35,7 @@ _KEYWORDS = {
     "uniqueItems", "minProperties", "patternProperties",
 }
 
-_TYPES = {
+_TYPES: dict[str, Callable[[object], bool]] = {
     "object": lambda v: isinstance(v, dict),
     "array": lambda v: isinstance(v, list),
     "string": lambda v: isinstance(v, str),
@@ -55,10 +56,10 @@ def folder() -> str:
 
 
 @lru_cache(maxsize=None)
-def load(name: str) -> dict:
+def load(name: str) -> dict[str, Any]:
     try:
         with open(os.path.join(folder(), f"{name}.schema.json"), "rb") as fh:
-            schema = orjson.loads(fh.read())
+            schema: dict[str, Any] = orjson.loads(fh.read())
     except FileNotFoundError:
         raise Internal(f"schema {name!r} is missing from {folder()!r}") from None
     _check_keywords(schema, name)
@@ -66,7 +67,7 @@ def load(name: str) -> dict:
 
 
 @lru_cache(maxsize=None)
-def _regex(pattern: str) -> re.Pattern:
+def _regex(pattern: str) -> re.Pattern[str]:
     # ECMA-262 (JSON Schema's dialect) `$` matches only at the very end; Python's also before a final newline.
     if pattern.endswith("$") and not pattern.endswith("\\$"):
         pattern = pattern[:-1] + r"\Z"
@@ -112,10 +113,10 @@ def is_valid(instance: object, name: str) -> bool:
         return False
 
 
-_RESOLVED: dict[tuple[int, str], dict] = {}
+_RESOLVED: dict[tuple[int, str], dict[str, Any]] = {}
 
 
-def _resolve(root: dict, ref: str) -> dict:
+def _resolve(root: dict[str, Any], ref: str) -> dict[str, Any]:
     key = (id(root), ref)
     node = _RESOLVED.get(key)
     if node is None:
@@ -123,7 +124,7 @@ def _resolve(root: dict, ref: str) -> dict:
     return node
 
 
-def _resolve_uncached(root: dict, ref: str) -> dict:
+def _resolve_uncached(root: dict[str, Any], ref: str) -> dict[str, Any]:
     if not ref.startswith("#/"):
         if "#" in ref:
             other, frag = ref.split("#", 1)
@@ -137,13 +138,13 @@ def _resolve_uncached(root: dict, ref: str) -> dict:
     return node  # type: ignore[return-value]
 
 
-def _root_of(ref: str, root: dict) -> dict:
+def _root_of(ref: str, root: dict[str, Any]) -> dict[str, Any]:
     if ref.startswith("#"):
         return root
     return load(ref.split("#", 1)[0].removesuffix(".schema.json"))
 
 
-def _validate(value: object, schema: dict, root: dict, path: str) -> tuple[str, str] | None:
+def _validate(value: object, schema: dict[str, Any], root: dict[str, Any], path: str) -> tuple[str, str] | None:
     if "$ref" in schema:
         ref = schema["$ref"]
         error = _validate(value, _resolve(root, ref), _root_of(ref, root), path)
@@ -209,7 +210,8 @@ def _validate(value: object, schema: dict, root: dict, path: str) -> tuple[str, 
     return None
 
 
-def _discriminated(value: object, alternatives: list[dict], errors: list, root: dict) -> list[tuple[str, str]]:
+def _discriminated(value: object, alternatives: list[dict[str, Any]], errors: list[tuple[str, str] | None],
+                   root: dict[str, Any]) -> list[tuple[str, str]]:
     """The errors of the alternatives an object means to be: those whose `const` properties it matches (the
     version of a record whose `schema_version` it has), so that its own mistake is named, not the other version's
     constant; every alternative's when it matches none of them, or all."""
@@ -218,11 +220,11 @@ def _discriminated(value: object, alternatives: list[dict], errors: list, root: 
         for sub, error in zip(alternatives, errors, strict=True):
             node = _resolve(root, sub["$ref"]) if "$ref" in sub else sub
             consts = [(k, p["const"]) for k, p in node.get("properties", {}).items() if "const" in p]
-            if all(k in value and _equal(value[k], c) for k, c in consts):
+            if error is not None and all(k in value and _equal(value[k], c) for k, c in consts):
                 kept.append(error)
         if kept:
             return kept
-    return errors
+    return [error for error in errors if error is not None]  # every alternative failed: none is None
 
 
 def _most_telling(errors: list[tuple[str, str]], path: str) -> tuple[str, str]:
@@ -231,7 +233,8 @@ def _most_telling(errors: list[tuple[str, str]], path: str) -> tuple[str, str]:
     return max(errors, key=lambda e: (len(e[0]), not (e[0] == path and e[1].startswith("expected "))))
 
 
-def _properties(value: dict, schema: dict, root: dict, path: str) -> tuple[str, str] | None:
+def _properties(value: dict[str, Any], schema: dict[str, Any], root: dict[str, Any],
+                path: str) -> tuple[str, str] | None:
     """The first error of an object's keys: a value that fails its property's schema, or an unknown key."""
     props = schema.get("properties", {})
     patterns = schema.get("patternProperties", {})
@@ -260,7 +263,7 @@ def _properties(value: dict, schema: dict, root: dict, path: str) -> tuple[str, 
     return None
 
 
-def _did_you_mean(key: str, known: dict) -> str:
+def _did_you_mean(key: str, known: dict[str, Any]) -> str:
     import difflib
 
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)

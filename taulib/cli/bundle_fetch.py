@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from taulib.cli import common
@@ -100,7 +102,7 @@ def _collection(value: str) -> str:
     return f"collection-{int(value):04d}" if value.isdigit() else value
 
 
-def _workload_lines(resolved: dict) -> str:
+def _workload_lines(resolved: dict[str, Any]) -> str:
     store = ("its tau.azure.com/artifact-store annotation" if resolved["discovered"] == "annotation" else
              f"PersistentVolumeClaim {resolved['pvc']}, PersistentVolume {resolved['pv']}"
              + (f" (resource group {resolved['resource_group']})" if resolved["resource_group"] else ""))

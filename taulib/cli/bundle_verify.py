@@ -3,6 +3,8 @@ acknowledgement; print the report; exit 0 when complete, 1 when not."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from taulib.cli import common
@@ -43,7 +45,7 @@ def cli(source: str, generation: str | None, deep: bool, output: str) -> None:
                           f"({count} finding(s)): {first}", generation=report["generation"])
 
 
-def _table(report: dict) -> str:
+def _table(report: dict[str, Any]) -> str:
     from taulib import table
 
     state = "complete" if report["complete"] else "NOT complete"

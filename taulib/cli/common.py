@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 import click
 
@@ -21,7 +21,7 @@ from taulib.errors import EXIT_CODES, INTERNAL, IO_ERROR, USAGE, BadInput, TauEr
 EPIPE_EXIT = 141  # what a C tool killed by SIGPIPE reports: the reader went away
 
 
-def error_object(command: str, code: int, message: str, details: dict | None = None) -> dict:
+def error_object(command: str, code: int, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     obj = {"error": EXIT_CODES.get(code, ("error", ""))[0], "code": code, "command": command,
            "message": message if message.startswith(command + ":") else f"{command}: {message}"}
     if details:
@@ -29,7 +29,7 @@ def error_object(command: str, code: int, message: str, details: dict | None = N
     return obj
 
 
-def write_error(command: str, code: int, message: str, details: dict | None = None) -> None:
+def write_error(command: str, code: int, message: str, details: dict[str, Any] | None = None) -> None:
     try:
         sys.stderr.buffer.write(jsonio.canonical(error_object(command, code, message, details)))
         sys.stderr.flush()
@@ -246,8 +246,8 @@ def command(name: str, summary: str, example: str, **settings) -> Callable[[Call
     return wrap
 
 
-def watch(read: Callable[[], dict], render: Callable[[dict], str], done: Callable[[dict], bool],
-          interval: float, what: str) -> None:
+def watch(read: Callable[[], dict[str, Any]], render: Callable[[dict[str, Any]], str],
+          done: Callable[[dict[str, Any]], bool], interval: float, what: str) -> None:
     """Render `read()` again whenever it changes (the screen cleared on a terminal), until `done(doc)`; a source
     that does not answer (Unavailable) is shown and asked again. Once `done` holds, the source is read once more and
     that is the last frame (drawn when it differs, and the end only if `done` still holds): what ended is shown as it

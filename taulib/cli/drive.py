@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from typing import Any
+
 import click
 
 from taulib.cli import common
@@ -66,7 +68,7 @@ def cli(run_dir: str, once: bool, interval: float, notify: str | None, status_fi
         raise CheckFailed(f"run {result['run_id']!r} finished without succeeding: {result['finished']}")
 
 
-def _finished(result: dict) -> str:
+def _finished(result: dict[str, Any]) -> str:
     return f"finished: {result['finished']}" if result["finished"] else f"{result['state']} (not finished)"
 
 
@@ -75,7 +77,7 @@ def _hitch(exc: Exception) -> None:
     print(f"tau-drive: {getattr(exc, 'message', exc)}; trying again", file=sys.stderr, flush=True)
 
 
-def _line(result: dict) -> None:
+def _line(result: dict[str, Any]) -> None:
     """One line per cycle on standard error, for a person watching."""
     counts = result["status"]["counts"]
     parts = [f"{n} {state}" for state, n in counts.items() if n]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from taulib.cli import common
@@ -73,7 +75,7 @@ def _observe_run(run_dir: str, output: str) -> None:
         common.emit(doc)
 
 
-def _validated(doc: dict) -> dict:
+def _validated(doc: dict[str, Any]) -> dict[str, Any]:
     from taulib import schema
 
     schema.validate(doc, "workload-status", "the workload status snapshot")
