@@ -52,6 +52,32 @@ def settled(request, tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.fixture(scope="session", autouse=True)
+def statuses_validated():
+    """Every run status a test gets without a process of its own is validated against status.schema.json, as
+    helpers.tau validates what a command prints: each RunStatus the Python API builds (taulib.api: status,
+    reconcile, drive, wait), and each document a command run in this process prints (tests/adversarial's invoke).
+    A command's own exception handler turns the AssertionError into its internal-error exit, message and all."""
+    from helpers import check_statuses
+    from taulib.api.values import RunStatus
+    from taulib.cli import common
+
+    build, emit = RunStatus.of.__func__, common.emit
+
+    def of(cls, doc):
+        check_statuses(doc, "the Python API's status")
+        return build(cls, doc)
+
+    def emitted(obj):
+        check_statuses(obj, "a command's output")
+        emit(obj)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RunStatus, "of", classmethod(of))
+        patch.setattr(common, "emit", emitted)
+        yield
+
+
 @pytest.fixture(scope="session")
 def nolink_fs(tmp_path_factory):
     """A real FUSE filesystem without hard links and without renameat2's flags (tests/fusefs.py), mounted once for

@@ -38,8 +38,51 @@ def tau(command: str, *args: str, input: str | bytes | None = None, env: dict | 
     """Run a tau command (e.g. "tau-init") as a real process; stdout/stderr as text."""
     if isinstance(input, bytes):
         input = input.decode()
-    return subprocess.run([str(BIN / command), *args], input=input, capture_output=True, text=True,
+    proc = subprocess.run([str(BIN / command), *args], input=input, capture_output=True, text=True,
                           env=env_for_tests(env), timeout=timeout)
+    check_printed(proc.stdout, command)
+    return proc
+
+
+def check_statuses(doc: object, what: str = "a tau.status document") -> int:
+    """Validate every `tau.status` document in `doc` (the document itself, or one it carries at any depth, as
+    tau-drive's result carries its status) against share/schemas/status.schema.json; an AssertionError with the
+    schema's message when one does not match. Returns how many were validated."""
+    from taulib import schema
+
+    found = 0
+    pending = [doc]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            if node.get("kind") == "tau.status":
+                try:
+                    schema.validate(node, "status", what)
+                except schema.SchemaViolation as exc:
+                    raise AssertionError(exc.message) from None
+                found += 1
+            else:
+                pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return found
+
+
+def check_printed(stdout: str, command: str) -> int:
+    """`check_statuses` over what a command printed: one JSON document, or JSON Lines (each line that is one);
+    anything else (a table, an empty output) holds no status. Returns how many statuses were validated."""
+    if "tau.status" not in stdout:
+        return 0
+    try:
+        docs = [json.loads(stdout)]
+    except ValueError:
+        docs = []
+        for line in stdout.splitlines():
+            try:
+                docs.append(json.loads(line))
+            except ValueError:
+                continue
+    return sum(check_statuses(doc, f"{command}'s output") for doc in docs)
 
 
 def tau_on_terminal(command: str, *args: str, env: dict | None = None,
@@ -79,7 +122,9 @@ def tau_on_terminal(command: str, *args: str, env: dict | None = None,
         os.close(master)
         reader.join(timeout=10)
         proc.stdout.close()
-    return proc.returncode, b"".join(out).decode(), seen.decode()
+    printed = b"".join(out).decode()
+    check_printed(printed, command)
+    return proc.returncode, printed, seen.decode()
 
 
 def start_paused(command: str, *args: str, failpoint: str, trace: Path, env: dict | None = None,

@@ -192,6 +192,11 @@ def corpus(tmp_path_factory) -> dict:
          "scheduler": {"profile": "slurm", "slurm": {"partition": "gpu", "mem": "16G", "time": "1-00:00:00",
                                                      "extra": ["--gres=gpu:1", "--exclusive"]}}},
     ]
+    # the run status, a document on pipes: each run's as tau-status prints it (a collection, a cancellation and a
+    # deferral, format 1, services), and the one tau-drive's result carries
+    by_name["status"] += [json.loads(tau("tau-status", str(root)).stdout)
+                          for root in (run_dir, cancelled, old, served, timed_out)]
+    by_name["status"].append(json.loads(drove.stdout)["status"])
     return {"files": files, "by_name": by_name}
 
 
