@@ -384,3 +384,21 @@ def test_reading_thousands_of_folders_keeps_a_bounded_number_of_descriptors_open
             assert rd.read(f"shards/shard-{i:05d}/attempts/attempt-0001/x.json", "tau.shard")["index"] == i
         after = len(os.listdir("/proc/self/fd"))
     assert after - before <= tree.MAX_CACHED_DIRS, (before, after)
+
+
+def test_read_tail_gives_the_end_of_a_file_and_refuses_what_open_read_refuses(workspace, run_path, rd):
+    from taulib.errors import NotFound
+
+    plant(run_path, "submissions/submission-0001/out.log", b"0123456789")
+    assert rd.read_tail("submissions/submission-0001/out.log", 4) == b"6789"
+    assert rd.read_tail("submissions/submission-0001/out.log", 100) == b"0123456789"
+    plant(run_path, "submissions/submission-0001/empty.log", b"")
+    assert rd.read_tail("submissions/submission-0001/empty.log", 4) == b""
+    with pytest.raises(NotFound):
+        rd.read_tail("submissions/submission-0001/missing.log", 4)
+    outside = workspace / "secret"
+    outside.write_bytes(b"not yours")
+    os.symlink(outside, run_path / "submissions/submission-0001/link.log")
+    with pytest.raises(Refused) as err:
+        rd.read_tail("submissions/submission-0001/link.log", 4)
+    assert "link.log" in err.value.message

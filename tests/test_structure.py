@@ -37,8 +37,12 @@ MODULES = {module_name(p): p for p in sorted(TAULIB.rglob("*.py"))}
 def imported(path: Path) -> set[str]:
     """The modules a file imports anywhere in it (function-level imports included): `from pkg import sub` counts
     as pkg.sub when that is a module, else as pkg."""
+    return _imports_in(ast.parse(path.read_text(encoding="utf-8")))
+
+
+def _imports_in(tree: ast.AST) -> set[str]:
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -124,15 +128,7 @@ def runtime_imports(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
             node.body = [ast.Pass()]
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for alias in node.names:
-                candidate = f"{node.module}.{alias.name}"
-                found.add(candidate if candidate in MODULES else node.module)
-    return found
+    return _imports_in(tree)
 
 
 def layer_table(text: str) -> list[list[str]]:

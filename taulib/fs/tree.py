@@ -265,6 +265,15 @@ class Tree:
             raise Refused(f"{where} is not a regular file" + (" of ours" if self.private else ""), path=where)
         return fd
 
+    def read_tail(self, rel: str, size: int) -> bytes:
+        """The last `size` bytes of the regular file `rel` (all of it when shorter), through `open_read` (NotFound,
+        Refused): the end of an output file that may be larger than anything read whole."""
+        fd = self.open_read(rel)
+        try:
+            return os.pread(fd, size, max(0, os.fstat(fd).st_size - size))
+        finally:
+            os.close(fd)
+
     @_operation
     def read_bytes(self, rel: str, limit: int | None = None) -> bytes | None:
         """The bytes of the regular file `rel`, or None when it (or its folder) does not exist. In a private tree

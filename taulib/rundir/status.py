@@ -180,13 +180,9 @@ def _last_words(run: Run, rel: str) -> list[str] | None:
     from taulib.rules.output import TAIL, last_words
 
     try:
-        fd = run.dir.open_read(rel)
+        tail = run.dir.read_tail(rel, TAIL)
     except TauError:  # not there (never started), or not a regular file of ours: nothing of it is shown
         return None
-    try:
-        tail = os.pread(fd, TAIL, max(0, os.fstat(fd).st_size - TAIL))
-    finally:
-        os.close(fd)
     return last_words(tail) or None
 
 

@@ -227,12 +227,10 @@ def _explain_kills(run: Run, attempts: list[dict[str, Any]], views: list[dict[st
     """Where accounting says a task FAILED or was CANCELLED, what its own output says killed it (`slurm.kills`:
     Slurm's memory enforcement without cgroups, a time limit) becomes its accounting state, slurmstepd's words
     added to the reason: the kill is named out_of_memory or timed_out, as escalation needs."""
-    import os
-
     from taulib.errors import NotFound, Refused
+    from taulib.executors.slurm import kills
     from taulib.rules.escalation import mem_mib
     from taulib.rundir import state
-    from taulib.executors.slurm import kills
 
     plans: dict[str, Any] = {}
     for attempt, view in zip(attempts, views, strict=True):
@@ -240,14 +238,9 @@ def _explain_kills(run: Run, attempts: list[dict[str, Any]], views: list[dict[st
         if seen is None or seen["state"] not in ("failed", "cancelled"):
             continue
         try:
-            fd = run.dir.open_read(EXECUTOR.output_path(attempt))
+            tail = run.dir.read_tail(EXECUTOR.output_path(attempt), kills.TAIL)
         except (NotFound, Refused):  # not written yet, or not a file of ours: nothing it says is believed
             continue
-        try:
-            size = os.fstat(fd).st_size
-            tail = os.pread(fd, kills.TAIL, max(0, size - kills.TAIL))
-        finally:
-            os.close(fd)
         mem = state.attempt_request(run, attempt, plans).get("mem")
         found = kills.cause(tail, seen["state"], None if not mem else int(mem_mib(mem) * 1024 * 1024))
         if found is not None:
