@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,13 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 COMMAND_CHARS = 200  # characters of a command line kept when a process is named
 POLL = 0.05  # seconds between looks while processes stop
+
+
+def module_argv(module: str, *args: str) -> list[str]:
+    """The command line that runs a module of tau in a new interpreter (this one), never a module that a folder
+    named like tau's in the working directory holds: `-P`, so that `-m` does not put the working directory first on
+    the module path (a local supervisor or task inherits the caller's)."""
+    return [sys.executable, "-P", "-m", module, *args]
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from taulib import failpoints, jsonio
+from taulib import failpoints, jsonio, processes
 from taulib.collect import stage, tasks
 from taulib.collect.destination import RESULT, open_parent, read_result, remove_stage, stage_name
 from taulib.collect.report import progress
@@ -160,7 +160,7 @@ def local(run: Run, plan: Record, todo: list[int], done: Callable[[int, list[Rec
 
     from taulib import signals
 
-    argv = [sys.executable, "-m", "taulib.collect.array", run.path, plan["collection_id"]]
+    argv = processes.module_argv("taulib.collect.array", run.path, plan["collection_id"])
     share = str(lanes(len(todo)))
     ended: queue.Queue[tuple[int, bytes, bytes]] = queue.Queue()
     procs: dict[int, subprocess.Popen[bytes]] = {}

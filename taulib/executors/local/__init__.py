@@ -1,7 +1,7 @@
 """The embedded local executor: a tiny Slurm for one machine, with no daemon.
 
 `tau-submit` starts one detached supervisor process per submission
-(`python -m taulib.executors.local RUN SUBMISSION`). The supervisor runs each task of the submission
+(`python -P -m taulib.executors.local RUN SUBMISSION`). The supervisor runs each task of the submission
 (`tau-attempt run`) as its own process group, at most `max_parallel` at once, and keeps two kinds of records in
 `submissions/<id>/local/`, written through the one writer:
 
@@ -20,7 +20,7 @@
 Only the supervisor writes its folder, under the lock `locks/local-<submission>.lock` held for its lifetime.
 
   executor    the local executor as tau's `Executor` (taulib.executors): what lifecycle and collect call
-  __main__    `python -m taulib.executors.local RUN SUBMISSION`: the supervisor process tau-submit starts
+  __main__    `python -P -m taulib.executors.local RUN SUBMISSION`: the supervisor process tau-submit starts
   supervisor  starting the supervisor, and its loop; stopping tasks; sweeping a dead supervisor's folder
   records     the names of its records and locks in a run directory
   memory      a task's memory limit and its sampling (OverMemoryKill's way), and the kernel's OOM killer seen

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from types import FrameType
 from typing import TYPE_CHECKING, BinaryIO
@@ -51,7 +50,7 @@ def spawn(run: Run, submission_id: str) -> None:
     try:
         import subprocess  # only where a process is started: tau-reconcile's sweep needs none (~2 ms)
 
-        proc = subprocess.Popen([sys.executable, "-m", "taulib.executors.local", run.path, submission_id],
+        proc = subprocess.Popen(processes.module_argv("taulib.executors.local", run.path, submission_id),
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 close_fds=True)
     finally:
@@ -244,7 +243,7 @@ def _start_task(run: Run, sub: Record, index: int, held: Held) -> subprocess.Pop
     try:
         import subprocess
 
-        proc = subprocess.Popen([sys.executable, "-m", "taulib.cli.attempt", "run", run.path, "--submission", sid],
+        proc = subprocess.Popen(processes.module_argv("taulib.cli.attempt", "run", run.path, "--submission", sid),
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 close_fds=True, env=child, pass_fds=held.fds())
     finally:
