@@ -7,5 +7,6 @@ sacct, stopped with scancel of exact array tasks.
   commands  running Slurm's commands: by name, with timeouts, never through a shell
   limits    the cluster's limits on what this user may queue now (MaxArraySize, MaxSubmitJobs, QOS), read
   observe   the queue and accounting views of recorded Slurm attempts
+  records   the names of its files in a run directory (job scripts, array task output)
   kills     what slurmstepd's words in a task's output say killed it (memory, a time limit), where sacct does not
 """

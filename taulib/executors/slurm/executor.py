@@ -20,7 +20,7 @@ from taulib import env, failpoints, jsonio
 from taulib.errors import BadInput, Refused, Unavailable, UsageError
 from taulib.executors.roles import (Capacity, CollectionJobs, Collects, Executor, Limits, Measured, Observed, Queue,
                                     Requeue, Resolved, Stopped)
-from taulib.executors.slurm import commands, parse, script
+from taulib.executors.slurm import commands, parse, records, script
 from taulib.rules import journal as journal_rules
 from taulib.rules.services import DEVICE_VARIABLES  # the allocation's variables a client gets beside Slurm's own
 from taulib.rundir.journal import task_indices
@@ -42,7 +42,7 @@ class SlurmCollectionJobs(CollectionJobs):
         text = script.render_collection(job_name=job_name, run_dir=run.path, collection_id=collection_id,
                                         python=sys.executable, profile=run.plan["scheduler"]["slurm"],
                                         task_indices=task_indices)
-        rel = f"collections/{collection_id}/job.sh" if not rerun else f"collections/{collection_id}/job-r{rerun}.sh"
+        rel = records.collection_script(collection_id, rerun)
         job_id = commands.sbatch_script(run, rel, text, pinned=True, resolved_by="tau-collect")
         failpoints.hit("collect.handed_off")  # the job exists, nothing records it: the lost reply
         return job_id
@@ -136,7 +136,7 @@ class Slurm(Queue, Requeue, Collects, Executor):
     def hand_off(self, run: Run, plan: dict[str, Any], text: str | None) -> str:
         if text is None:
             raise BadInput(f"submission {plan['submission_id']} has no job script to hand to sbatch")
-        job_id = commands.sbatch_script(run, f"submissions/{plan['submission_id']}/job.sh", text)
+        job_id = commands.sbatch_script(run, records.submission_script(plan["submission_id"]), text)
         failpoints.hit("submit.handed_off")  # the job exists, nothing records it: the lost reply
         return job_id
 
@@ -186,7 +186,7 @@ class Slurm(Queue, Requeue, Collects, Executor):
 
     def output_path(self, attempt: dict[str, Any]) -> str:
         sched = attempt["scheduler"]
-        return f"submissions/{attempt['submission_id']}/slurm-{sched['job_id']}_{sched['task_index']}.out"
+        return records.task_output(attempt["submission_id"], sched["job_id"], sched["task_index"])
 
     def identity(self, environ: dict[str, str]) -> dict[str, Any] | None:
         if not env.get("SLURM_JOB_ID", environ):

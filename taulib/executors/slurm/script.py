@@ -18,6 +18,7 @@ import shlex
 from typing import Any
 
 from taulib.errors import BadInput
+from taulib.executors.slurm import records
 from taulib.executors.slurm.parse import compress_indices
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
@@ -106,7 +107,7 @@ def render(*, job_name: str, run_dir: str, submission_id: str, task_indices: lis
         "--chdir": folder,
         "--job-name": job_name,
         "--open-mode": "append",
-        "--output": f"{folder}/slurm-%A_%a.out",
+        "--output": f"{folder}/{records.OUTPUT}",
         "--requeue": None,
     }
     options.update(_profile_options(profile, profile.get("partition")))
@@ -139,7 +140,7 @@ def render_collection(*, job_name: str, run_dir: str, collection_id: str, python
     options = {"--chdir": folder, "--job-name": job_name, "--nodes": "1", "--ntasks": "1",
                "--cpus-per-task": str(int(profile.get("cpus_per_task") or 1)),
                "--array": compress_indices(task_indices),
-               "--output": f"{folder}/slurm-%A_%a.out", "--open-mode": "append",
+               "--output": f"{folder}/{records.OUTPUT}", "--open-mode": "append",
                "--gres": "none"}  # pinned: no GPU, whatever a cluster's defaults (the submitter drops SBATCH_*)
     options.update(_profile_options(profile, profile.get("collect_partition") or profile.get("partition")))
     lines = [f"#SBATCH {key}={value}" for key, value in options.items()]
