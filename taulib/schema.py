@@ -13,6 +13,10 @@ command that validates a record (measured). In the repository `taulib/schemas` i
 `share/schemas`, where the sources are kept; a wheel or an sdist holds the files themselves (pyproject.toml's
 package-data).
 
+The executors' names where a schema names them (the enums of `executor` and `profile`) are the table's
+(`taulib.executors.table`; a test keeps the files' lists equal to it), and a plan's `scheduler` takes the section
+of an executor the files do not describe from its row (`Row.section`): adding an executor edits no schema file.
+
 Reads: `taulib/schemas/<name>.schema.json`. Writes: nothing.
 """
 
@@ -63,7 +67,30 @@ def load(name: str) -> dict[str, Any]:
     except FileNotFoundError:
         raise Internal(f"schema {name!r} is missing from {folder()!r}") from None
     _check_keywords(schema, name)
+    _executors(schema)
     return schema
+
+
+def _executors(node: object) -> None:
+    """Name the table's executors wherever the schema names executors (module docstring)."""
+    if isinstance(node, list):
+        for item in node:
+            _executors(item)
+        return
+    if not isinstance(node, dict):
+        return
+    properties = node.get("properties")
+    if isinstance(properties, dict):
+        from taulib.executors.table import EXECUTORS
+
+        for key in ("executor", "profile"):
+            if isinstance(properties.get(key), dict) and "enum" in properties[key]:
+                properties[key]["enum"] = list(EXECUTORS)
+        if "profile" in properties:  # a plan's scheduler: one section per executor
+            for name, row in EXECUTORS.items():
+                properties.setdefault(name, row.section)
+    for value in node.values():
+        _executors(value)
 
 
 @lru_cache(maxsize=None)

@@ -10,6 +10,7 @@ the suite every executor passes).
 Reads and writes nothing itself; an executor's package is imported only when a run or an attempt names it, so a
 command pays only for the executor it uses. Promises: `get` refuses (BadInput) a name that is not in the table.
 
+  table     the one table: each executor's name, module, optional roles and plan section
   roles     the roles an engine plays (the interface, in engine-neutral words), and what they return
   local/    the embedded local executor (a supervisor process per submission)
   slurm/    one sbatch job array per submission, squeue and sacct, scancel
@@ -21,6 +22,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from taulib.errors import BadInput, Refused
+from taulib.executors.table import DEFAULT, EXECUTORS, HERE, Row
 from taulib.executors.roles import (OBSERVED, OPTIONAL, UNLIMITED, Allocation, Capacity, CollectionJobs, Collects,
                                     Executor, Limits, Measured, Observed, Observes, Plans, Queue, Requeue, Resolved,
                                     Starter, Stopped, Stops, Submits)
@@ -31,25 +33,6 @@ __all__ = ["OBSERVED", "OPTIONAL", "UNLIMITED", "Allocation", "Capacity", "Colle
 
 if TYPE_CHECKING:
     from taulib.rundir.run import Run
-
-
-class Row:
-    """An executor of the table: the module whose `EXECUTOR` it is, and the optional roles it plays
-    (`roles.OPTIONAL`). A plain class: every command imports the table, and a NamedTuple costs 0.2 ms to make."""
-    __slots__ = ("module", "roles")
-
-    def __init__(self, module: str, roles: frozenset[str]) -> None:
-        self.module, self.roles = module, roles
-
-
-# name -> its row; the order is the order in which `identity` asks them (the local executor first: a local task
-# may run inside a Slurm allocation, and is then the local executor's)
-EXECUTORS: dict[str, Row] = {
-    "local": Row("taulib.executors.local.executor", frozenset({"starter"})),
-    "slurm": Row("taulib.executors.slurm.executor", frozenset({"queue", "requeue", "collects"})),
-}
-DEFAULT = "local"  # the executor of a plan that names none
-HERE = "local"  # the executor that runs tasks on this machine: what needs no compute node (an adoption's copies)
 
 
 _LOADED: dict[str, Executor] = {}

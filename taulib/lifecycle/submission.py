@@ -15,6 +15,7 @@ Slurm the job script `submissions/<id>/job.sh`. Protocol:
      published as `job.sh` and submitted with `sbatch --parsable` as one job array.
      A definite refusal retires the entry (FAILED, exit 69); an ambiguous outcome (timeout, lost reply, unparsable
      reply) leaves it PREPARED and exits 75: the next call resolves it, and never submits blindly again;
+                                                                                  failpoint submit.handed_off
   4. format-1 runs only (made by earlier versions of tau): publish each attempt.json (state submitted, bound to the
      job id and task) under its shard lock;                                       failpoint submit.attempts_published
   5. status SUBMITTED: the commit point. In a format-2 run this alone gives every task its attempt: nothing is
@@ -224,6 +225,7 @@ def _hand_off(run: Run, book: Journal, plan: Record, status: Record, text: str |
     except SubmitRefused as exc:
         book.retire(status, exc.message)
         raise
+    failpoints.hit("submit.handed_off")  # the job exists and nothing records it: a lost reply, for any executor
     return _bind(run, book, plan, status, job_id)
 
 

@@ -36,7 +36,6 @@ REACHED_ELSEWHERE = {  # failpoints this life cannot reach, and the tests that c
     "publish.reserved": "test_a_collection_killed_in_the_no_renameat2_fallback_recovers (below)",
     "publish.claimed": "test_a_collection_killed_in_the_no_renameat2_fallback_recovers (below)",
     "publish.renamed": "test_a_collection_killed_in_the_no_renameat2_fallback_recovers (below)",
-    "submit.handed_off": "tests/integration/test_slurm_adversity.py (real sbatch)",
     "submit.attempts_published": "tests/test_protocol_crashes.py (a format-1 run: its tau-submit publishes attempts)",
     "collect.handed_off": "tests/integration/test_slurm_adversity.py (real sbatch)",
     "collect.task_written": "tests/test_collect_tasks.py and tests/integration/test_slurm_collect_tasks.py (--tasks)",
@@ -170,11 +169,11 @@ KNOWN = [  # (command, failpoint) the uncrashed life reaches: exactly its trace 
     *[("tau-retry", name) for name in (  # it observes and reconciles first (reconcile.applied), then submits
         "reconcile.applied", "store.mkdir.created", "store.publish.linked", "store.publish.temp_removed",
         "store.publish.temp_synced", "store.publish.temp_written", "store.replace.renamed", "store.replace.temp_synced",
-        "store.replace.temp_written", "submit.prepared", "submit.submitted",)],
+        "store.replace.temp_written", "submit.handed_off", "submit.prepared", "submit.submitted",)],
     *[("tau-submit", name) for name in (
         "store.mkdir.created", "store.publish.linked", "store.publish.temp_removed", "store.publish.temp_synced",
         "store.publish.temp_written", "store.replace.renamed", "store.replace.temp_synced",
-        "store.replace.temp_written", "submit.prepared", "submit.submitted",)],
+        "store.replace.temp_written", "submit.handed_off", "submit.prepared", "submit.submitted",)],
 ]
 
 

@@ -136,9 +136,7 @@ class Slurm(Queue, Requeue, Collects, Executor):
     def hand_off(self, run: Run, plan: dict[str, Any], text: str | None) -> str:
         if text is None:
             raise BadInput(f"submission {plan['submission_id']} has no job script to hand to sbatch")
-        job_id = commands.sbatch_script(run, records.submission_script(plan["submission_id"]), text)
-        failpoints.hit("submit.handed_off")  # the job exists, nothing records it: the lost reply
-        return job_id
+        return commands.sbatch_script(run, records.submission_script(plan["submission_id"]), text)
 
     def resolve(self, run: Run, plan: dict[str, Any], status: dict[str, Any]) -> Resolved:
         found = commands.find_by_name(plan["job_name"], os.getuid(), jsonio.parse_time(plan["created_at"]))
