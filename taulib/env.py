@@ -1,4 +1,6 @@
-"""Every environment variable tau reads or sets, in one table: name, default, parser, meaning, and who sets it.
+"""Every environment variable tau reads or sets, in one table (`VARS`), and the way to read one: name, default,
+parser, meaning, and who sets it. An executor's own variables (Slurm's, the local executor's) are declared by it
+(`Executor.variables`, joined to this table by `taulib.executors.variables`) and read with `read`.
 
 Reads: the process environment (or a mapping a caller passes instead, as tests do). Writes: nothing.
 Promises: no module of tau reads `os.environ` itself; each asks `get(NAME)`, which applies the variable's parser and
@@ -16,37 +18,41 @@ Scopes (the `scope` column) say who sets a variable and where it is documented:
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 if TYPE_CHECKING:
     from typing import Callable, Literal, Mapping
 
 
-class Var:
+T = TypeVar("T")
+
+
+class Var(Generic[T]):
     """One variable: its name, default, parser (raises ValueError on a value that does not parse), meaning,
-    scope, and whether a bad value is refused (strict) instead of falling back to the default."""
+    scope, and whether a bad value is refused (strict) instead of falling back to the default. tau's own are in
+    `VARS`; an executor declares its own (`Executor.variables`) and reads them with `read`."""
 
     __slots__ = ("name", "default", "parse", "meaning", "scope", "strict")
 
-    def __init__(self, name: str, default: object, parse: Callable[[str], object], meaning: str,
+    def __init__(self, name: str, default: T, parse: Callable[[str], T], meaning: str,
                  scope: str = "user", strict: bool = False) -> None:
         self.name, self.default, self.parse, self.meaning = name, default, parse, meaning
         self.scope, self.strict = scope, strict
 
 
-def _seconds(text: str) -> float:
+def seconds(text: str) -> float:
     return max(0.0, float(text))
 
 
-def _flag(text: str) -> bool:
+def flag(text: str) -> bool:
     return text == "1"
 
 
-def _text(text: str) -> str:
+def text(text: str) -> str:
     return text
 
 
-def _count(text: str) -> int:
+def count(text: str) -> int:
     value = int(text)
     if value < 0:
         raise ValueError("negative")
@@ -83,69 +89,57 @@ def _failpoints(text: str) -> dict[str, str]:
     return armed
 
 
-VARS: dict[str, Var] = {v.name: v for v in (
-    Var("TAU_LOCK_TIMEOUT", 30.0, _seconds, "seconds to wait for a lock another tau process holds (then exit 75)"),
-    Var("TAU_FAILPOINTS", {}, _failpoints, "failpoints to arm, for tests: name=action pairs (taulib.failpoints)"),
-    Var("TAU_FAILPOINT_ONCE", "", _text, "the marker file of the once-crash failpoint action"),
-    Var("TAU_FAILPOINT_TRACE", "", _text, "a file each failpoint reached is appended to (COMMAND NAME), for tests"),
-    Var("TAU_DEBUG", False, _flag, "1: an unexpected error shows its traceback instead of the JSON error (70)"),
-    Var("TAU_NO_RENAMEAT2", False, _flag, "1: publish folders with the fallback instead of renameat2"),
-    Var("TAU_SLURM_TIMEOUT", 30.0, _seconds, "seconds squeue and sacct may take"),
-    Var("TAU_SBATCH_TIMEOUT", 60.0, _seconds, "seconds sbatch may take before its outcome is ambiguous"),
-    Var("TAU_BINDING_WAIT", 300.0, _seconds, "seconds an allocation waits for its submission to be bound to it"),
-    Var("TAU_TRUSTED_BLOB_ENDPOINTS", frozenset(), _origins, "Blob storage origins trusted besides Azure's clouds",
-        strict=True),
-    Var("AZURE_STORAGE_CONNECTION_STRING", None, _text, "the storage account key for Blob storage (a secret)"),
-    Var("TAU_BLOB_RETRIES", 2, _count, "retries of one Blob storage request", strict=True),
-    Var("TAU_BLOB_READ_TIMEOUT", 60.0, _seconds, "seconds one Blob storage read may take", strict=True),
-    Var("TAU_BLOB_API_VERSION", None, _text, "the Blob storage API version to ask for (for emulators)"),
-    Var("REQUESTS_CA_BUNDLE", None, _text, "certificates to trust for Blob storage instead of certifi's (as requests "
+VARS: dict[str, Var[Any]] = {v.name: v for v in (
+    Var("TAU_LOCK_TIMEOUT", 30.0, seconds, "seconds to wait for a lock another tau process holds (then exit 75)"),
+    Var[dict[str, str]]("TAU_FAILPOINTS", {}, _failpoints,
+                        "failpoints to arm, for tests: name=action pairs (taulib.failpoints)"),
+    Var("TAU_FAILPOINT_ONCE", "", text, "the marker file of the once-crash failpoint action"),
+    Var("TAU_FAILPOINT_TRACE", "", text, "a file each failpoint reached is appended to (COMMAND NAME), for tests"),
+    Var("TAU_DEBUG", False, flag, "1: an unexpected error shows its traceback instead of the JSON error (70)"),
+    Var("TAU_NO_RENAMEAT2", False, flag, "1: publish folders with the fallback instead of renameat2"),
+    Var("TAU_BINDING_WAIT", 300.0, seconds, "seconds an allocation waits for its submission to be bound to it"),
+    Var[frozenset[str]]("TAU_TRUSTED_BLOB_ENDPOINTS", frozenset(), _origins,
+                        "Blob storage origins trusted besides Azure's clouds", strict=True),
+    Var("AZURE_STORAGE_CONNECTION_STRING", None, text, "the storage account key for Blob storage (a secret)"),
+    Var("TAU_BLOB_RETRIES", 2, count, "retries of one Blob storage request", strict=True),
+    Var("TAU_BLOB_READ_TIMEOUT", 60.0, seconds, "seconds one Blob storage read may take", strict=True),
+    Var("TAU_BLOB_API_VERSION", None, text, "the Blob storage API version to ask for (for emulators)"),
+    Var("REQUESTS_CA_BUNDLE", None, text, "certificates to trust for Blob storage instead of certifi's (as requests "
         "reads it)"),
-    Var("CURL_CA_BUNDLE", None, _text, "the same, when REQUESTS_CA_BUNDLE is unset (as requests reads it)"),
-    Var("KUBECONFIG", None, _text, "the kubeconfig file (else ~/.kube/config, else the in-cluster account)"),
-    Var("VIRTUAL_ENV", None, _text, "the virtual environment a person activated: tau-init accepts a program found in "
+    Var("CURL_CA_BUNDLE", None, text, "the same, when REQUESTS_CA_BUNDLE is unset (as requests reads it)"),
+    Var("KUBECONFIG", None, text, "the kubeconfig file (else ~/.kube/config, else the in-cluster account)"),
+    Var("VIRTUAL_ENV", None, text, "the virtual environment a person activated: tau-init accepts a program found in "
         "tau's own environment when it is the one activated"),
-    # set inside an allocation by the executor
-    Var("TAU_LOCAL_JOB_ID", None, _text, "the local executor's job id (its submission id)", "allocation"),
-    Var("TAU_LOCAL_TASK_ID", None, _text, "the local executor's task index", "allocation"),
-    Var("SLURM_JOB_ID", None, _text, "Slurm's job id of the allocation", "allocation"),
-    Var("SLURM_CPUS_PER_TASK", None, _text, "the CPUs Slurm gave a collection task: its most threads", "allocation"),
-    Var("SLURM_ARRAY_JOB_ID", None, _text, "Slurm's array job id", "allocation"),
-    Var("SLURM_ARRAY_TASK_ID", None, _text, "Slurm's array task index", "allocation"),
-    Var("SLURM_RESTART_COUNT", 0, _count, "how often Slurm requeued this allocation", "allocation"),
-    Var("TAU_LOCAL_GPUS", None, _text, "the GPUs the local executor gave this task (comma-separated ids)",
-        "allocation"),
-    Var("CUDA_VISIBLE_DEVICES", None, _text, "the GPUs the scheduler bound to the allocation", "allocation"),
-    Var("SLURM_JOB_GPUS", None, _text, "the GPUs Slurm gave the job (when CUDA_VISIBLE_DEVICES is unset)",
-        "allocation"),
+    # set inside an allocation by the scheduler (each executor's own: its `variables`, taulib.executors.variables)
+    Var("CUDA_VISIBLE_DEVICES", None, text, "the GPUs the scheduler bound to the allocation", "allocation"),
     # set by tau for the client of an attempt
-    Var("TAU_RUN_DIR", None, _text, "the run directory", "client"),
-    Var("TAU_RUN_ID", None, _text, "the run id", "client"),
-    Var("TAU_SHARD_ID", None, _text, "the shard id", "client"),
-    Var("TAU_SHARD_INDEX", None, _text, "the shard index", "client"),
-    Var("TAU_ATTEMPT_ID", None, _text, "the attempt id", "client"),
-    Var("TAU_ATTEMPT_ORDINAL", None, _text, "the attempt's ordinal", "client"),
-    Var("TAU_RECORD_START", None, _text, "the first record of the shard", "client"),
-    Var("TAU_RECORD_END", None, _text, "the record after the shard's last", "client"),
-    Var("TAU_OUTPUT_DIR", None, _text, "the folder the client writes its Parquet files into", "client"),
-    Var("TAU_OUTPUT_FORMAT", None, _text, "the format the client writes (parquet)", "client"),
-    Var("TAU_PROGRESS_FILE", None, _text, "where the client may write how many of its records are done", "client"),
-    Var("TAU_SERVICES_FILE", None, _text, "the attempt's endpoints.json: every service's URLs (runs with services)",
+    Var("TAU_RUN_DIR", None, text, "the run directory", "client"),
+    Var("TAU_RUN_ID", None, text, "the run id", "client"),
+    Var("TAU_SHARD_ID", None, text, "the shard id", "client"),
+    Var("TAU_SHARD_INDEX", None, text, "the shard index", "client"),
+    Var("TAU_ATTEMPT_ID", None, text, "the attempt id", "client"),
+    Var("TAU_ATTEMPT_ORDINAL", None, text, "the attempt's ordinal", "client"),
+    Var("TAU_RECORD_START", None, text, "the first record of the shard", "client"),
+    Var("TAU_RECORD_END", None, text, "the record after the shard's last", "client"),
+    Var("TAU_OUTPUT_DIR", None, text, "the folder the client writes its Parquet files into", "client"),
+    Var("TAU_OUTPUT_FORMAT", None, text, "the format the client writes (parquet)", "client"),
+    Var("TAU_PROGRESS_FILE", None, text, "where the client may write how many of its records are done", "client"),
+    Var("TAU_SERVICES_FILE", None, text, "the attempt's endpoints.json: every service's URLs (runs with services)",
         "client"),
-    Var("TAU_SERVICE_", None, _text, "the prefix of TAU_SERVICE_<NAME>_URL and TAU_SERVICE_<NAME>_URLS: a service's "
+    Var("TAU_SERVICE_", None, text, "the prefix of TAU_SERVICE_<NAME>_URL and TAU_SERVICE_<NAME>_URLS: a service's "
         "first backend's URL, and all of them (runs with services)", "client"),
-    Var("TAU_SERVICE_NAME", None, _text, "a service backend's service name", "client"),
-    Var("TAU_SERVICE_BACKEND", None, _text, "a service backend's number: 1, 2, ...", "client"),
-    Var("TAU_SERVICE_PORT", None, _text, "the port a service backend listens on (127.0.0.1)", "client"),
+    Var("TAU_SERVICE_NAME", None, text, "a service backend's service name", "client"),
+    Var("TAU_SERVICE_BACKEND", None, text, "a service backend's number: 1, 2, ...", "client"),
+    Var("TAU_SERVICE_PORT", None, text, "the port a service backend listens on (127.0.0.1)", "client"),
     # set by tau-collect for itself (the allocators read them only as a process starts)
-    Var("ARROW_DEFAULT_MEMORY_POOL", "jemalloc", _text, "Arrow's allocator: jemalloc, which returns freed pages",
+    Var("ARROW_DEFAULT_MEMORY_POOL", "jemalloc", text, "Arrow's allocator: jemalloc, which returns freed pages",
         "memory"),
-    Var("JE_ARROW_MALLOC_CONF", "narenas:1", _text, "Arrow's jemalloc: one arena for all threads", "memory"),
-    Var("MALLOC_MMAP_THRESHOLD_", "8388608", _text, "glibc: blocks of 8 MiB and more (input buffers) mapped "
+    Var("JE_ARROW_MALLOC_CONF", "narenas:1", text, "Arrow's jemalloc: one arena for all threads", "memory"),
+    Var("MALLOC_MMAP_THRESHOLD_", "8388608", text, "glibc: blocks of 8 MiB and more (input buffers) mapped "
         "apart and unmapped when freed", "memory"),
-    Var("MALLOC_TRIM_THRESHOLD_", "67108864", _text, "glibc: free heap kept up to 64 MiB (no fault-in churn)",
+    Var("MALLOC_TRIM_THRESHOLD_", "67108864", text, "glibc: free heap kept up to 64 MiB (no fault-in churn)",
         "memory"),
-    Var("TAU_RESTARTED", False, _flag, "1: this process already started itself again with those settings (never "
+    Var("TAU_RESTARTED", False, flag, "1: this process already started itself again with those settings (never "
         "twice)", "memory"),
 )}
 
@@ -153,10 +147,10 @@ VARS: dict[str, Var] = {v.name: v for v in (
 # The type of each variable's value, for the type checker: its parser's, or None besides when that is its default
 # (tests/test_typecheck.py checks these against the table). A name missing here is a type error at its caller.
 @overload
-def get(name: Literal["TAU_LOCK_TIMEOUT", "TAU_SLURM_TIMEOUT", "TAU_SBATCH_TIMEOUT", "TAU_BINDING_WAIT",
-                      "TAU_BLOB_READ_TIMEOUT"], env: Mapping[str, str] | None = None) -> float: ...
+def get(name: Literal["TAU_LOCK_TIMEOUT", "TAU_BINDING_WAIT", "TAU_BLOB_READ_TIMEOUT"],
+        env: Mapping[str, str] | None = None) -> float: ...
 @overload
-def get(name: Literal["TAU_BLOB_RETRIES", "SLURM_RESTART_COUNT"], env: Mapping[str, str] | None = None) -> int: ...
+def get(name: Literal["TAU_BLOB_RETRIES"], env: Mapping[str, str] | None = None) -> int: ...
 @overload
 def get(name: Literal["TAU_DEBUG", "TAU_NO_RENAMEAT2", "TAU_RESTARTED"], env: Mapping[str, str] | None = None
         ) -> bool: ...
@@ -166,12 +160,9 @@ def get(name: Literal["TAU_FAILPOINT_ONCE", "TAU_FAILPOINT_TRACE", "ARROW_DEFAUL
         ) -> str: ...
 @overload
 def get(name: Literal["AZURE_STORAGE_CONNECTION_STRING", "TAU_BLOB_API_VERSION", "REQUESTS_CA_BUNDLE",
-                      "CURL_CA_BUNDLE", "KUBECONFIG", "VIRTUAL_ENV", "TAU_LOCAL_JOB_ID", "TAU_LOCAL_TASK_ID",
-                      "TAU_LOCAL_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "TAU_SERVICES_FILE",
-                      "TAU_SERVICE_", "TAU_SERVICE_NAME", "TAU_SERVICE_BACKEND", "TAU_SERVICE_PORT",
-                      "SLURM_JOB_ID",
-                      "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_CPUS_PER_TASK",
-                      "TAU_RUN_DIR", "TAU_RUN_ID", "TAU_SHARD_ID",
+                      "CURL_CA_BUNDLE", "KUBECONFIG", "VIRTUAL_ENV", "CUDA_VISIBLE_DEVICES", "TAU_SERVICES_FILE",
+                      "TAU_SERVICE_", "TAU_SERVICE_NAME", "TAU_SERVICE_BACKEND", "TAU_SERVICE_PORT", "TAU_RUN_DIR",
+                      "TAU_RUN_ID", "TAU_SHARD_ID",
                       "TAU_SHARD_INDEX", "TAU_ATTEMPT_ID", "TAU_ATTEMPT_ORDINAL", "TAU_RECORD_START",
                       "TAU_RECORD_END", "TAU_OUTPUT_DIR", "TAU_OUTPUT_FORMAT", "TAU_PROGRESS_FILE"],
         env: Mapping[str, str] | None = None) -> str | None: ...
@@ -180,19 +171,24 @@ def get(name: Literal["TAU_TRUSTED_BLOB_ENDPOINTS"], env: Mapping[str, str] | No
 @overload
 def get(name: Literal["TAU_FAILPOINTS"], env: Mapping[str, str] | None = None) -> dict[str, str]: ...
 def get(name: str, env: Mapping[str, str] | None = None) -> object:
-    """The parsed value of variable NAME (from `env` when given, else the process environment)."""
-    var = VARS[name]
-    text = (os.environ if env is None else env).get(name)
-    if not text:
+    """The parsed value of tau's variable NAME (from `env` when given, else the process environment)."""
+    return read(VARS[name], env)
+
+
+def read(var: Var[T], env: Mapping[str, str] | None = None) -> T:
+    """The parsed value of a variable (from `env` when given, else the process environment): its parser's, or its
+    default when unset or (unless strict) when it does not parse."""
+    value = (os.environ if env is None else env).get(var.name)
+    if not value:
         return var.default
     try:
-        return var.parse(text)
+        return var.parse(value)
     except ValueError as exc:
         if var.strict:
             from taulib.errors import UsageError
 
-            detail = str(exc) if str(exc).startswith("holds") else f"holds {text[:100]!r}, which does not parse"
-            raise UsageError(f"{name} {detail}") from None
+            detail = str(exc) if str(exc).startswith("holds") else f"holds {value[:100]!r}, which does not parse"
+            raise UsageError(f"{var.name} {detail}") from None
         return var.default
 
 

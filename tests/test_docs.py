@@ -408,18 +408,25 @@ def test_a_record_with_versions_has_each_of_them_read_as_a_shape_of_its_own():
     assert "deployments" in nested_fields(shapes[1]) and "last_probe" in nested_fields(shapes[1])
 
 
+def every_variable() -> list:
+    """tau's own variables (taulib.env.VARS) and each executor's (declared by it)."""
+    from taulib import executors
+
+    return [*env.VARS.values(), *executors.variables().values()]
+
+
 def test_tau_1_environment_lists_exactly_the_variables_a_user_sets():
     listed = set()
     for tag in tags(sections(MAN / "tau.1")["ENVIRONMENT"]):
         listed.update(re.findall(r"\b[A-Z][A-Z0-9_]{2,}\b", tag))
-    expected = {v.name for v in env.VARS.values() if v.scope == "user"}
+    expected = {v.name for v in every_variable() if v.scope == "user"}
     assert listed == expected, (f"tau(1) ENVIRONMENT drifted from taulib.env.VARS: only on the page "
                                 f"{sorted(listed - expected)}, only in the table {sorted(expected - listed)}")
 
 
 def test_tau_run_5_names_every_variable_a_client_gets():
     text = plain((MAN / "tau-run.5").read_text(encoding="utf-8"))
-    missing = [v.name for v in env.VARS.values() if v.scope in ("client", "allocation") and v.name not in text]
+    missing = [v.name for v in every_variable() if v.scope in ("client", "allocation") and v.name not in text]
     assert not missing, f"tau-run(5) does not describe the variables {missing}"
 
 

@@ -29,9 +29,11 @@ from taulib.executors.roles import (OBSERVED, OPTIONAL, UNLIMITED, Allocation, C
 
 __all__ = ["OBSERVED", "OPTIONAL", "UNLIMITED", "Allocation", "Capacity", "CollectionJobs", "Collects", "Executor",
            "Limits", "Measured", "Observed", "Observes", "Plans", "Queue", "Requeue", "Resolved", "Starter", "Stopped",
-           "Stops", "Submits", "EXECUTORS", "DEFAULT", "HERE", "Row", "get", "of", "of_attempt", "identity", "plays"]
+           "Stops", "Submits", "EXECUTORS", "DEFAULT", "HERE", "Row", "get", "of", "of_attempt", "identity", "plays",
+           "variables"]
 
 if TYPE_CHECKING:
+    from taulib.env import Var
     from taulib.rundir.run import Run
 
 
@@ -68,6 +70,11 @@ def identity(environ: dict[str, str]) -> dict[str, Any]:
             return found
     raise Refused("not inside an allocation: neither the local executor's nor Slurm's job variables are set; "
                   "tau-attempt run is started by the executor, not by hand")
+
+
+def variables() -> dict[str, Var[Any]]:
+    """Every executor's own variables (`Allocation.variables`) by name: with `taulib.env.VARS`, all tau names."""
+    return {var.name: var for name in EXECUTORS for var in get(name).variables}
 
 
 def plays(name: str, role: str) -> bool:

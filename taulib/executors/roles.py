@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
+    from taulib.env import Var
     from taulib.rules.journal import Engine, Resolution
     from taulib.rundir.run import Run
 
@@ -204,6 +205,8 @@ class Stops(ABC):
 
 class Allocation(ABC):
     """Inside the allocation: who this process runs as (the fence), the GPUs it was given, its variables."""
+
+    variables: ClassVar[tuple[Var[Any], ...]] = ()  # the variables it reads or sets (`env.Var`, read with env.read)
 
     @abstractmethod
     def identity(self, environ: dict[str, str]) -> dict[str, Any] | None:

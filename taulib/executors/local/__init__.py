@@ -22,6 +22,7 @@ Only the supervisor writes its folder, under the lock `locks/local-<submission>.
   executor    the local executor as tau's `Executor` (taulib.executors): what lifecycle and collect call
   __main__    `python -P -m taulib.executors.local RUN SUBMISSION`: the supervisor process tau-submit starts
   supervisor  starting the supervisor, and its loop; stopping tasks; sweeping a dead supervisor's folder
+  variables   its variables in a task's environment (TAU_LOCAL_JOB_ID, ...)
   records     the names of its records and locks in a run directory
   memory      a task's memory limit and its sampling (OverMemoryKill's way), and the kernel's OOM killer seen
   observe     the queue and accounting views of local attempts

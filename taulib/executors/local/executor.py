@@ -13,7 +13,7 @@ from typing import Any
 
 from taulib import env
 from taulib.errors import BadInput, Refused
-from taulib.executors.local import records
+from taulib.executors.local import records, variables
 from taulib.executors.roles import Executor, Limits, Measured, Observed, Resolved, Starter, Stopped
 from taulib.rules import escalation
 from taulib.rundir.journal import task_indices
@@ -23,6 +23,7 @@ MAX_PARALLEL = 4  # tasks of a submission that run at once when the plan does no
 
 
 class Local(Starter, Executor):
+    variables = variables.VARIABLES
     name = "local"
     request_fields = {"mem": "mem", "time": "time_limit"}
 
@@ -128,11 +129,11 @@ class Local(Starter, Executor):
         return records.task_log(attempt["submission_id"], attempt["scheduler"]["task_index"])
 
     def identity(self, environ: dict[str, str]) -> dict[str, Any] | None:
-        job = env.get("TAU_LOCAL_JOB_ID", environ)
+        job = env.read(variables.JOB_ID, environ)
         if not job:
             return None
         try:
-            task = int(env.get("TAU_LOCAL_TASK_ID", environ) or "")
+            task = int(env.read(variables.TASK_ID, environ) or "")
         except ValueError:
             raise Refused("TAU_LOCAL_TASK_ID is not a task index; tau-attempt runs only inside an allocation") \
                 from None
@@ -141,7 +142,7 @@ class Local(Starter, Executor):
     def devices(self, environ: dict[str, str]) -> list[str] | None:
         from taulib.rules.services import parse_devices
 
-        return parse_devices(env.get("TAU_LOCAL_GPUS", environ))  # the supervisor's, locked for this task
+        return parse_devices(env.read(variables.GPUS, environ))  # the supervisor's, locked for this task
 
     def allocation_variables(self, environ: dict[str, str]) -> dict[str, str]:
         return {}  # a local task's environment is the submitter's: nothing of it passes but what the run names

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from taulib import env, jsonio, processes
 from taulib.errors import Busy
-from taulib.executors.local import records
+from taulib.executors.local import records, variables
 from taulib.executors.local.memory import Memory, mem_limit
 from taulib.jsonio import Record
 from taulib.processes import alive, start_ticks as process_start_ticks
@@ -235,10 +235,10 @@ def _recorded_soon(run: Run, submission_id: str, index: int, patience: float = 5
 def _start_task(run: Run, sub: Record, index: int, held: Held) -> subprocess.Popen[bytes]:
     sid = sub["submission_id"]
     child = env.current()
-    child.update({"TAU_LOCAL_JOB_ID": sid, "TAU_LOCAL_TASK_ID": str(index)})
-    child.pop("TAU_LOCAL_GPUS", None)
+    child.update({variables.JOB_ID.name: sid, variables.TASK_ID.name: str(index)})
+    child.pop(variables.GPUS.name, None)
     if held.gpus is not None:
-        child["TAU_LOCAL_GPUS"] = ",".join(held.gpus)
+        child[variables.GPUS.name] = ",".join(held.gpus)
     log = run.dir.open_append(records.task_log(sid, index))
     try:
         import subprocess

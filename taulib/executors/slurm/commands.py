@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from taulib import env
 from taulib.errors import Ambiguous, SubmitLimited, SubmitRefused, Unavailable
-from taulib.executors.slurm import parse
+from taulib.executors.slurm import parse, variables
 
 if TYPE_CHECKING:
     from taulib.rundir.run import Run
@@ -50,7 +50,7 @@ def short(text: str) -> str:
 def run_query(argv: list[str]) -> subprocess.CompletedProcess[str]:
     """Run a query command (squeue, sacct, scontrol, sacctmgr) with the query timeout; Unavailable when it cannot
     be run or does not answer in time. The caller reads its exit code and output."""
-    return _run(argv, env.get("TAU_SLURM_TIMEOUT"))
+    return _run(argv, env.read(variables.TIMEOUT))
 
 
 def squeue(job_ids: list[str]) -> list[parse.Row]:
@@ -58,7 +58,7 @@ def squeue(job_ids: list[str]) -> list[parse.Row]:
     for start in range(0, len(job_ids), CHUNK):
         chunk = job_ids[start:start + CHUNK]
         proc = _run(["squeue", "--noheader", "--array", "--format=%i|%T|%r", f"--jobs={','.join(chunk)}"],
-                    env.get("TAU_SLURM_TIMEOUT"))
+                    env.read(variables.TIMEOUT))
         if proc.returncode != 0:
             if proc.stderr.strip() == GONE and not proc.stdout.strip():
                 continue  # every id of the chunk has left slurmctld's memory
@@ -75,7 +75,7 @@ def sacct(job_ids: list[str], arrays: set[str]) -> list[parse.Row]:
     for start in range(0, len(job_ids), CHUNK):
         chunk = job_ids[start:start + CHUNK]
         proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", "--duplicates",
-                     f"--format={SACCT_FORMAT}", f"--jobs={','.join(chunk)}"], env.get("TAU_SLURM_TIMEOUT"))
+                     f"--format={SACCT_FORMAT}", f"--jobs={','.join(chunk)}"], env.read(variables.TIMEOUT))
         if proc.returncode != 0:
             raise Unavailable(f"sacct failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
         try:
@@ -92,7 +92,7 @@ def sacct_usage(job_ids: list[str]) -> dict[tuple[str, int | None], dict[str, ob
     for start in range(0, len(job_ids), CHUNK):
         chunk = job_ids[start:start + CHUNK]
         proc = _run(["sacct", "--noheader", "--parsable2", f"--format={parse.USAGE_FORMAT}",
-                     f"--jobs={','.join(chunk)}"], env.get("TAU_SLURM_TIMEOUT"))
+                     f"--jobs={','.join(chunk)}"], env.read(variables.TIMEOUT))
         if proc.returncode != 0:
             raise Unavailable(f"sacct failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
         try:
@@ -107,7 +107,7 @@ def scancel(targets: list[str]) -> None:
     already gone: not an error. Unavailable (69) when scancel cannot be asked or fails otherwise."""
     for start in range(0, len(targets), CHUNK):
         chunk = targets[start:start + CHUNK]
-        proc = _run(["scancel", "--quiet", *chunk], env.get("TAU_SLURM_TIMEOUT"))
+        proc = _run(["scancel", "--quiet", *chunk], env.read(variables.TIMEOUT))
         if proc.returncode != 0 and not _only_gone(proc.stderr):
             raise Unavailable(f"scancel failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
 
@@ -135,7 +135,7 @@ def sbatch_script(run: Run, rel: str, text: str, pinned: bool = False,
 def sbatch(script_path: str, pinned: bool = False, resolved_by: str = "tau-submit or tau-retry") -> str:
     """Submit; return the job id. Raises Ambiguous (its message names `resolved_by`, the command whose next call
     resolves the job by its name) or SubmitRefused."""
-    timeout = env.get("TAU_SBATCH_TIMEOUT")
+    timeout = env.read(variables.SBATCH_TIMEOUT)
     environ = env.current()
     if pinned:
         environ = {k: v for k, v in environ.items() if not k.startswith("SBATCH_")}
@@ -178,7 +178,7 @@ def find_by_name(name: str, uid: int, created: float) -> dict[str, set[int | Non
     since_local = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(created - LOOKUP_SLACK))
     found: dict[str, set[int | None]] = {}
     proc = _run(["squeue", "--noheader", "--array", "--states=all", f"--user={uid}", f"--name={name}",
-                 "--format=%i|%j|%V"], env.get("TAU_SLURM_TIMEOUT"))
+                 "--format=%i|%j|%V"], env.read(variables.TIMEOUT))
     if proc.returncode != 0:
         raise Unavailable(f"squeue failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
     for job, tasks, seen_name, submit in parse.name_rows(proc.stdout, 3):
@@ -186,7 +186,7 @@ def find_by_name(name: str, uid: int, created: float) -> dict[str, set[int | Non
             found.setdefault(job, set()).update(tasks)
     proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", f"--uid={uid}", f"--name={name}",
                  f"--starttime={since_local}", "--format=JobID,JobName%200,Submit"],
-                env.get("TAU_SLURM_TIMEOUT"))
+                env.read(variables.TIMEOUT))
     if proc.returncode != 0:
         raise Unavailable(f"sacct failed: {short(proc.stderr) or f'exit {proc.returncode}'}")
     for job, tasks, seen_name, submit in parse.name_rows(proc.stdout, 3):

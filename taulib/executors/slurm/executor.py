@@ -20,7 +20,7 @@ from taulib import env, failpoints, jsonio
 from taulib.errors import BadInput, Refused, Unavailable, UsageError
 from taulib.executors.roles import (Capacity, CollectionJobs, Collects, Executor, Limits, Measured, Observed, Queue,
                                     Requeue, Resolved, Stopped)
-from taulib.executors.slurm import commands, parse, records, script
+from taulib.executors.slurm import commands, parse, records, script, variables
 from taulib.rules import journal as journal_rules
 from taulib.rules.services import DEVICE_VARIABLES  # the allocation's variables a client gets beside Slurm's own
 from taulib.rundir.journal import task_indices
@@ -58,9 +58,9 @@ class SlurmCollectionJobs(CollectionJobs):
         return rows[-1].raw if rows else None
 
     def identity(self, environ: dict[str, str]) -> str | None:
-        if not env.get("SLURM_JOB_ID", environ):
+        if not env.read(variables.JOB_ID, environ):
             return None
-        job = env.get("SLURM_ARRAY_JOB_ID", environ) or env.get("SLURM_JOB_ID", environ) or ""
+        job = env.read(variables.ARRAY_JOB_ID, environ) or env.read(variables.JOB_ID, environ) or ""
         try:
             return parse.job_id(job)
         except parse.ParseError:
@@ -68,11 +68,11 @@ class SlurmCollectionJobs(CollectionJobs):
                 from None
 
     def cpus(self, environ: dict[str, str]) -> int | None:
-        given = env.get("SLURM_CPUS_PER_TASK", environ) or ""
+        given = env.read(variables.CPUS_PER_TASK, environ) or ""
         return int(given) if given.isascii() and given.isdigit() and 0 < len(given) <= 4 else None
 
     def task(self, environ: dict[str, str]) -> int | None:
-        task = env.get("SLURM_ARRAY_TASK_ID", environ)
+        task = env.read(variables.ARRAY_TASK_ID, environ)
         if not task:
             return None
         try:
@@ -82,6 +82,7 @@ class SlurmCollectionJobs(CollectionJobs):
 
 
 class Slurm(Queue, Requeue, Collects, Executor):
+    variables = variables.VARIABLES
     name = "slurm"
     request_fields = {"mem": "mem", "time": "time"}
 
@@ -187,10 +188,10 @@ class Slurm(Queue, Requeue, Collects, Executor):
         return records.task_output(attempt["submission_id"], sched["job_id"], sched["task_index"])
 
     def identity(self, environ: dict[str, str]) -> dict[str, Any] | None:
-        if not env.get("SLURM_JOB_ID", environ):
+        if not env.read(variables.JOB_ID, environ):
             return None
-        job = env.get("SLURM_ARRAY_JOB_ID", environ)
-        task = env.get("SLURM_ARRAY_TASK_ID", environ)
+        job = env.read(variables.ARRAY_JOB_ID, environ)
+        task = env.read(variables.ARRAY_TASK_ID, environ)
         if not job or not isinstance(task, str):
             raise Refused("this Slurm job is not an array task (SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID unset)")
         try:
@@ -200,7 +201,7 @@ class Slurm(Queue, Requeue, Collects, Executor):
                           f"{parse.short_text(task)!r}) are not a Slurm job id and array task index") from None
 
     def restarts(self, environ: dict[str, str]) -> int:
-        return env.get("SLURM_RESTART_COUNT", environ)
+        return env.read(variables.RESTART_COUNT, environ)
 
     def devices(self, environ: dict[str, str]) -> list[str] | None:
         """The devices Slurm bound (CUDA_VISIBLE_DEVICES, else SLURM_JOB_GPUS: the node's numbers, as Slurm sets
@@ -208,7 +209,7 @@ class Slurm(Queue, Requeue, Collects, Executor):
         from taulib.rules.services import parse_devices
 
         found = parse_devices(env.get("CUDA_VISIBLE_DEVICES", environ))
-        return found if found is not None else parse_devices(env.get("SLURM_JOB_GPUS", environ))
+        return found if found is not None else parse_devices(env.read(variables.JOB_GPUS, environ))
 
     def allocation_variables(self, environ: dict[str, str]) -> dict[str, str]:
         return {k: v for k, v in environ.items() if k.startswith("SLURM_") or k in DEVICE_VARIABLES}
