@@ -40,6 +40,14 @@ import crashstates as cs  # noqa: E402
 from fusefs import passthrough, serving  # noqa: E402
 
 
+def say(path: Path, text: str) -> None:
+    """Write a control file whole at once (a temporary name, then a rename): the other side polls for it and must
+    never read it empty or half written (a cut read as seed 0, not the seed given)."""
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_text(text)
+    os.replace(temp, path)
+
+
 def serve(backing: str, mountpoint: str, control: str) -> None:
     from fuse import FUSE, FuseOSError
 
@@ -79,10 +87,10 @@ def serve(backing: str, mountpoint: str, control: str) -> None:
             self.changes += 1
             if self.target is None or self.changes < self.target:
                 return
-            (self.control / "frozen").write_text(f"{self.changes} {what}\n")
+            say(self.control / "frozen", f"{self.changes} {what}\n")
             while not (self.control / "cut").exists():
                 time.sleep(0.01)
-            self._cut(int((self.control / "cut").read_text() or 0))
+            self._cut(int((self.control / "cut").read_text()))
             raise FuseOSError(errno.EIO)
 
         def _cut(self, seed: int) -> None:
@@ -93,7 +101,7 @@ def serve(backing: str, mountpoint: str, control: str) -> None:
             self.dead, self.target = True, None
             (self.control / "cut").unlink()
             (self.control / "frozen").unlink()
-            (self.control / "cut-done").write_text(f"{self.cuts} {label} after {len(self.ops)} operations\n")
+            say(self.control / "cut-done", f"{self.cuts} {label} after {len(self.ops)} operations\n")
             self.reset()
 
         def _emit(self, kind: str, path: str, **kw) -> None:

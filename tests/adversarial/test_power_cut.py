@@ -83,7 +83,7 @@ class Workload:
     def cut(self, seed: int) -> str:
         """Kill every process of the workload, then cut the power; what the cut kept."""
         self.kill()
-        (self.control / "cut").write_text(str(seed))
+        lazyfs.say(self.control / "cut", str(seed))
         deadline = time.monotonic() + 30
         while not (self.control / "cut-done").exists():
             assert time.monotonic() < deadline, "the file system did not cut the power"
@@ -94,7 +94,7 @@ class Workload:
             time.sleep(0.05)
         done = (self.control / "cut-done").read_text().strip()
         (self.control / "cut-done").unlink()
-        (self.control / "resume").write_text("")
+        lazyfs.say(self.control / "resume", "")
         return done
 
     def kill(self) -> list[int]:
@@ -107,7 +107,7 @@ class Workload:
         return pids
 
     def arm(self, after: int) -> None:
-        (self.control / "arm").write_text(str(after))
+        lazyfs.say(self.control / "arm", str(after))
 
 
 def sane(run_dir: Path, dest: Path, workload: Workload) -> list[str]:
