@@ -262,3 +262,32 @@ def test_tau_collects_table_is_the_librarys_summary_of_its_result(request, sourc
 def test_the_summary_of_a_collection_whose_job_has_not_finished_is_the_sentence_that_says_so():
     assert summary.text({"state": "running", "collection_id": "collection-0002", "job_id": "4711"}) == (
         "collection collection-0002: running as Slurm job 4711; run tau-collect again (or with --wait) to follow it")
+
+
+@pytest.mark.parametrize("source", ["won", "short"])
+def test_a_shards_state_comes_from_one_decision_fed_by_one_read_of_each_of_its_records(request, source, monkeypatch):
+    """Every shard's view reads each of its records at most once and is decided by one call of
+    `rules.shard.decide`, whose state and reason are what tau-status prints for an unsealed shard."""
+    from taulib.rundir import state
+    from taulib.rundir.records import RunDir
+
+    run_dir = request.getfixturevalue(source)
+    printed = {s["id"]: (s["state"], s["reason"]) for s in json.loads(
+        command("tau-status", str(run_dir)).stdout)["shards"]}
+    reads: list[str] = []
+    decisions: list[object] = []
+    real_read, real_decide = RunDir.read_bytes, state.decide
+    monkeypatch.setattr(RunDir, "read_bytes", lambda self, rel, *a, **k: (reads.append(rel),
+                                                                          real_read(self, rel, *a, **k))[1])
+    monkeypatch.setattr(state, "decide", lambda *a: (decisions.append(a), real_decide(*a))[1])
+    with Run(str(run_dir)) as run:
+        submitted = state.Submitted(run)
+        for sid in run.shard_ids():
+            reads.clear()
+            decisions.clear()
+            view = state.shard_view(run, sid, submitted=submitted)
+            again = sorted(rel for rel in set(reads) if reads.count(rel) > 1)
+            assert not again, f"{sid}: read more than once: {again}"
+            assert len(decisions) == 1 and decisions[0][0] is view.facts
+            assert (view.decision.state, view.decision.reason) == printed[sid]
+    assert any(state == "exhausted" for state, _ in printed.values()) == (source == "short")

@@ -95,8 +95,8 @@ def records_of(run: Run, shard_ids: list[str]) -> int:
 def why_missing(run: Run, sid: str, whole_run: Record | None) -> Record:
     """A shard without a winner, as a collection records it: its state and reason from the run's records (what
     tau-status says of it, without asking the scheduler)."""
-    view = state.shard_view(run, sid, whole_run)
-    return {"shard_id": sid, "state": view.state, "reason": view.reason}
+    decision = state.shard_view(run, sid, whole_run).decision
+    return {"shard_id": sid, "state": decision.state, "reason": decision.reason}
 
 
 def of_plan(run: Run, plan: Record) -> list[Winner]:

@@ -3,6 +3,7 @@
 
   evidence     the evidence table: what the scheduler's latest word does to an attempt's persisted evidence
   attempt      the attempt verdict: its effective state from its own record and its scheduler evidence
+  shard        a shard's decision: its state, reason, budget spent, next attempt and stall, from its facts
   rollup       a shard's state from its winner and its newest attempt, a run's from its shards', degraded reasons,
                when a run has settled, the time left
   budget       the retry budget: when a shard or a run stops being retried, and what the run has spent of it

@@ -18,9 +18,12 @@ running, succeeded, failed); the evidence says what the scheduler saw. The verdi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taulib.rules.evidence import CLASSIFICATION, FAILURE, PREEMPTION, Evidence
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 STATES = ("pending", "running", "succeeded", "failed", "accounting_lag", "unknown")
 
@@ -94,7 +97,7 @@ class Verdict(tuple[str, str]):
         return self[1]
 
 
-def effective_attempt(attempt: dict[str, Any], evidence: Evidence | None, stopped: str | None = None) -> Verdict:
+def effective_attempt(attempt: Mapping[str, Any], evidence: Evidence | None, stopped: str | None = None) -> Verdict:
     """The verdict on an attempt (its record, as stored) given its scheduler evidence and, when it was asked to stop
     without its shard being cancelled (tau-cancel --attempt, a stall), why (`stopped`)."""
     if stopped is not None and attempt["state"] != "succeeded":

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 _UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 _MEM = re.compile(r"^([0-9]+)([KMGT]?)\Z")
@@ -78,8 +81,8 @@ def format_time(seconds: float) -> str:
     return f"{days}-{clock}" if days else clock
 
 
-def next_request(previous: dict[str, str | None], classification: str | None,
-                 escalate: dict[str, Any] | None) -> dict[str, str | None]:
+def next_request(previous: Mapping[str, str | None], classification: str | None,
+                 escalate: Mapping[str, Any] | None) -> dict[str, str | None]:
     """The request ({mem, time}, Slurm's spelling, None where not set) of the attempt after one that asked for
     `previous` and ended as `classification`."""
     grown = dict(previous)
@@ -103,7 +106,7 @@ def next_request(previous: dict[str, str | None], classification: str | None,
 MEASURED = {"OUT_OF_MEMORY": "out_of_memory", "TIMEOUT": "timed_out"}  # executors' accounting states that say why
 
 
-def ended_as(recorded: str | None, scheduler: str | None, measured: dict[str, Any] | None = None) -> str | None:
+def ended_as(recorded: str | None, scheduler: str | None, measured: Mapping[str, Any] | None = None) -> str | None:
     """What ended an attempt, as escalation reads it: the scheduler's terminal classification when it says the
     attempt ran out of memory or time (from inside, the allocation sees only its client killed by a signal); else
     the executor's accounting when its state says so (sacct's OUT_OF_MEMORY of a task whose allocation recorded its
@@ -136,7 +139,7 @@ CAPS = {"out_of_memory": ("mem", "max_mem", "memory", "--mem SIZE"),
         "timed_out": ("time", "max_time", "time", "--time LIMIT")}
 
 
-def next_attempt(previous: dict[str, str | None], ended: str | None, escalate: dict[str, Any] | None,
+def next_attempt(previous: Mapping[str, str | None], ended: str | None, escalate: Mapping[str, Any] | None,
                  killed: bool, measured: bool, ended_at: float, window: float, now: float) -> Next:
     """The next attempt of a shard whose newest attempt asked for `previous` and ended as `ended` (`ended_as`), at
     `ended_at`; `killed`: it recorded no end of its own, or its client was killed by SIGKILL; `measured`: its
@@ -158,7 +161,7 @@ def next_attempt(previous: dict[str, str | None], ended: str | None, escalate: d
 
 
 def measured_cause(ended: str | None, recorded: str | None, scheduler: str | None,
-                   measured: dict[str, Any] | None) -> str | None:
+                   measured: Mapping[str, Any] | None) -> str | None:
     """When only the executor's figures say an attempt ran out of memory or time (`ended`, from `ended_as`), the
     words that name that evidence for a person; None when the attempt or the scheduler said it already."""
     if ended not in CAPS or ended in (recorded, scheduler) or measured is None:

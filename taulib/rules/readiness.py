@@ -17,7 +17,10 @@ before the scheduler starts the same attempt again.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 STATES = ("pending", "starting", "ready", "failed", "stopped", "restarting")
 NEXT: dict[str, frozenset[str]] = {
@@ -52,7 +55,7 @@ def aggregate(deployments: list[dict[str, Any]]) -> str:
     return "starting"
 
 
-def phase(record: dict[str, Any]) -> str:
+def phase(record: Mapping[str, Any]) -> str:
     """A readiness record's state in version 1's words (what the allocation is doing: starting, running,
     restarting, stopped, failed), the words tau-status's `progress.state` keeps for every run."""
     if record["schema_version"] == 1:

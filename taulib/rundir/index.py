@@ -26,12 +26,14 @@ calling its shard sealed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from taulib import jsonio
 from taulib.rundir import layout, locks
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from taulib.jsonio import Record
     from taulib.rundir.run import Run
 
@@ -140,7 +142,7 @@ def _add_to_segment(run: Run, k: int, entries: dict[int, tuple[int, int | None]]
         "durations": ",".join("" if d is None else str(d) for d in durations)})
 
 
-def seconds(attempt: Record | None) -> int | None:
+def seconds(attempt: Mapping[str, Any] | None) -> int | None:
     """How long an attempt ran (both ends by the clock of the machine it ran on, so no skew between machines)."""
     if attempt is None or not attempt.get("started_at"):
         return None

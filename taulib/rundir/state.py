@@ -2,7 +2,9 @@
 
 Reads: records only (never a scheduler, never bulk data). Writes: nothing, except `record_attempt` (below). The
 rules themselves are the pure functions of `taulib.rules`; this module feeds them records, and converts evidence
-between its record (observation.json) and `rules.evidence.Evidence`. The rolled-up run status is `rundir.status`.
+between its record (observation.json) and `rules.evidence.Evidence`. A shard's records are read once into its
+facts (`facts`), and one rule decides its state, reason, budget spent, next attempt and stall from them
+(`rules.shard.decide`, through `shard_view`). The rolled-up run status is `rundir.status`.
 
 An attempt's record: its attempt.json; or, in a format-2 run (`rundir.run`), while nobody has changed the attempt
 yet, the revision-1 record its bound submission implies (`Submitted`: the submission's plan, its status's job id
@@ -14,21 +16,22 @@ the shard's lock (`record_attempt`; failpoint attempt.recorded), then changes it
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_right
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from taulib import failpoints, jsonio
 from taulib.errors import BadInput, Conflict
-from taulib.rules import rollup
-from taulib.rules.attempt import Verdict, effective_attempt
-from taulib.rules.budget import RETRYABLE
 from taulib.rules.evidence import Evidence
+from taulib.rules.shard import Facts, decide, following, policy
+from taulib.rules.shard import cancel_reason as cancelled_by_user
 from taulib.rundir import index, layout
 from taulib.rundir.journal import SUBMISSIONS, Journal, compact_tasks, range_task_index
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record
     from taulib.rules.escalation import Next
+    from taulib.rules.shard import Decision
     from taulib.rundir.run import Run
 
 
@@ -90,7 +93,7 @@ def cancellation(run: Run, sid: str, whole_run: Record | None) -> Record | None:
 
 
 def cancel_reason(record: Record) -> str:
-    return f"cancelled by the user at {record['requested_at']}"
+    return cancelled_by_user(record["requested_at"])
 
 
 def attempt_stop(run: Run, sid: str, aid: str) -> str | None:
@@ -222,117 +225,103 @@ def record_attempt(run: Run, attempt: Record) -> bool:
     return True
 
 
-class ShardView(NamedTuple):
-    shard_id: str
-    winner: Record | None
-    attempt: Record | None
-    evidence: Evidence | None
-    verdict: Verdict | None  # the latest attempt's
-    state: str
-    reason: str
-    attempts: int = 0  # the ordinal of its newest attempt
-    cancelled: Record | None = None  # the cancellation record that applies to it
-    next: Next | None = None  # what its next attempt does, when its newest failed (`rules.escalation`)
-    spared: int = 0  # its attempts the user stopped or cancelled (never a failure of the client: `spared`)
-    latest_spared: bool = False  # its newest attempt is one of them
+class ShardView:
+    """A shard as its records say: its winner record (None without one), the facts read once (`facts`) and the
+    decision of the rules on them (`rules.shard.decide`)."""
+
+    __slots__ = ("shard_id", "winner", "facts", "decision")
+
+    def __init__(self, shard_id: str, winner: Record | None, facts: Facts, decision: Decision) -> None:
+        self.shard_id, self.winner, self.facts, self.decision = shard_id, winner, facts, decision
 
 
 def shard_view(run: Run, sid: str, whole_run_cancel: Record | None = None,
                evidence: dict[tuple[str, str], Evidence] | None = None,
                submitted: Submitted | None = None, figures: dict[tuple[str, str], Record] | None = None,
                plans: dict[str, Record | None] | None = None, now: float | None = None) -> ShardView:
-    """What the records say of shard `sid`. `evidence` replaces the persisted evidence of the attempts it names
-    (tau-status: the evidence tau-reconcile would persist, computed and not written); `submitted`, the journal's
-    snapshot of a pass over many shards; `figures`, what the attempts used (`rundir.usage.load`, read here when
-    None and needed); `plans`, a cache of submission plans; `now`, the observer's clock."""
+    """What the records say of shard `sid`, decided by the one rule of a shard (`rules.shard.decide`) at the
+    observer's clock `now`; the other arguments are `facts`'."""
+    winner, found = facts(run, sid, whole_run_cancel, evidence, submitted, figures, plans)
+    return ShardView(sid, winner, found, decide(found, policy(run.plan), time.time() if now is None else now))
+
+
+def facts(run: Run, sid: str, whole_run_cancel: Record | None = None,
+          evidence: dict[tuple[str, str], Evidence] | None = None, submitted: Submitted | None = None,
+          figures: dict[tuple[str, str], Record] | None = None, plans: dict[str, Record | None] | None = None
+          ) -> tuple[Record | None, Facts]:
+    """(its winner record, the facts of shard `sid`), read once (`rules.shard.Facts` says what each is).
+    `evidence` replaces the persisted evidence of the attempts it names (tau-status: the evidence tau-reconcile
+    would persist, computed and not written); `submitted`, the journal's snapshot of a pass over many shards;
+    `figures`, what the attempts used (`rundir.usage.load`, read here when None and the plan escalates); `plans`, a
+    cache of submission plans. A shard with a winner is read no further than the winning attempt: the winner seals
+    it. The records only some decisions weigh are read only where they can exist: a result when the plan escalates
+    and the attempt did not succeed, the readiness of an attempt that has not ended, each attempt's end when a
+    cancellation was ever recorded."""
     if submitted is None and run.format >= 2:
         submitted = Submitted(run)
     winner = run.dir.read(layout.winner(sid), "tau.winner")
     attempt = latest_attempt(run, sid, submitted)
-    found: Evidence | None = None
-    verdict: Verdict | None = None
-    if attempt is not None:
-        key = (sid, attempt["attempt_id"])
-        found = evidence[key] if evidence and key in evidence else read_evidence(run, sid, attempt["attempt_id"])
-        stopped = attempt_stop(run, sid, attempt["attempt_id"]) if attempt["state"] != "succeeded" else None
-        verdict = effective_attempt(attempt, found, stopped)
-    attempts = attempt["ordinal"] if attempt is not None else 0
-    if winner is not None and attempt is not None and winner["attempt_id"] != attempt["attempt_id"]:
-        # a later attempt exists beside a winner (it was fenced or is still draining): the winner decides
-        attempt = attempt_record(run, sid, winner["attempt_id"], submitted)
-        found = None
-        verdict = Verdict("succeeded", "the winner's attempt")
-    cancelled = None if winner is not None else cancellation(run, sid, whole_run_cancel)
-    following = None
-    if winner is None and cancelled is None and attempt is not None and verdict is not None \
-            and verdict.state in RETRYABLE:
-        following = next_attempt(run, attempt, found, figures, plans, now)
-    ended_by_user = spared(run, sid, attempts, submitted) if winner is None else []
-    latest_spared = attempt is not None and attempt["attempt_id"] in ended_by_user
-    state, reason = rollup.shard_state(winner is not None, verdict, attempts - len(ended_by_user),
-                                       run.plan["retry"]["max_attempts"],
-                                       cancel_reason(cancelled) if cancelled else None,
-                                       following.reason if following and following.action == "exhausted" else None)
-    if following is not None and following.cause is not None and state in ("failed", "unknown", "exhausted"):
-        reason = f"{reason}; {following.cause}"
-    return ShardView(sid, winner, attempt, found, verdict, state, reason, attempts, cancelled, following,
-                     len(ended_by_user), latest_spared)
+    if winner is not None:
+        if attempt is None or winner["attempt_id"] != attempt["attempt_id"]:
+            # a later attempt exists beside a winner (it was fenced or is still draining): the winner decides
+            attempt = attempt_record(run, sid, winner["attempt_id"], submitted)
+        return winner, Facts(won=winner["ordinal"], attempt=attempt)
+    cancelled = cancellation(run, sid, whole_run_cancel)
+    requested = None if cancelled is None else cancelled["requested_at"]
+    if attempt is None:
+        return None, Facts(cancelled=requested)
+    aid, ordinal = attempt["attempt_id"], attempt["ordinal"]
+    key = (sid, aid)
+    found = evidence[key] if evidence and key in evidence else read_evidence(run, sid, aid)
+    stops = [run.dir.read(layout.attempt_stop(sid, layout.attempt_id(o)), "tau.stop") for o in range(1, ordinal + 1)]
+    classified = None
+    if cancelled is not None or run.dir.exists(layout.cancel_record(sid, 1)) \
+            or run.dir.exists(layout.cancel_record(None, 1)):
+        records = [attempt_record(run, sid, layout.attempt_id(o), submitted) for o in range(1, ordinal)]
+        classified = tuple(None if r is None else (r.get("terminal") or {}).get("classification")
+                           for r in [*records, attempt])
+    readiness = beat_at = progress_at = None
+    records_held = 0
+    if attempt["state"] not in ("succeeded", "failed"):
+        readiness = run.dir.read(layout.attempt_file(sid, aid, "readiness.json"), "tau.readiness")
+        if readiness is not None:
+            beat_at = jsonio.parse_time(readiness["updated_at"])
+            progressed = readiness.get("progress_at")
+            progress_at = None if progressed is None else jsonio.parse_time(progressed)
+            held = run.shard(sid)
+            records_held = held["record_end"] - held["record_start"]
+    return None, Facts(evidence=found, stopped=None if stops[-1] is None else stops[-1]["reason"],
+                       stopped_by=tuple(None if stop is None else stop["by"] for stop in stops),
+                       classified=classified, cancelled=requested, readiness=readiness, beat_at=beat_at,
+                       progress_at=progress_at, records=records_held,
+                       **_ended(run, attempt, figures, plans))
 
 
-def spared(run: Run, sid: str, attempts: int, submitted: Submitted | None = None) -> list[str]:
-    """The attempts of shard `sid` (of `attempts`) that the user ended: asked to stop by the user (stop.json `by`
-    user), or ended cancelled while a cancellation of the shard or the run was recorded (since lifted, or still in
-    force). A stop or cancellation the user asked for is never a failure of the client: it spends neither the
-    shard's attempts nor the run's failure budget. A stall's stop, and a cancellation by anyone else (an
-    administrator's scancel), do."""
-    cancelled_ever = run.dir.exists(layout.cancel_record(sid, 1)) or run.dir.exists(layout.cancel_record(None, 1))
-    found = []
-    for ordinal in range(1, attempts + 1):
-        aid = layout.attempt_id(ordinal)
-        stop = run.dir.read(layout.attempt_stop(sid, aid), "tau.stop")
-        if stop is not None and stop["by"] == "user":
-            found.append(aid)
-        elif cancelled_ever:
-            record = attempt_record(run, sid, aid, submitted)
-            if record is not None and (record.get("terminal") or {}).get("classification") == "cancelled":
-                found.append(aid)
-    return found
+def _ended(run: Run, attempt: Record, figures: dict[tuple[str, str], Record] | None,
+           plans: dict[str, Record | None] | None) -> dict[str, Any]:
+    """The facts of an attempt that what follows it weighs (`rules.shard.following`): its record, its request,
+    its executor's figures, its result (read only when the plan escalates and it did not succeed) and when its
+    record last changed."""
+    sid, aid = attempt["shard_id"], attempt["attempt_id"]
+    escalate = run.plan["retry"].get("escalate")
+    if figures is None and escalate and attempt["state"] != "succeeded":
+        from taulib.rundir import usage
+
+        figures = usage.load(run)
+    result = None
+    if escalate and attempt["state"] != "succeeded":
+        result = run.dir.read(layout.attempt_file(sid, aid, "result.json"), "tau.result")
+    return {"attempt": attempt, "request": attempt_request(run, attempt, plans),
+            "measured": (figures or {}).get((sid, aid)), "result": result,
+            "updated_at": jsonio.parse_time(attempt["updated_at"])}
 
 
 def next_attempt(run: Run, attempt: Record, evidence: Evidence | None,
                  figures: dict[tuple[str, str], Record] | None = None, plans: dict[str, Record | None] | None = None,
                  now: float | None = None) -> Next:
-    """What the next attempt of the shard whose newest attempt (`attempt`, failed) is does: the request it asks
-    for, or why it waits or cannot help (`rules.escalation.next_attempt`), from the attempt's request, what ended it
-    (its record, the scheduler's terminal evidence, the executor's figures) and whether it was killed without a
-    word on why (no result of its own, or its client killed by SIGKILL)."""
-    import signal
-    import time
-
-    from taulib.rules import escalation
-
-    sid, aid = attempt["shard_id"], attempt["attempt_id"]
-    escalate = run.plan["retry"].get("escalate")
-    previous = attempt_request(run, attempt, plans)
-    if figures is None and escalate:
-        from taulib.rundir import usage
-
-        figures = usage.load(run)
-    measured = (figures or {}).get((sid, aid))
-    terminal = evidence if evidence is not None and evidence.terminal else None
-    recorded = (attempt.get("terminal") or {}).get("classification")
-    ended = escalation.ended_as(recorded, terminal.classification if terminal is not None else None, measured)
-    killed = False
-    if escalate and ended not in escalation.CAPS:
-        result = run.dir.read(layout.attempt_file(sid, aid, "result.json"), "tau.result")
-        killed = result is None or result.get("signal") == signal.SIGKILL
-    ended_at = terminal.changed_at if terminal is not None else jsonio.parse_time(attempt["updated_at"])
-    following = escalation.next_attempt(previous, ended, escalate, killed, measured is not None, ended_at,
-                                        float(run.plan["windows"]["accounting_lag_seconds"]),
-                                        time.time() if now is None else now)
-    cause = escalation.measured_cause(ended, recorded, terminal.classification if terminal is not None else None,
-                                      measured)
-    return following if cause is None else following._replace(cause=cause)
+    """What the next attempt after `attempt` (failed, with scheduler `evidence`) does (`rules.shard.following`)."""
+    return following(Facts(evidence=evidence, **_ended(run, attempt, figures, plans)),
+                     policy(run.plan), time.time() if now is None else now)
 
 
 def unsealed_shards(run: Run) -> list[str]:

@@ -18,13 +18,15 @@ import time
 from typing import TYPE_CHECKING
 
 from taulib import jsonio
-from taulib.rules import budget, efficiency, readiness, rollup, stall
+from taulib.rules import budget, efficiency, readiness, rollup
+from taulib.rules.shard import since
 from taulib.rundir import index, layout, state, usage
 from taulib.rundir.journal import COLLECTIONS, SUBMISSIONS, Journal, task_count
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record
     from taulib.rules.evidence import Evidence
+    from taulib.rules.shard import Facts
     from taulib.rundir.journal import Entry, Kind
     from taulib.rundir.run import Run
 
@@ -59,22 +61,17 @@ def run_status(run: Run, *, parallel: int | None, sources: Record | None = None,
     for position, sid in enumerate(run.shard_ids()):
         if sealed[position]:
             shards.append(sealed_entry(sid, sealed[position], max_attempts, figures))
-            failed_attempts += budget.won(sealed[position])
+            failed_attempts += budget.won(sealed[position])  # what `rules.shard.decide` says of a winner
             continue
         view = state.shard_view(run, sid, whole_run, evidence, submitted, figures, plans, now)
+        failed_attempts += view.decision.failed
         if view.winner is not None:
             ordinal = view.winner["ordinal"]
-            found[position] = (ordinal, index.seconds(view.attempt))
+            found[position] = (ordinal, index.seconds(view.facts.attempt))
             durations[position] = found[position][1]
             shards.append(sealed_entry(sid, ordinal, max_attempts, figures))
-            failed_attempts += budget.won(ordinal)
             continue
-        verdict = view.verdict.state if view.verdict is not None else None
-        # the user's stops and cancellations are no failures: the newest one is left out like a cancelled shard's
-        earlier_spared = view.spared - (1 if view.latest_spared else 0)
-        failed_attempts += budget.failed_attempts(view.attempts - earlier_spared, budget.latest_failed(
-            verdict, view.cancelled is not None or view.latest_spared))
-        entry = shard_entry(run, view, now, figures, plans)
+        entry = shard_entry(run, view, now, figures)
         if deferral is not None and entry["state"] == "pending" and not entry["attempts"]:
             entry["reason"] = deferred_reason(deferral)
             waiting += 1
@@ -123,39 +120,31 @@ def sealed_entry(sid: str, ordinal: int, max_attempts: int, figures: dict[tuple[
             "request": None}  # the index holds no request, and reading each winner's would undo it (its usage has it)
 
 
-def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple[str, str], Record],
-                plans: dict[str, Record | None] | None = None) -> Record:
-    """An unsealed shard's entry; `plans` caches the submission plans its attempt's `request` is read from."""
-    ev = view.evidence
-    attempt = view.attempt
-    progress = stalled = None
-    if attempt is not None and view.verdict is not None and view.verdict.state == "running":
-        progress = _progress(run, attempt, now)
-        windows = run.plan["windows"]
-        if progress is not None:
-            still = progress.pop("still_seconds")
-            stalled = (stall.heartbeat(progress["age_seconds"], windows["stall_seconds"])
-                       or stall.progress(progress["records_done"], progress["records"], still,
-                                         windows["progress_stall_seconds"]))
+def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple[str, str], Record]) -> Record:
+    """An unsealed shard's entry: its decision (`rules.shard.decide`) and the facts behind it."""
+    facts, decision = view.facts, view.decision
+    ev, attempt, verdict = facts.evidence, facts.attempt, decision.verdict
+    running = verdict is not None and verdict.state == "running"
     log = words = None
-    if view.state in rollup.DEGRADED and attempt is not None:
+    if decision.state in rollup.DEGRADED and attempt is not None:
         rel = layout.attempt_file(view.shard_id, attempt["attempt_id"], "client.log")
         log, words = os.path.join(run.path, rel), _last_words(run, rel)
+    following = decision.next
     return {
         "id": view.shard_id,
-        "state": view.state,
-        "reason": view.reason,
+        "state": decision.state,
+        "reason": decision.reason,
         "attempt": attempt["attempt_id"] if attempt else None,
-        "winner": view.winner["attempt_id"] if view.winner else None,
-        "attempts": view.attempts,
+        "winner": None,
+        "attempts": decision.attempts,
         "max_attempts": run.plan["retry"]["max_attempts"],
         "log": log,
         "last_output": words,
-        "progress": progress,
-        "stalled": stalled,
+        "progress": _progress(facts, now) if running else None,
+        "stalled": decision.stalled,
         "evidence": {
             "attempt_state": attempt["state"] if attempt else None,
-            "effective_state": view.verdict.state if view.verdict else None,
+            "effective_state": verdict.state if verdict else None,
             "scheduler": None if attempt is None else attempt["scheduler"],
             "observation": None if ev is None else {
                 "state": ev.state, "source": ev.source, "terminal": ev.terminal,
@@ -165,11 +154,11 @@ def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple
                 "exit_code": ev.exit_code, "reason": ev.reason},
         },
         "usage": efficiency.attempt(figures.get((view.shard_id, attempt["attempt_id"])))
-        if attempt is not None and view.verdict is not None and view.verdict.state in FINISHED else None,
-        "next": None if view.next is None else {
-            "action": view.next.action, "request": view.next.request, "reason": view.next.reason,
-            "until": None if view.next.until is None else jsonio.format_time(view.next.until)},
-        "request": None if attempt is None else state.attempt_request(run, attempt, plans),
+        if attempt is not None and verdict is not None and verdict.state in FINISHED else None,
+        "next": None if following is None else {
+            "action": following.action, "request": following.request, "reason": following.reason,
+            "until": None if following.until is None else jsonio.format_time(following.until)},
+        "request": None if facts.request is None else dict(facts.request),
     }
 
 
@@ -186,23 +175,17 @@ def _last_words(run: Run, rel: str) -> list[str] | None:
     return last_words(tail) or None
 
 
-def _progress(run: Run, attempt: Record, now: float) -> Record | None:
+def _progress(facts: Facts, now: float) -> Record | None:
     """The running attempt's readiness: its state (in version 1's words: `rules.readiness.phase`), the records its
     client reported done and when that count last changed, how long ago (by the observer's clock, never less than
-    0) it last wrote a heartbeat, and its deployments (null for a run without services) (`still_seconds`: how long
-    the count has stood still, for the stall rule; not part of the status)."""
-    record = run.dir.read(layout.attempt_file(attempt["shard_id"], attempt["attempt_id"], "readiness.json"),
-                          "tau.readiness")
-    if record is None:
+    0: `rules.shard.since`) it last wrote a heartbeat, and its deployments (null for a run without services)."""
+    record = facts.readiness
+    if record is None or facts.beat_at is None:
         return None
-    shard = run.shard(attempt["shard_id"])
-    progressed = record.get("progress_at")
     return {"state": readiness.phase(record), "records_done": record.get("records_done"),
-            "records": shard["record_end"] - shard["record_start"], "updated_at": record["updated_at"],
-            "progress_at": progressed,
-            "age_seconds": round(max(0.0, now - jsonio.parse_time(record["updated_at"])), 1),
-            "deployments": None if record["schema_version"] == 1 else [deployment(d) for d in record["deployments"]],
-            "still_seconds": None if progressed is None else max(0.0, now - jsonio.parse_time(progressed))}
+            "records": facts.records, "updated_at": record["updated_at"],
+            "progress_at": record.get("progress_at"), "age_seconds": since(now, facts.beat_at),
+            "deployments": None if record["schema_version"] == 1 else [deployment(d) for d in record["deployments"]]}
 
 
 def deployment(record: Record) -> Record:
