@@ -74,7 +74,7 @@ test: venv
 bats: venv system-deps
 	bats tests/bats
 
-## typecheck: mypy over taulib with pyproject.toml's [tool.mypy] (strict layers there); make check runs it as a test
+## typecheck: mypy over taulib with pyproject.toml's [tool.mypy] (--strict over all of taulib); make check runs it as a test
 typecheck: venv
 	$(PY) -m mypy
 

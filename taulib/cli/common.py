@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
 from taulib import __version__, failpoints, jsonio, signals
 from taulib.errors import EXIT_CODES, INTERNAL, IO_ERROR, USAGE, BadInput, TauError
+
+F = TypeVar("F", bound=Callable[..., Any])  # a command's function, as an option's decorator returns it
 
 EPIPE_EXIT = 141  # what a C tool killed by SIGPIPE reports: the reader went away
 
@@ -230,15 +232,14 @@ def restart_with(extra: dict[str, str]) -> None:
         return
 
 
-def command(name: str, summary: str, example: str, **settings) -> Callable[[Callable], click.Command]:
+def command(name: str, summary: str, example: str) -> Callable[[Callable[..., Any]], click.Command]:
     """Decorator: a click command with --help (summary and example) and --version."""
 
-    def wrap(func: Callable) -> click.Command:
+    def wrap(func: Callable[..., Any]) -> click.Command:
         epilog = "\b\nExample:\n" + "\n".join("  " + line for line in example.strip().splitlines())
         epilog += f"\n\nExit codes and records: man {name}; man 5 tau-run."
         cmd = click.command(name=name, help=summary, epilog=epilog,
-                            context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-                            **settings)(func)
+                            context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})(func)
         cmd = click.version_option(__version__, "--version", prog_name=name,
                                    message="%(prog)s %(version)s")(cmd)
         return cmd
@@ -277,7 +278,13 @@ def watch(read: Callable[[], dict[str, Any]], render: Callable[[dict[str, Any]],
         time.sleep(interval)
 
 
-class ShardType(click.ParamType):
+if TYPE_CHECKING:  # generic from click 8.4 on (what a parameter converts to), a plain class before it
+    _ParamType = click.ParamType[str]
+else:
+    _ParamType = click.ParamType
+
+
+class ShardType(_ParamType):
     """A shard as a person names it: `shard-00007`, or its number (`7`, `007`, `shard-7`), given to the command as
     the canonical id (`layout.canonical_shard_id`); what is no shard's name reaches the library as it was typed,
     which refuses it as it refuses a shard beyond the run (66, not found)."""
@@ -293,17 +300,17 @@ class ShardType(click.ParamType):
 SHARD = ShardType()  # type=common.SHARD on every option or argument that takes a shard id
 
 
-def output_option(func: Callable) -> Callable:
+def output_option(func: F) -> F:
     return click.option("-o", "--output", "output", type=click.Choice(["json", "table"]), default="json",
                         show_default=True, help="json for programs, table for people.")(func)
 
 
-def progress_option(func: Callable) -> Callable:
+def progress_option(func: F) -> F:
     """--progress/--no-progress: None when neither is given (then progress shows when stderr is a terminal)."""
     return click.option("--progress/--no-progress", "progress", default=None,
                         help="Show progress on standard error (rows or files and bytes done, rate, time left), or "
                              "not; default: only when standard error is a terminal.")(func)
 
 
-def run_dir_argument(func: Callable) -> Callable:
+def run_dir_argument(func: F) -> F:
     return click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False, path_type=str))(func)
