@@ -25,9 +25,11 @@ from typing import Any
 import pytest
 from helpers import CLIENT, PYTHON, wait_for
 
+import slurm_tape
 from taulib import executors
 from taulib.errors import Ambiguous, FailpointError
 from taulib.executors.roles import UNLIMITED, Executor, Limits, Measured, Observed, Requeue, Resolved, Stopped
+from taulib.executors.slurm import commands
 from taulib.rules import journal as journal_rules
 from taulib.rundir.journal import task_indices
 
@@ -170,6 +172,15 @@ class Harness:
     def environ(self, job: str, task: int, restarts: int) -> dict[str, str]:
         raise NotImplementedError
 
+    def start(self, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Before the test: whatever the engine needs of this process."""
+
+    def bind(self, run: Any) -> None:
+        """The run the test made, once it is made."""
+
+    def finish(self, request: pytest.FixtureRequest) -> None:
+        """After the test, whatever it did."""
+
     def cleanup(self, run: Any) -> None:
         from taulib.lifecycle import cancel
 
@@ -205,6 +216,38 @@ class SlurmHarness(Harness):
                 "SLURM_RESTART_COUNT": str(restarts)}
 
 
+class RecordingSlurmHarness(SlurmHarness):
+    """The real cluster; with TAU_RECORD_SLURM=1, Slurm's replies are recorded as the test's tape (slurm_tape)."""
+
+    def start(self, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+        from integration.slurm import require_cluster
+
+        require_cluster()
+        self.context, self.tape, self.failed = slurm_tape.Context(), {}, request.session.testsfailed
+        if slurm_tape.recording():
+            monkeypatch.setattr(commands, "subprocess", slurm_tape.Subprocess(self.context, self.tape, record=True))
+
+    def bind(self, run: Any) -> None:
+        self.context.bind(run)
+
+    def finish(self, request: pytest.FixtureRequest) -> None:
+        if slurm_tape.recording() and request.session.testsfailed == self.failed:  # its call passed
+            slurm_tape.save(request.node.originalname, self.tape)
+
+
+class RecordedSlurmHarness(SlurmHarness):
+    """Slurm's replies played back from the test's tape, recorded on the real cluster (slurm_tape): the Slurm
+    executor as it is, without a cluster."""
+
+    def start(self, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.context = slurm_tape.Context()
+        tape = slurm_tape.load().get(request.node.originalname, {})
+        monkeypatch.setattr(commands, "subprocess", slurm_tape.Subprocess(self.context, tape, record=False))
+
+    def bind(self, run: Any) -> None:
+        self.context.bind(run)
+
+
 class ToyHarness(Harness):
     name = "toy"
 
@@ -231,16 +274,14 @@ class ToyHarness(Harness):
 
 
 @pytest.fixture(params=[pytest.param(LocalHarness, id="local"), pytest.param(ToyHarness, id="toy"),
-                        pytest.param(SlurmHarness, id="slurm", marks=pytest.mark.slurm)])
+                        pytest.param(RecordedSlurmHarness, id="slurm-recorded"),
+                        pytest.param(RecordingSlurmHarness, id="slurm", marks=pytest.mark.slurm)])
 def engine(request, monkeypatch):
     """The harness of one engine; the toy's row is in the table (and its plan section in the schemas) meanwhile."""
     from taulib import schema
 
     harness = request.param()
-    if harness.name == "slurm":
-        from integration.slurm import require_cluster
-
-        require_cluster()
+    harness.start(request, monkeypatch)
     if harness.name == "toy":
         monkeypatch.setitem(executors.EXECUTORS, "toy", executors.Row(__name__, frozenset({"requeue"}), {
             "type": "object", "additionalProperties": False,
@@ -250,6 +291,7 @@ def engine(request, monkeypatch):
     yield harness
     schema.load.cache_clear()
     executors._LOADED.pop("toy", None)
+    harness.finish(request)
 
 
 @pytest.fixture
@@ -261,6 +303,7 @@ def run(engine, workspace):
     run_dir = workspace / "run"
     init.init(str(run_dir), engine.plan())
     opened = Run(str(run_dir))
+    engine.bind(opened)
     yield opened
     engine.cleanup(opened)
 
