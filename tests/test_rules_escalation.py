@@ -96,6 +96,10 @@ def test_a_peak_equal_to_the_request_is_not_over_it():
     assert ended_as("failed", "failed", dict(at, max_rss_bytes=(256 << 20) + 1)) == "out_of_memory"
 
 
+def test_a_request_at_its_cap_is_kept_as_it_was_spelt():
+    assert next_request({"mem": "2048M", "time": None}, "out_of_memory", {"mem": 2, "max_mem": "2G"})["mem"] == "2048M"
+
+
 def test_a_request_granted_past_the_cap_never_shrinks_after_a_kill():
     assert next_request({"mem": "32G", "time": "2-00:00:00"}, "out_of_memory", ESCALATE)["mem"] == "32G"
     assert next_request({"mem": "32G", "time": "2-00:00:00"}, "timed_out", ESCALATE)["time"] == "2-00:00:00"

@@ -14,6 +14,7 @@ def test_the_last_non_blank_lines_are_kept_in_order():
     assert last_words(b"one line without an end") == ["one line without an end"]
     assert last_words(b"") == [] and last_words(b"\n \n\t\n") == []
     assert last_words(b"a\nb\nc", lines=2) == ["b", "c"] and last_words(b"a\nb", lines=0) == []
+    assert last_words(b"a\nb", lines=1) == ["b"]
 
 
 def test_control_characters_escapes_and_bad_bytes_never_reach_a_reason():

@@ -38,6 +38,24 @@ def test_a_winner_seals_its_shard_and_every_attempt_before_it_failed():
     assert decide(Facts(won=1), POLICY, NOW).failed == 0
 
 
+def test_the_facts_of_a_shard_never_submitted_hold_nothing():
+    empty = Facts()
+    assert [getattr(empty, name) for name in Facts.__slots__] == [
+        None, None, None, None, (), None, None, None, None, None, 0.0, None, None, None, 0]
+
+
+def test_the_schedulers_evidence_weighs_in_the_newest_attempts_verdict():
+    said = decide(ended(1, "running", evidence=evidence("node_failed", "node_failed")), POLICY, NOW)
+    assert said.verdict is not None and said.verdict.state == "failed" and said.state == "failed"
+    seen = decide(ended(1, "submitted", evidence=Evidence("running", "queue", False, NOW, NOW)), POLICY, NOW)
+    assert (seen.state, seen.reason) == ("running", "allocated, the attempt has not started yet")
+
+
+def test_an_attempt_the_user_is_stopping_is_not_counted_but_the_ones_before_it_are():
+    stopping = decide(ended(2, "running", stopped_by=(None, "user"), stopped="asked by the user"), POLICY, NOW)
+    assert (stopping.state, stopping.reason, stopping.failed) == ("running", "stopping: asked by the user", 1)
+
+
 def test_a_shard_never_submitted_is_pending_and_a_cancelled_one_says_when_it_was_asked():
     pending = decide(Facts(), POLICY, NOW)
     assert (pending.state, pending.reason, pending.attempts, pending.failed, pending.verdict) == (
@@ -82,17 +100,18 @@ def test_the_newest_attempt_the_user_stopped_spends_neither_the_shards_attempts_
 
 def test_an_earlier_attempt_the_user_cancelled_is_spared_only_while_a_cancellation_was_ever_recorded():
     lifted = ended(2, classified=("cancelled", "failed"))
-    decision = decide(lifted, Policy(2), NOW)
+    decision = decide(lifted, Policy(2, None, 300.0, 60, 120), NOW)
     assert spared(lifted) == [1]
     assert (decision.state, decision.failed) == ("failed", 1)
-    never = decide(ended(2), Policy(2), NOW)  # the same end, no cancellation ever recorded: an administrator's
+    # the same end, no cancellation ever recorded: an administrator's
+    never = decide(ended(2), Policy(2, None, 300.0, 60, 120), NOW)
     assert (never.state, never.failed) == ("exhausted", 2)
     assert spared(ended(2, classified=("failed", "timed_out"))) == []
 
 
 def test_a_newest_attempt_ended_cancelled_under_a_lifted_cancellation_is_spared_and_not_counted():
     facts = ended(2, classified=("failed", "cancelled"))
-    decision = decide(facts, Policy(2), NOW)
+    decision = decide(facts, Policy(2, None, 300.0, 60, 120), NOW)
     assert spared(facts) == [2]
     assert (decision.state, decision.failed) == ("failed", 1)
 
@@ -108,6 +127,8 @@ def test_a_running_attempt_is_stalled_by_its_silent_heartbeat_or_its_still_progr
     assert decide(still, POLICY, NOW).stalled == ("no progress for 500s: 4 of 10 records done (the run's "
                                                   "progress_stall_seconds is 120)")
     assert decide(Facts(**running), POLICY, NOW).stalled is None  # no readiness record yet
+    ahead = Facts(**running, beat_at=NOW, progress_at=NOW + 5, readiness={"records_done": 4})
+    assert stalled_by(ahead, Policy(3, None, 300.0, 60, 0), NOW) is None  # a writer's clock ahead: still for 0s
     assert stalled_by(Facts(**running, beat_at=NOW, progress_at=NOW - 500), POLICY, NOW) is None  # no count
     assert decide(ended(1, beat_at=NOW - 1000), POLICY, NOW).stalled is None  # only a running attempt stalls
 
@@ -123,12 +144,14 @@ def test_the_policy_is_the_plans_retry_and_windows():
     assert (got.max_attempts, got.escalate, got.window, got.stall_seconds, got.progress_stall_seconds) == (
         4, GROW, 90.0, 600, None)
     assert isinstance(got.window, float)
-    assert policy({"retry": {"max_attempts": 1}, "windows": {
-        "accounting_lag_seconds": 1, "stall_seconds": 2, "progress_stall_seconds": 3}}).escalate is None
+    other = policy({"retry": {"max_attempts": 1}, "windows": {
+        "accounting_lag_seconds": 1, "stall_seconds": 2, "progress_stall_seconds": 3}})
+    assert (other.max_attempts, other.escalate, other.window, other.stall_seconds, other.progress_stall_seconds) == (
+        1, None, 1.0, 2, 3)
 
 
 def test_out_of_memory_asks_for_more_and_at_the_cap_exhausts_the_shard():
-    grow = Policy(3, GROW, 300.0)
+    grow = Policy(3, GROW, 300.0, 60, 120)
     oom = ended(1, attempt=attempt(1, classification="out_of_memory"))
     decision = decide(oom, grow, NOW)
     assert decision.next is not None and decision.next.request == {"mem": "512M", "time": "1:00:00"}
@@ -142,7 +165,7 @@ def test_out_of_memory_asks_for_more_and_at_the_cap_exhausts_the_shard():
 
 
 def test_the_schedulers_terminal_word_names_the_end_and_the_time_a_wait_is_bounded_by():
-    grow = Policy(3, GROW, 300.0)
+    grow = Policy(3, GROW, 300.0, 60, 120)
     said = ended(1, evidence=evidence("out_of_memory", "out_of_memory"), result={"signal": 9})
     assert following(said, grow, NOW).request["mem"] == "512M"
     killed = ended(1, evidence=evidence(changed_at=NOW - 20), result=None)
@@ -153,23 +176,29 @@ def test_the_schedulers_terminal_word_names_the_end_and_the_time_a_wait_is_bound
 
 
 def test_a_kill_without_a_cause_waits_for_the_measure_only_when_the_plan_escalates():
-    grow = Policy(3, GROW, 300.0)
+    grow = Policy(3, GROW, 300.0, 60, 120)
     for result in (None, {"signal": 9}):
         nxt = following(ended(1, result=result), grow, NOW)
         assert nxt.action == "wait" and nxt.until == NOW - 50 + 300.0
     for result in ({"signal": 15}, {"signal": None, "exit_code": 1}):
         assert following(ended(1, result=result), grow, NOW).action == "submit"
     assert following(ended(1, result=None), POLICY, NOW).action == "submit"  # no escalation: nothing to wait for
-    assert following(ended(1, result=None), Policy(3, {}, 300.0), NOW).action == "submit"
+    assert following(ended(1, result=None), Policy(3, {}, 300.0, 60, 120), NOW).action == "submit"
     measured = {"state": "FAILED", "max_rss_bytes": 1, "mem_requested_bytes": 2}
     assert following(ended(1, result=None, measured=measured), grow, NOW).action == "submit"
 
 
 def test_an_end_only_the_executors_figures_name_is_said_in_the_shards_reason():
     measured = {"state": "OUT_OF_MEMORY", "max_rss_bytes": 300 << 20, "mem_requested_bytes": 256 << 20}
-    decision = decide(ended(1, measured=measured), Policy(3, GROW, 300.0), NOW)
+    decision = decide(ended(1, measured=measured), Policy(3, GROW, 300.0, 60, 120), NOW)
     assert decision.next is not None and decision.next.request["mem"] == "512M"
     assert decision.reason == ("the client exited with status 1; out of memory: the executor's accounting says "
                                "OUT_OF_MEMORY, peak 300.0 MiB of the 256.0 MiB asked")
-    plain = decide(ended(1), Policy(3, GROW, 300.0), NOW)
+    big = {"state": "OUT_OF_MEMORY", "max_rss_bytes": 100_000 << 20, "mem_requested_bytes": 65_536 << 20}
+    assert following(ended(1, measured=big), Policy(3, GROW, 300.0, 60, 120), NOW).cause == (
+        "out of memory: the executor's accounting says OUT_OF_MEMORY, peak 100000.0 MiB of the 65536.0 MiB asked")
+    for own in ({"attempt": attempt(1, classification="out_of_memory")},  # the attempt said it itself
+                {"evidence": evidence("out_of_memory", "out_of_memory")}):  # the scheduler said it
+        assert following(ended(1, measured=measured, **own), Policy(3, GROW, 300.0, 60, 120), NOW).cause is None
+    plain = decide(ended(1), Policy(3, GROW, 300.0, 60, 120), NOW)
     assert plain.reason == "the client exited with status 1" and plain.next is not None and plain.next.cause is None

@@ -17,7 +17,7 @@ TAIL = 4096  # bytes read from the end of the output, enough for LINES lines of 
 def last_words(tail: bytes, lines: int = LINES, width: int = WIDTH) -> list[str]:
     """The last `lines` non-blank lines of `tail` (the end of a client's output), each printable and at most `width`
     characters (a longer one ends with "...")."""
-    text = tail.decode("utf-8", errors="replace")
+    text = tail.decode("utf-8", errors="replace")  # pragma: no mutate (UTF-8 is decode's default, in any spelling)
     kept = []
     for line in text.split("\n"):  # a carriage return or another separator is a space, not a new line
         shown = " ".join("".join(c if c.isprintable() else " " for c in line).split())

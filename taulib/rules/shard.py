@@ -72,8 +72,8 @@ class Policy:
 
     __slots__ = ("max_attempts", "escalate", "window", "stall_seconds", "progress_stall_seconds")
 
-    def __init__(self, max_attempts: int, escalate: Mapping[str, Any] | None = None, window: float = 0.0,
-                 stall_seconds: int = 0, progress_stall_seconds: int | None = None) -> None:
+    def __init__(self, max_attempts: int, escalate: Mapping[str, Any] | None, window: float, stall_seconds: int,
+                 progress_stall_seconds: int | None) -> None:
         self.max_attempts, self.escalate, self.window = max_attempts, escalate, window
         self.stall_seconds, self.progress_stall_seconds = stall_seconds, progress_stall_seconds
 
@@ -118,7 +118,8 @@ def following(facts: Facts, policy: Policy, now: float) -> Next:
     on why (no result of its own, or its client killed by SIGKILL)."""
     from taulib.rules import escalation  # only a shard whose newest attempt failed asks (0.6 ms of start-up)
 
-    assert facts.attempt is not None and facts.request is not None  # the reader gives a newest attempt its request
+    # for the type checker: the reader gives a newest attempt its request
+    assert facts.attempt is not None and facts.request is not None  # pragma: no mutate
     measured = facts.measured
     terminal = facts.evidence if facts.evidence is not None and facts.evidence.terminal else None
     scheduler = terminal.classification if terminal is not None else None
@@ -129,8 +130,7 @@ def following(facts: Facts, policy: Policy, now: float) -> Next:
     ended_at = terminal.changed_at if terminal is not None else facts.updated_at
     found = escalation.next_attempt(facts.request, ended, policy.escalate, killed, measured is not None, ended_at,
                                     policy.window, now)
-    cause = escalation.measured_cause(ended, recorded, scheduler, measured)
-    return found if cause is None else found._replace(cause=cause)
+    return found._replace(cause=escalation.measured_cause(ended, recorded, scheduler, measured))
 
 
 def decide(facts: Facts, policy: Policy, now: float) -> Decision:
@@ -146,9 +146,10 @@ def decide(facts: Facts, policy: Policy, now: float) -> Decision:
         nxt = following(facts, policy, now)
     ended_by_user = spared(facts)
     latest_spared = attempts in ended_by_user
-    state, reason = rollup.shard_state(False, verdict, attempts - len(ended_by_user), policy.max_attempts,
-                                       cancelled, nxt.reason if nxt is not None and nxt.action == "exhausted"
-                                       else None)
+    state, reason = rollup.shard_state(
+        False,  # pragma: no mutate (a winner returned above; None would say the same)
+        verdict, attempts - len(ended_by_user), policy.max_attempts, cancelled,
+        nxt.reason if nxt is not None and nxt.action == "exhausted" else None)
     if nxt is not None and nxt.cause is not None:  # a shard with a next attempt failed, is unknown or exhausted
         reason = f"{reason}; {nxt.cause}"
     # the user's stops and cancellations are no failures: the newest one is left out like a cancelled shard's
