@@ -45,8 +45,8 @@ def make_demo_run(workspace: Path, root: Path = ROOT) -> Path:
         obs = subprocess.run([str(bin_dir / "tau-observe"), str(run_dir)], check=True, env=env, capture_output=True)
         status = json.loads(subprocess.run([str(bin_dir / "tau-reconcile"), str(run_dir)], input=obs.stdout,
                                            check=True, env=env, capture_output=True).stdout)
-        if status["state"] == "succeeded":
-            return run_dir
+        if status["state"] == "succeeded" and not json.loads(obs.stdout)["usage"]["submissions"]:
+            return run_dir  # settled: every task's figures recorded, so no command measured asks the executor
         if time.monotonic() > deadline:
             raise SystemExit(f"bench: the demo run did not finish: {status['counts']}")
         time.sleep(0.5)
