@@ -40,6 +40,7 @@ from taulib.rules.shards import shard_range  # noqa: E402
 from taulib.rundir import index, layout  # noqa: E402
 from taulib.rundir.records import RunDir  # noqa: E402
 from taulib.rundir.run import Run  # noqa: E402
+from taulib.executors.local import records as local_records  # noqa: E402
 from taulib.executors.slurm import parse  # noqa: E402
 
 SHARDS = int(os.environ.get("BENCH_SHARDS", "100000"))
@@ -96,7 +97,7 @@ def build(run_dir: Path) -> None:
                                           "source": "queue", "terminal": False, "observed_at": NOW,
                                           "changed_at": NOW, "deadline": None, "exit_code": None, "reason": None})
         if live:
-            write(run_dir / "submissions/submission-0001/local" / f"task-{position:05d}.json",
+            write(run_dir / local_records.task("submission-0001", position),
                   {"kind": "tau.local-task", "schema_version": 1, "run_id": rid, "submission_id": "submission-0001",
                    "task_index": position, "revision": 1, "state": "running", "pid": me, "start_ticks": ticks,
                    "started_at": NOW, "finished_at": None, "exit_code": None, "signal": None})
@@ -126,7 +127,7 @@ def build(run_dir: Path) -> None:
           {"kind": "tau.submission-plan", "schema_version": 1, "run_id": rid, "submission_id": "submission-0001",
            "purpose": "initial", "plan_sha256": plan_sha, "created_at": NOW, "executor": "local",
            "job_name": "tau-bench", "task_ranges": [{"first": live_from, "count": LIVE, "ordinal": 1}]})
-    write(run_dir / "submissions/submission-0001/local/supervisor.json",
+    write(run_dir / local_records.supervisor("submission-0001"),
           {"kind": "tau.local-supervisor", "schema_version": 1, "run_id": rid, "submission_id": "submission-0001",
            "pid": me, "start_ticks": ticks, "started_at": NOW, "max_parallel": 4, "revision": 1})
     write(run_dir / "run.json", {"kind": "tau.run", "schema_version": 1, "run_id": rid, "created_at": NOW,
@@ -152,7 +153,7 @@ def lifecycle(workspace: Path) -> tuple[float, float]:
                "scheduler": {"profile": "local", "local": {"max_parallel": 1}}}
     t_init = command("tau-init", str(run_dir), stdin=json.dumps(request))
     t_submit = command("tau-submit", str(run_dir))
-    record = json.loads((run_dir / layout.local_supervisor("submission-0001")).read_bytes())
+    record = json.loads((run_dir / local_records.supervisor("submission-0001")).read_bytes())
     os.kill(record["pid"], signal.SIGTERM)  # it stops starting tasks and waits for the one running
     deadline = time.monotonic() + 60
     while alive(record["pid"], record["start_ticks"]) and time.monotonic() < deadline:

@@ -1,0 +1,39 @@
+"""The benchmarks still run: each that needs no service is run here at a size of seconds, as `make bench` would run
+it at full size, so that a change to the library that a benchmark reads (a record's path, a module moved) breaks a
+test rather than the next measurement. What they measure is not checked here: speed is measured by running them
+alone on a quiet machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from helpers import PYTHON, ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def bench(name: str, tmp_path, **settings: str) -> dict:
+    """Run bench/NAME.py with the `settings` (BENCH_* variables) from a folder of its own; its last line, a JSON
+    object naming the benchmark."""
+    proc = subprocess.run([PYTHON, str(ROOT / "bench" / f"{name}.py")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, **settings))
+    assert proc.returncode == 0, f"bench/{name}.py failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}" \
+                                 f"{proc.stderr[-3000:]}"
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["benchmark"] == name, result
+    return result
+
+
+def test_the_scale_benchmark_runs_on_a_small_run(tmp_path):
+    result = bench("reconcile_scale", tmp_path, BENCH_SHARDS="40", BENCH_LIVE="4", BENCH_COLD="0")
+    assert (result["shards"], result["live"]) == (40, 4)
+    assert result["steady_ms"] > 0 and result["sacct_parse_ms"] > 0
+
+
+def test_the_start_up_benchmark_runs_one_round(tmp_path):
+    result = bench("startup", tmp_path, BENCH_ROUNDS="1")
+    assert result["rounds"] == 1
+    assert {"tau-status RUN (8 shards)", "tau-drive RUN --once (8 shards)"} <= set(result["results"])
