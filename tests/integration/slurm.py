@@ -327,3 +327,34 @@ def fake_sbatch(folder: Path, body: str) -> dict:
 
 
 LOST_REPLY = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
+
+
+@contextmanager
+def epilog_passes_held(run_dir: Path, timeout: float = 60):
+    """While held, no pass of the EpilogSlurmctld hook (contrib/slurm/tau-reconcile-run) writes into `run_dir`:
+    this waits for a pass that runs now to end (the hook holds `$TMPDIR/tau-epilog-UID/<cksum of the run>.lock`
+    while it observes and reconciles), then holds that lock, so a pass that starts meanwhile leaves its request for
+    later and writes nothing. For a test that compares a record's bytes across its own passes."""
+    import fcntl
+
+    digest = subprocess.run(["cksum"], input=os.path.abspath(run_dir).encode(), capture_output=True,
+                            check=True).stdout.split()[0].decode()
+    held = []
+    try:
+        for tmp in dict.fromkeys([os.environ.get("TMPDIR") or "/tmp", "/tmp"]):
+            folder = Path(tmp) / f"tau-epilog-{os.getuid()}"
+            folder.mkdir(mode=0o700, exist_ok=True)
+            fd = os.open(folder / f"{digest}.lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            held.append(fd)
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, f"an epilog pass on {run_dir} ran for over {timeout}s"
+                    time.sleep(0.1)
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)

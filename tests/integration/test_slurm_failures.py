@@ -16,7 +16,7 @@ import pytest
 from helpers import tau
 from slurm import (attempt_record, cancel_workspace_jobs, clients_running, daemon_stopped, init_slurm_run, job_id,
                    observation_of, observe_reconcile, run_cmd, sacct_rows, settled, shard, submit, task_states,
-                   two_tasks_running, wait_for, wait_job_gone, wait_until)
+                   two_tasks_running, wait_for, wait_job_gone, wait_until, epilog_passes_held)
 
 pytestmark = pytest.mark.slurm
 
@@ -186,19 +186,22 @@ def test_with_slurmdbd_down_accounting_is_unavailable_and_nothing_is_guessed_unt
         # a task that ends while accounting is down: the queue no longer shows it and nothing is guessed
         run_cmd("scancel", f"{job}_1")
         wait_until(lambda: 1 not in task_states(job), 20, "task 1 gone from squeue", pause=0.2)
-        before = cancelled_obs.read_bytes()  # (the epilog hook may have recorded it COMPLETING: still running)
-        for _ in range(2):
-            status = observe_reconcile(run_dir)
-            assert status["sources"]["accounting"] == "unavailable"
-            s = shard(status, "shard-00001")
-            obs = observation_of(status, "shard-00001")
-            assert s["state"] == "running", s  # not accounting_lag, not failed: the last evidence stands
-            assert (obs["state"], obs["source"], obs["terminal"], obs["deadline"]) == ("running", "queue", False,
-                                                                                        None), obs
-            assert cancelled_obs.read_bytes() == before
-            assert attempt_record(run_dir, "shard-00001")["state"] == "running"
-            time.sleep(1)
-        assert not status["changes"], status["changes"]
+        # the epilog hook's own pass, started while the task was COMPLETING, may still be writing its evidence
+        # (still running): wait for it, and keep the hook's later passes out while the bytes are compared
+        with epilog_passes_held(run_dir):
+            before = cancelled_obs.read_bytes()
+            for _ in range(2):
+                status = observe_reconcile(run_dir)
+                assert status["sources"]["accounting"] == "unavailable"
+                s = shard(status, "shard-00001")
+                obs = observation_of(status, "shard-00001")
+                assert s["state"] == "running", s  # not accounting_lag, not failed: the last evidence stands
+                assert (obs["state"], obs["source"], obs["terminal"], obs["deadline"]) == ("running", "queue",
+                                                                                            False, None), obs
+                assert cancelled_obs.read_bytes() == before
+                assert attempt_record(run_dir, "shard-00001")["state"] == "running"
+                time.sleep(1)
+            assert not status["changes"], status["changes"]
 
     # slurmdbd is back: slurmctld hands it the records it kept, and the cancellation becomes evidence
     status = wait_for(lambda st: st["sources"]["accounting"] == "observed"
