@@ -128,6 +128,7 @@ class Step:
         cancelled = (self.ws / "run" / "shards" / "shard-00001" / "cancel.json").exists()
         extra = ["--collect", str(self.ws / "data")] if self.collects else []
         proc = tau("tau-drive", str(self.ws / "run"), "--interval", "0.2", *extra, timeout=120)
+        supervisors_exited(self.ws / "run")  # a retry's supervisor records its task's end after the winner
         if proc.returncode not in (0, 1) or "Traceback" in proc.stderr:
             return [f"tau-drive exited {proc.returncode}: {proc.stderr[-500:]}"]
         shards = {s["id"]: s["state"] for s in json.loads(proc.stdout)["status"]["shards"]}
@@ -136,6 +137,29 @@ class Step:
         if self.collects and not (self.ws / "data").exists():
             found.append("tau-drive --collect left no collection")
         return found + self.invariants()
+
+
+def supervisors_exited(run: Path, timeout: float = 60) -> None:
+    """Wait until every local supervisor that started in the run has exited (it holds its lock for its lifetime):
+    tau-drive returns once the run is finished, while the supervisor of its retry may still record how its task
+    ended, and the next crash state is written over the same folder."""
+    import fcntl
+
+    from taulib.executors.local import records
+
+    deadline = time.monotonic() + timeout
+    for started in sorted(run.glob("submissions/submission-*/local/supervisor.json")):
+        lock = run / "locks" / f"{records.supervisor_lock(started.parent.parent.name)}.lock"
+        if not lock.exists():
+            continue  # the crash state has no lock file: no supervisor of this folder can hold it
+        with open(lock, "a") as fh:
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, f"the supervisor of {started.parent.parent.name} did not exit"
+                    time.sleep(0.02)
 
 
 # -- the life -------------------------------------------------------------------------------------------------------
