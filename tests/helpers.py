@@ -243,7 +243,7 @@ def quiesce(run_dir: Path, timeout: float = 60) -> None:
     """Wait until the local supervisor of every submission has started and exited (it writes supervisor.json under
     a lock it holds for its lifetime): then every attempt process has ended and nothing writes into the run behind
     the test's back."""
-    import portalocker
+    from taulib.executors.local import records as local_records
 
     deadline = time.monotonic() + timeout
     submissions = run_dir / "submissions"
@@ -252,15 +252,23 @@ def quiesce(run_dir: Path, timeout: float = 60) -> None:
         while not (sub / "local" / "supervisor.json").exists():
             assert time.monotonic() < deadline, f"the supervisor of {sub} did not start"
             time.sleep(0.02)
-        with open(run_dir / "locks" / f"local-{sub.name}.lock", "a") as fh:
-            while True:
-                try:
-                    portalocker.lock(fh, portalocker.LOCK_EX | portalocker.LOCK_NB)
-                    portalocker.unlock(fh)
-                    break
-                except portalocker.exceptions.LockException:
-                    assert time.monotonic() < deadline, f"the supervisor of {sub} did not exit"
-                    time.sleep(0.02)
+        with open(run_dir / "locks" / f"{local_records.supervisor_lock(sub.name)}.lock", "a") as fh:
+            wait_for_lock(fh.fileno(), deadline, f"the supervisor of {sub}")
+
+
+def wait_for_lock(fd: int, deadline: float, holder: str, pause: float = 0.02) -> None:
+    """Take an exclusive flock(2) on `fd` (what portalocker takes, and the shell's flock(1)), waiting while another
+    process holds it; it is held until `fd` is closed. Fails the test when `holder` still holds it at `deadline`
+    (time.monotonic())."""
+    import fcntl
+
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            assert time.monotonic() < deadline, f"{holder} did not let its lock go"
+            time.sleep(pause)
 
 
 def settle(run_dir: Path) -> dict:

@@ -81,7 +81,6 @@ class Subprocess:
 
     DEVNULL = subprocess.DEVNULL
     TimeoutExpired = subprocess.TimeoutExpired
-    CompletedProcess = subprocess.CompletedProcess
 
     def __init__(self, context: Context, tape: dict[str, list[list[Any]]], record: bool) -> None:
         self.context, self.tape, self.record = context, tape, record

@@ -77,7 +77,7 @@ def gather(run: Run, allow_missing: bool = False) -> Found:
         raise CheckFailed(f"the winners hold {total} records; the plan asks for {expected}"
                           + (f" from the {len(out)} shards that have one" if missing else ""))
     whole_run = state.run_cancel(run) if missing else None
-    return Found(out, [why_missing(run, sid, whole_run) for sid in missing])
+    return Found(out, why_missing(run, missing, whole_run))
 
 
 def shown(shard_ids: list[str]) -> str:
@@ -92,11 +92,20 @@ def records_of(run: Run, shard_ids: list[str]) -> int:
     return sum(shard["record_end"] - shard["record_start"] for shard in map(run.shard, shard_ids))
 
 
-def why_missing(run: Run, sid: str, whole_run: Record | None) -> Record:
-    """A shard without a winner, as a collection records it: its state and reason from the run's records (what
-    tau-status says of it, without asking the scheduler)."""
-    decision = state.shard_view(run, sid, whole_run).decision
-    return {"shard_id": sid, "state": decision.state, "reason": decision.reason}
+def why_missing(run: Run, missing: list[str], whole_run: Record | None) -> list[Record]:
+    """The shards without a winner, as a collection records them: each one's state and reason from the run's
+    records (what tau-status says of it, without asking the scheduler), the journal and the figures read once."""
+    submitted = state.Submitted(run)
+    figures = None
+    if missing and run.plan["retry"].get("escalate"):
+        from taulib.rundir import usage
+
+        figures = usage.load(run)
+    out: list[Record] = []
+    for sid in missing:
+        decision = state.shard_view(run, sid, whole_run, submitted=submitted, figures=figures).decision
+        out.append({"shard_id": sid, "state": decision.state, "reason": decision.reason})
+    return out
 
 
 def of_plan(run: Run, plan: Record) -> list[Winner]:

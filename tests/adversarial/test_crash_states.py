@@ -28,7 +28,7 @@ import crashstates as cs
 import pytest
 from harness import invoke
 
-from helpers import BIN, env_for_tests, plan, status, tau
+from helpers import BIN, env_for_tests, plan, status, tau, wait_for_lock
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(cs.STRACE), reason="strace is missing (make system-deps)")]
@@ -143,8 +143,6 @@ def supervisors_exited(run: Path, timeout: float = 60) -> None:
     """Wait until every local supervisor that started in the run has exited (it holds its lock for its lifetime):
     tau-drive returns once the run is finished, while the supervisor of its retry may still record how its task
     ended, and the next crash state is written over the same folder."""
-    import fcntl
-
     from taulib.executors.local import records
 
     deadline = time.monotonic() + timeout
@@ -153,13 +151,7 @@ def supervisors_exited(run: Path, timeout: float = 60) -> None:
         if not lock.exists():
             continue  # the crash state has no lock file: no supervisor of this folder can hold it
         with open(lock, "a") as fh:
-            while True:
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    assert time.monotonic() < deadline, f"the supervisor of {started.parent.parent.name} did not exit"
-                    time.sleep(0.02)
+            wait_for_lock(fh.fileno(), deadline, f"the supervisor of {started.parent.parent.name}")
 
 
 # -- the life -------------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, CLIENT, PYTHON, ROOT, init_run, tau
+from helpers import BIN, CLIENT, PYTHON, ROOT, init_run, tau, wait_for_lock
 from helpers import wait_for as helpers_wait_for
 
 CLUSTER_UP = str(ROOT / "contrib" / "slurm" / "cluster-up.sh")
@@ -335,8 +335,6 @@ def epilog_passes_held(run_dir: Path, timeout: float = 60):
     this waits for a pass that runs now to end (the hook holds `$TMPDIR/tau-epilog-UID/<cksum of the run>.lock`
     while it observes and reconciles), then holds that lock, so a pass that starts meanwhile leaves its request for
     later and writes nothing. For a test that compares a record's bytes across its own passes."""
-    import fcntl
-
     digest = subprocess.run(["cksum"], input=os.path.abspath(run_dir).encode(), capture_output=True,
                             check=True).stdout.split()[0].decode()
     held = []
@@ -346,14 +344,7 @@ def epilog_passes_held(run_dir: Path, timeout: float = 60):
             folder.mkdir(mode=0o700, exist_ok=True)
             fd = os.open(folder / f"{digest}.lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             held.append(fd)
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    assert time.monotonic() < deadline, f"an epilog pass on {run_dir} ran for over {timeout}s"
-                    time.sleep(0.1)
+            wait_for_lock(fd, time.monotonic() + timeout, f"an epilog pass on {run_dir}", pause=0.1)
         yield
     finally:
         for fd in held:
