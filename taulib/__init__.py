@@ -11,6 +11,7 @@ The library under the `tau-*` commands, in layers; a module imports only from it
   bundle/     artifact bundles: seal, verify, fetch, Blob storage, where a bundle is
   k8s/        Kubernetes workload status (tau-observe --kubernetes)
   executors/  the one table of executors, the roles an engine plays, and a package per executor (local, slurm)
+  runtimes/   the one table of container runtimes, and how each runs a program in an image pinned by digest
   rundir/     the run directory: names, the one writer (RunDir), locks, journals, the sealed index, the read model
   rules/      the rules of the domain as pure functions (standard library only)
   fs/         the safe-filesystem layer: Tree, the write protocols, no-replace publication

@@ -47,11 +47,19 @@ class Windows(TypedDict):  # $defs/windows: how long tau waits before it believe
     submission_visibility_seconds: int
 
 
+Mount = TypedDict("Mount", {"container": str, "host": str, "writable": bool})  # a host path bound inside an image
+# $defs/image: an image pinned by digest, the runtime that runs it, its flags and mounts
+Image = TypedDict("Image", {"digest": str, "file": str | None, "mounts": list[Mount], "ref": str | None,
+                            "runtime": str, "runtime_args": list[str], "runtime_command": list[str],
+                            "workdir": str | None})
+
+
 class Service(TypedDict):  # $defs/service: a model service started beside the client, as the plan resolves it
     backends: int
     command: list[str]
     env: dict[str, str]
     gpus: int
+    image: NotRequired[Image]
     name: str
     ports: list[int] | None
     probe_failures: int
@@ -61,22 +69,17 @@ class Service(TypedDict):  # $defs/service: a model service started beside the c
     stop_grace: int
 
 
-class UsageFigures(TypedDict):  # $defs/usage_figures: what one finished task used, as its executor measured it
-    cpu_seconds: float
-    cpus: int
-    elapsed_seconds: float
-    gpus: int
-    max_rss_bytes: int | None
-    mem_requested_bytes: int | None
-    source: Literal["sacct", "rusage"]
-    state: str
-    task_index: int
-    time_limit_seconds: float | None
+# $defs/usage_figures: what one finished task used, as its executor measured it
+UsageFigures = TypedDict("UsageFigures", {
+    "cpu_seconds": float, "cpus": int, "elapsed_seconds": float, "gpus": int, "max_rss_bytes": int | None,
+    "mem_requested_bytes": int | None, "source": Literal["sacct", "rusage"], "state": str, "task_index": int,
+    "time_limit_seconds": float | None})
 
 
 # -- plan.schema.json -----------------------------------------------------------------------------------------------
 
-PlanCollection = TypedDict("PlanCollection", {"allowed_roots": list[str]})  # collection: where a collection may write
+PlanCollection = TypedDict("PlanCollection", {  # collection: where a collection may write, where its job runs
+    "allowed_roots": list[str], "image": NotRequired[Literal["host", "client"]]})
 # retry.escalate: how a retry's request grows after memory (mem) or time ran out: factors, and caps
 Escalate = TypedDict("Escalate", {"max_mem": str, "max_time": str, "mem": float, "time": float}, total=False)
 
@@ -130,6 +133,7 @@ class Plan(TypedDict):
     collection: PlanCollection
     command: list[str]
     env: dict[str, str]
+    image: NotRequired[Image]
     inherit_env: NotRequired[list[str]]
     kind: Literal["tau.plan"]
     output: PlanOutput
@@ -150,7 +154,8 @@ class Plan(TypedDict):
 # terminal: how an attempt ended
 Terminal = TypedDict("Terminal", {"classification": Literal[
     "succeeded", "failed", "cancelled", "timed_out", "node_failed", "out_of_memory", "preempted", "unknown",
-    "completed_unfinalised", "fenced"], "exit_code": int | None, "reason": str})
+    "completed_unfinalised", "fenced"], "code": NotRequired[Literal["image_changed"]], "exit_code": int | None,
+    "reason": str})
 
 
 class Attempt(TypedDict):

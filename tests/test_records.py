@@ -235,10 +235,9 @@ class WindowsAllRequired(TypedDict):
     submission_visibility_seconds: int
 
 
-class TerminalWithAClassificationMissing(TypedDict):
-    classification: Literal["succeeded", "failed"]
-    exit_code: int | None
-    reason: str
+TerminalWithAClassificationMissing = TypedDict("TerminalWithAClassificationMissing", {
+    "classification": Literal["succeeded", "failed"], "code": NotRequired[Literal["image_changed"]],
+    "exit_code": int | None, "reason": str})
 
 
 def test_a_key_the_schema_lacks_is_reported_with_the_shapes_name():

@@ -22,11 +22,14 @@ tau-init runs/demo-2 --from runs/demo < fixed-plan.json && tau-submit runs/demo-
 @click.option("--from", "old", metavar="OLD_RUN",
               type=click.Path(file_okay=False, path_type=str),
               help="A run whose valid winners the new run reuses (see tau-init(1) 'A new run from an old one').")
-def cli(run_dir: str, old: str | None) -> None:
+@click.option("--check-image", is_flag=True,
+              help="Also check that each image of the plan is present (or can be pulled by its digest) and is the "
+                   "one pinned, through its runtime (see tau-init(1) 'The pre-flight').")
+def cli(run_dir: str, old: str | None, check_image: bool) -> None:
     from taulib.lifecycle import adopt
 
     request = common.read_stdin_json("plan on standard input")
-    common.emit(adopt.create(run_dir, request, old))
+    common.emit(adopt.create(run_dir, request, old, check_image))
 
 
 main = common.main_for("tau-init", cli)

@@ -9,6 +9,7 @@ executors (`taulib.executors`, which lifecycle asks and never names).
   services    an attempt's services: backends started on their GPUs and ports, watched, published, stopped
   probes      probing a service backend: HTTP, TCP or a command, each in a thread of its own
   readiness   recording an attempt's readiness: version 1, or version 2 with its deployments
+  containers  an attempt's images: checked against their pins, the runtime's commands for the client and services
   client      running the client: the run's program and environment, the heartbeat, stop signals, cancellation
   candidate   describing and re-verifying what an attempt produced
   drift       a running client's Parquet files checked against the run's schema as it writes them

@@ -32,15 +32,16 @@ if TYPE_CHECKING:
 COPY_CHUNK = 1 << 24
 
 
-def create(run_dir: str, request: object, old_dir: str | None = None) -> Record:
-    """tau-init RUN_DIR [--from OLD]: the run created from `request` (`lifecycle.init.init`), its output with
-    `adopted` (null without `old_dir`; else what `adopt` gave). OLD must be a run before anything is created."""
+def create(run_dir: str, request: object, old_dir: str | None = None, check_image: bool = False) -> Record:
+    """tau-init RUN_DIR [--from OLD] [--check-image]: the run created from `request` (`lifecycle.init.init`), its
+    output with `adopted` (null without `old_dir`; else what `adopt` gave). OLD must be a run before anything is
+    created."""
     from taulib.lifecycle import init
     from taulib.rundir.run import Run
 
     if old_dir is not None:
         Run(old_dir).close()
-    result = init.init(run_dir, request)
+    result = init.init(run_dir, request, check_image=check_image)
     result["adopted"] = None
     if old_dir is not None:
         with Run(run_dir) as run:

@@ -1,7 +1,9 @@
 """The order of work inside an allocation once it is fenced (tau-attempt(1) "The order of work"):
 
   1. the client's preflight (`client.command`): its program still an executable file, its inherited variables
-     there, its folder and its dataset folder usable; a failure ends the attempt before any service starts;
+     there, its folder and its dataset folder usable; with images (`lifecycle.containers`), each image checked
+     against its pin (a changed one fails the attempt "image changed", not retried) and the client's program looked
+     up inside its image; a failure ends the attempt before any service starts;
   2. the services (`lifecycle.services`), when the plan has any: every backend started on its GPUs and port;
   3. their probes, until every backend is ready or a start timeout passes, a backend that exits failing its
      deployment at once; readiness.json written at every change and every heartbeat meanwhile, so that a model
@@ -32,6 +34,7 @@ from taulib.rundir import layout, locks
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record
+    from taulib.lifecycle.containers import Images
     from taulib.lifecycle.services import Failure, Services
     from taulib.rundir.run import Run
 
@@ -42,28 +45,52 @@ SIGNAL_GRACE = 2.0  # the same, and a service's grace at most, once the schedule
 
 
 def work(run: Run, attempt: Record, environ: dict[str, str], stop: client.Stop,
-         services: Services | None) -> ClientOutcome:
+         services: Services | None, images: Images | None = None) -> ClientOutcome:
     """Steps 1 to 5 of the module docstring; the caller runs `cleanup` whatever happens."""
     started = jsonio.now_rfc3339()
     prepared, problem = client.command(run, attempt, environ)
     if problem is not None:
         return ClientOutcome(started, None, None, problem, None, code="preflight")
+    if images is not None:
+        failed = images.check(environ)
+        if failed is None and "client" in images.by_role:
+            why = images.lookup("client", prepared.argv, environ)
+            failed = None if why is None else ("preflight", f"{why}; nothing was started")
+        if failed is not None:
+            return ClientOutcome(started, None, None, failed[1], None, code=failed[0], images=images.digests())
     if services is None:
-        return client.run_client(run, attempt, prepared, stop)
+        return _digests(client.run_client(run, attempt, _contained(prepared, images, environ, attempt), stop), images)
     failure = services.start(environ, executors.of_attempt(attempt).devices(environ))
     failpoints.hit("attempt.services_started")
     if failure is None:
         outcome = _await_ready(run, attempt, services, stop, started)
         if outcome is not None:
-            return outcome
+            return _digests(outcome, images)
         urls = services.publish()
         path = os.path.join(run.path, _publish(run, attempt, urls))
         _write(run, attempt, services, WRITE_WAIT)
         failpoints.hit("attempt.endpoints_published")
         prepared.env.update(service_rules.endpoint_variables(urls, path))
-        return client.run_client(run, attempt, prepared, stop, services)
+        return _digests(client.run_client(run, attempt, _contained(prepared, images, environ, attempt, gpus=False),
+                                          stop, services), images)
     _write(run, attempt, services, WRITE_WAIT)
-    return _failed(started, failure)
+    return _digests(_failed(started, failure), images)
+
+
+def _digests(outcome: ClientOutcome, images: Images | None) -> ClientOutcome:
+    """The outcome with the digest each image ran in."""
+    return outcome if images is None else outcome._replace(images=images.digests())
+
+
+def _contained(prepared: client.Prepared, images: Images | None, environ: dict[str, str], attempt: Record,
+               gpus: bool = True) -> client.Prepared:
+    """The client's command as it runs: itself, or its image's runtime running it (with the allocation's GPUs,
+    none beside services)."""
+    if images is None or "client" not in images.by_role:
+        return prepared
+    devices = (executors.of_attempt(attempt).devices(environ) or []) if gpus else []
+    argv, env = images.command(images.launch("client", prepared.argv, prepared.env, devices), environ)
+    return client.Prepared(argv, env, prepared.cwd)
 
 
 def _failed(started: str, failure: Failure) -> ClientOutcome:
@@ -117,13 +144,16 @@ def _publish(run: Run, attempt: Record, urls: dict[str, list[str]]) -> str:
     return rel
 
 
-def cleanup(run: Run, attempt: Record, services: Services | None, stop: client.Stop) -> list[Record]:
+def cleanup(run: Run, attempt: Record, services: Services | None, stop: client.Stop,
+            images: Images | None = None, environ: dict[str, str] | None = None) -> list[Record]:
     """The one cleanup owner (step 6): every service stopped, then every process left behind stopped and named
     ({pid, command}). Shorter graces once the scheduler has signalled the allocation (it kills what is left soon)."""
     signalled = stop.signum is not None
     if services is not None:
         services.stop(SIGNAL_GRACE if signalled else None)
     left = processes.sweep(grace=SIGNAL_GRACE if signalled else LEFTOVER_GRACE)
+    if images is not None:  # a runtime killed mid-run leaves its container's record: removed
+        images.cleanup(environ if environ is not None else {})
     if services is not None and signalled:  # the record of the stop, now with the services stopped
         _write(run, attempt, services, client.STOP_LOCK_WAIT,
                f"stopped by signal {stop.signum}; the scheduler's evidence decides the attempt")

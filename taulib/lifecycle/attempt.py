@@ -42,12 +42,14 @@ from taulib import env as environment
 from taulib import executors, failpoints, jsonio, processes
 from taulib.errors import BadInput, NotFound, Refused, TauError
 from taulib.lifecycle import allocation, client, readiness
+from taulib.rules import budget
 from taulib.rundir import layout, locks, state
 from taulib.rundir.journal import find_task
 from taulib.rundir.run import Run
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record
+    from taulib.lifecycle.containers import Images
     from taulib.lifecycle.services import Services
 
 LEFTOVERS = 100  # processes named in result.json at most
@@ -174,10 +176,11 @@ def _run_task(run_dir: str, submission_id: str, publish_winner: bool, env: dict[
                 if services is not None:
                     services.stop()
             else:
+                images = _images(run, attempt, services)
                 try:
-                    outcome = allocation.work(run, attempt, env, stop, services)
+                    outcome = allocation.work(run, attempt, env, stop, services, images)
                 finally:  # the one cleanup owner: whatever ended the work, nothing it started outlives it
-                    left = allocation.cleanup(run, attempt, services, stop)
+                    left = allocation.cleanup(run, attempt, services, stop, images, env)
                     failpoints.hit("attempt.cleaned_up")
             if outcome.interrupted:
                 # The scheduler stopped this allocation (scancel, time limit, requeue, preemption): it alone knows
@@ -204,6 +207,18 @@ def _services(run: Run, attempt: Record, restarting: bool) -> Services | None:
     from taulib.lifecycle.services import Services
 
     return Services(run, attempt, restarting)
+
+
+def _images(run: Run, attempt: Record, services: Services | None) -> Images | None:
+    """The attempt's images (none checked yet), when the plan names any; its services run theirs."""
+    from taulib.lifecycle import containers
+
+    if not containers.images(run.plan):
+        return None
+    images = containers.Images(run, attempt)
+    if services is not None:
+        services.images = images
+    return images
 
 
 def _failed_before(run: Run, attempt: Record) -> str | None:
@@ -284,6 +299,12 @@ def _finish(run: Run, attempt: Record, outcome: client.ClientOutcome, adopted: R
                   "error": error[:512] if error else None}
         if outcome.code is not None and error is not None:
             result["error_code"] = outcome.code
+        if outcome.images:  # the digest of what ran: the client's image, each service's
+            if "client" in outcome.images:
+                result["image_digest"] = outcome.images["client"]
+            served = {role.split(" ", 1)[1]: digest for role, digest in outcome.images.items() if role != "client"}
+            if served:
+                result["service_images"] = served
         if left:  # processes the client or a service left running, stopped by the cleanup owner
             result["leftovers"] = left[:LEFTOVERS]
         run.dir.publish(layout.attempt_file(sid, aid, "result.json"), result)
@@ -292,9 +313,10 @@ def _finish(run: Run, attempt: Record, outcome: client.ClientOutcome, adopted: R
         cancelled = outcome.cancelled is not None or (  # a client stopped for drifting columns failed (its error)
             outcome.error is None and outcome.signal in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
         classification = "succeeded" if succeeded else ("cancelled" if cancelled else "failed")
-        attempt = _update(run, current, state="succeeded" if succeeded else "failed",
-                          terminal={"classification": classification, "reason": error or "complete",
-                                    "exit_code": outcome.exit_code})
+        terminal = {"classification": classification, "reason": error or "complete", "exit_code": outcome.exit_code}
+        if outcome.code in budget.NOT_RETRIED and not succeeded:  # a retry cannot mend it (rules.shard)
+            terminal["code"] = outcome.code
+        attempt = _update(run, current, state="succeeded" if succeeded else "failed", terminal=terminal)
         readiness.write(run, attempt, "stopped" if succeeded else "failed", error, services=services)
     return {"shard_id": sid, "attempt_id": aid, "state": attempt["state"], "outcome": outcome_name,
             "exit_code": outcome.exit_code, "records": actual, "error": error}

@@ -73,6 +73,7 @@ class ClientOutcome(NamedTuple):
     interrupted: int | None  # the stop signal this allocation received (then nothing more is recorded)
     cancelled: str | None = None  # why the client was stopped: its shard was cancelled
     code: str | None = None  # the reason code of a failure tau knows (preflight, a service's), for result.json
+    images: dict[str, str] | None = None  # the digest each image's role ran in (the client, service NAME)
 
 
 class Prepared(NamedTuple):
@@ -192,7 +193,8 @@ def command(run: Run, attempt: Record, environ: dict[str, str]) -> tuple[Prepare
                    "was not started")
     elif cwd is not None and not os.path.isdir(cwd):
         problem = f"the run's working folder {cwd!r} no longer exists; the client was not started"
-    elif fixed is not None and not (os.path.isfile(argv[0]) and os.access(argv[0], os.X_OK)):
+    elif fixed is not None and run.plan.get("image") is None and not (os.path.isfile(argv[0])
+                                                                      and os.access(argv[0], os.X_OK)):
         problem = (f"the client program {argv[0]!r} is no longer an executable file, as it was when the run was "
                    "made; the client was not started")
     elif not os.access(tau["TAU_OUTPUT_DIR"], os.W_OK):

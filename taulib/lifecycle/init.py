@@ -84,6 +84,7 @@ def resolve_plan(request: Record, run_id: str) -> Record:
     }
     if "services" in request:  # a plan without services is exactly what it was before services existed
         plan["services"] = service_rules.resolve(request["services"])
+    _resolve_images(request, plan)
     _check_environment(plan)
     _check_output_types(plan["output"]["schema"] or [])
     schema.validate(plan, "plan")
@@ -92,6 +93,37 @@ def resolve_plan(request: Record, run_id: str) -> Record:
     _check_escalation(plan)
     _check_services(plan)
     return plan
+
+
+def _resolve_images(request: Record, plan: Record) -> None:
+    """The client's image and each service's, pinned (`rules.image.resolve`): a reference without a digest, a
+    file without its sha256, a mount a runtime cannot take are refused (65). A plan without images is exactly what
+    it was before images existed."""
+    from taulib.rules import image as image_rules
+    from taulib.runtimes import table
+
+    programs = table.programs()
+    client = None
+    try:
+        if "image" in request:
+            client = plan["image"] = image_rules.resolve(request["image"], programs)
+        for index, (asked, service) in enumerate(zip(request.get("services", []), plan.get("services", []),
+                                                     strict=True)):
+            if "image" in asked:
+                service["image"] = image_rules.resolve(asked["image"], programs, client, f"services[{index}].image")
+        if request.get("collection", {}).get("image", "host") != "host":
+            if client is None:
+                raise ValueError("collection.image 'client' runs the collection in the client's image, but the plan "
+                                 "gives the client no image")
+            plan["collection"]["image"] = request["collection"]["image"]
+    except ValueError as exc:
+        raise BadInput(f"plan on standard input: {exc}") from None
+    from taulib import runtimes
+
+    for image in ([client] if client else []) + [s["image"] for s in plan.get("services", []) if "image" in s]:
+        problem = runtimes.get(image["runtime"]).problem(image)
+        if problem is not None:
+            raise BadInput(f"plan on standard input: {problem}")
 
 
 def _check_services(plan: Record) -> None:
@@ -198,14 +230,41 @@ def resolve_program(program: str, cwd: str, path: str, own: str | None = None, w
 
 def _service_programs(service: Record, cwd: str, path: str, own: str | None) -> Record:
     """A service's program and its probe command's, resolved and checked as the client's (tau-init(1) "The
-    pre-flight"), each named by the service in any refusal."""
+    pre-flight"), each named by the service in any refusal; a service's program in an image is taken as given (its
+    attempts look it up there)."""
     found: Record = {"program": None, "probe": None}
     for key, argv in (("program", service["command"]), ("probe", service["ready"].get("command"))):
-        if argv is not None:
+        if key == "program" and service.get("image") is not None:
+            found[key] = argv[0]
+        elif argv is not None:
             what = f"service {service['name']!r}'s" + ("" if key == "program" else " probe")
             found[key] = resolve_program(argv[0], cwd, path, own, what)
             check_script(argv, cwd, what)
     return found
+
+
+def _check_runtimes(plan: Record, cwd: str, path: str, check_image: bool, environ: dict[str, str]) -> None:
+    """Each image's runtime program is there (NotFound, 66, naming it); with `check_image`, each image is present
+    or can be given by its runtime, checked against its pin, each once (tau-init(1) "The pre-flight")."""
+    from taulib import runtimes
+    from taulib.lifecycle import containers
+
+    seen: set[str] = set()
+    for role, image in containers.images(plan).items():
+        program = image["runtime_command"][0]
+        try:
+            resolve_program(program, cwd, path, None, f"{role}'s runtime {image['runtime']!r}:")
+        except NotFound as exc:
+            raise NotFound(exc.message, program=program, runtime=image["runtime"]) from None
+        if not check_image or containers.key(image) in seen:
+            continue
+        seen.add(containers.key(image))
+        try:
+            runtimes.get(image["runtime"]).check(image, environ)
+        except runtimes.ImageChanged as exc:
+            raise BadInput(f"{role}'s image: {exc.message}") from None
+        except runtimes.ImageUnavailable as exc:
+            raise NotFound(f"{role}'s image: {exc.message}") from None
 
 
 def check_script(argv: list[str], cwd: str, what: str = "the client") -> None:
@@ -249,7 +308,7 @@ def run_id_for(run_dir: str) -> str:
     return name
 
 
-def init(run_dir: str, request: object, environ: dict[str, str] | None = None) -> Record:
+def init(run_dir: str, request: object, environ: dict[str, str] | None = None, check_image: bool = False) -> Record:
     if not isinstance(request, dict):
         raise BadInput("plan on standard input must be a JSON object")
     run_id = run_id_for(run_dir)
@@ -257,11 +316,16 @@ def init(run_dir: str, request: object, environ: dict[str, str] | None = None) -
     cwd = os.getcwd()
     path = (environ if environ is not None else env.current()).get("PATH", os.defpath)
     own = own_environment()
-    environment: Record = {"program": resolve_program(plan["command"][0], cwd, path, own), "path": path, "cwd": cwd}
-    check_script(plan["command"], cwd)
+    if plan.get("image") is None:
+        environment: Record = {"program": resolve_program(plan["command"][0], cwd, path, own), "path": path,
+                               "cwd": cwd}
+        check_script(plan["command"], cwd)
+    else:  # looked up inside its image, by each attempt's preflight: a login node may have neither
+        environment = {"program": plan["command"][0], "path": path, "cwd": cwd}
     if plan.get("services"):
         environment["services"] = {service["name"]: _service_programs(service, cwd, path, own)
                                    for service in plan["services"]}
+    _check_runtimes(plan, cwd, path, check_image, environ if environ is not None else env.current())
     # a plan that can never be submitted from here is refused now, not at its first tau-submit
     executors.get(plan["scheduler"]["profile"]).preflight(plan, os.path.abspath(run_dir), sys.executable)
     plan_bytes = jsonio.canonical(plan)

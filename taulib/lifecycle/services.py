@@ -30,6 +30,7 @@ from taulib.rundir import layout
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record
+    from taulib.lifecycle.containers import Images
     from taulib.rundir.run import Run
 
 KILL_PATIENCE = 10.0  # seconds a stopped group may take to go after SIGKILL before it is reported and left
@@ -92,6 +93,7 @@ class Services:
         self.client = "waiting"
         self.changed = False
         self.failure: Failure | None = None
+        self.images: Images | None = None  # the attempt's images, checked: a service that names one runs in it
 
     # -- starting -----------------------------------------------------------------------------------------------
 
@@ -117,6 +119,10 @@ class Services:
                 backend.devices, backend.state = list(given), "starting"
                 argv = [d.program, *service_rules.argv(d.service["command"][1:], backend.port)]
                 env = self._environment(d, backend, environ, allocation)
+                role = f"service {d.name}"
+                if self.images is not None and role in self.images.by_role:
+                    argv, env = self.images.command(self.images.launch(role, argv, env, backend.devices,
+                                                                       backend.number), environ)
                 log = self.run.dir.open_append(layout.service_log(sid, aid, d.name, backend.number))
                 try:
                     backend.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,

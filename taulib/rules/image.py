@@ -15,7 +15,7 @@ first attempt ran. An image file is pinned by the sha256 of its bytes, 64 lowerc
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[a-fA-F0-9:]+\])"
@@ -25,6 +25,7 @@ _REFERENCE = re.compile(rf"(?P<name>(?:(?P<domain>{_DOMAIN})/)?{_COMPONENT}(?:/{
                         r"[A-Za-z0-9]*)*:[0-9A-Fa-f]{32,}))?", re.ASCII)
 SHA256 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 NAME_MAX = 255  # characters of a name (the distribution grammar's limit)
+DEFAULT_RUNTIME = "podman"  # the runtime of an image that names none
 
 
 class Reference(NamedTuple):
@@ -72,3 +73,91 @@ def file_digest(text: str) -> str:
     if SHA256.fullmatch(text) is None:
         raise ValueError(f"an image file's sha256 is 64 lowercase hex digits, not {text!r}")
     return text
+
+
+# -- an image of the plan, resolved ---------------------------------------------------------------------------------
+
+# Characters refused in a mount's paths: the runtimes split their mount specifications on some of them (podman's -v
+# on ':', apptainer's --bind on ':' and ',', pyxis's --container-mounts on ',' and ':' and writes the paths into a
+# shell function), so one rule for every runtime refuses them all, with whitespace and control characters.
+UNSAFE_PATH = re.compile(r"[\s:,\"'\\$`+#\x00-\x1f\x7f]")
+
+
+def path_problem(path: str, what: str) -> str | None:
+    """Why `path` (a mount's host or container side, an image file) cannot be handed to a runtime, or None: it must
+    be absolute and normal (no `.`, `..` or doubled `/`) and hold none of `UNSAFE_PATH`'s characters."""
+    if not path.startswith("/"):
+        return f"{what} {path!r} is not an absolute path"
+    if path != "/" and (path.endswith("/") or any(part in ("", ".", "..") for part in path[1:].split("/"))):
+        return f"{what} {path!r} is not a normal path (no '.', '..', doubled or trailing '/')"
+    bad = UNSAFE_PATH.search(path)
+    if bad is not None:
+        return (f"{what} {path!r} holds {bad.group()!r}, which some runtime reads as a separator: give a path without "
+                "whitespace or any of : , \" ' \\ $ ` + #")
+    return None
+
+
+def resolve(given: str | dict[str, Any], programs: dict[str, str], base: dict[str, Any] | None = None,
+            what: str = "image") -> dict[str, Any]:
+    """The plan's record of an image the request gives (`given`: a reference, or an object): its pinned reference
+    or file, its digest, the runtime (a name of `programs`, the runtimes' table: name -> program) with its command
+    and site flags, its mounts and working folder. What `given` leaves out is taken from `base` (a service's image
+    takes the client's runtime, command, flags and mounts), then the defaults (podman, the runtime's own program,
+    no flags, no mounts). ValueError saying why it cannot be one."""
+    spec: dict[str, Any] = {"ref": given} if isinstance(given, str) else dict(given)
+    inherited = base if base is not None and "runtime" not in spec else {}
+    runtime = spec.get("runtime", inherited.get("runtime", DEFAULT_RUNTIME))
+    if runtime not in programs:
+        raise ValueError(f"{what}.runtime {runtime!r} is not one of {', '.join(sorted(programs))}")
+    if ("ref" in spec) == ("file" in spec):
+        raise ValueError(f"{what} names neither or both of 'ref' and 'file'; give one: a reference pinned by digest, "
+                         "or an image file with its sha256")
+    if "ref" in spec:
+        if "sha256" in spec:
+            raise ValueError(f"{what} gives 'sha256' beside 'ref'; a reference is pinned by its own @sha256: digest")
+        reference = parse(spec["ref"])
+        ref, file, digest = reference.pinned(), None, reference.digest
+    else:
+        if "sha256" not in spec:
+            raise ValueError(f"{what}.file {spec['file']!r} has no 'sha256': an image file is pinned by the sha256 of "
+                             "its bytes (sha256sum FILE)")
+        problem = path_problem(spec["file"], f"{what}.file")
+        if problem is not None:
+            raise ValueError(problem)
+        ref, file, digest = None, spec["file"], "sha256:" + file_digest(spec["sha256"])
+    mounts = [dict(m) for m in spec.get("mounts", inherited.get("mounts", []))]
+    seen: set[str] = set()
+    for index, mount in enumerate(mounts):
+        where = f"{what}.mounts[{index}]"
+        problem = path_problem(mount["host"], f"{where}.host") or path_problem(mount["container"],
+                                                                                 f"{where}.container")
+        if problem is not None:
+            raise ValueError(problem)
+        if mount["container"] in seen:
+            raise ValueError(f"{where} mounts onto {mount['container']!r} a second time")
+        seen.add(mount["container"])
+        mount["writable"] = bool(mount.get("writable", False))
+    workdir = spec.get("workdir")
+    if workdir is not None:
+        problem = path_problem(workdir, f"{what}.workdir")
+        if problem is not None:
+            raise ValueError(problem)
+    command = list(spec.get("runtime_command", inherited.get("runtime_command", [programs[runtime]])))
+    return {"ref": ref, "file": file, "digest": digest, "runtime": runtime, "runtime_command": command,
+            "runtime_args": list(spec.get("runtime_args", inherited.get("runtime_args", []))), "mounts": mounts,
+            "workdir": workdir}
+
+
+def writable_mount(path: str, mounts: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
+    """The mount a host `path` lies below (the deepest one: a mount inside another covers its part), and the
+    path's container side; (None, None) when no mount holds it."""
+    best: dict[str, Any] | None = None
+    for mount in mounts:
+        host = mount["host"]
+        if (path == host or path.startswith(host.rstrip("/") + "/")) and (
+                best is None or len(host) > len(best["host"])):
+            best = mount
+    if best is None:
+        return None, None
+    rest = path[len(best["host"]):].lstrip("/")
+    return best, (best["container"].rstrip("/") + "/" + rest) if rest else best["container"]

@@ -11,7 +11,8 @@ tau-drive, a collection's missing shards), weighing:
   failure of the client: it spends neither the shard's attempts nor the run's failure budget. A stall's stop, and a
   cancellation by anyone else (an administrator's scancel), do;
 - for a newest attempt that failed, what the next one does (`escalation.next_attempt`): the request it asks, a wait
-  for the executor's measure, or no retry that could help;
+  for the executor's measure, or no retry that could help (its terminal `code` one a retry cannot mend:
+  `budget.NOT_RETRIED`, an image that changed);
 - the retry budget: a retryable verdict with every attempt used is exhausted (`rollup.shard_state`);
 - for a running attempt, its heartbeat and progress against the stall windows (`stall`).
 """
@@ -142,8 +143,11 @@ def decide(facts: Facts, policy: Policy, now: float) -> Decision:
     attempts = 0 if attempt is None else int(attempt["ordinal"])
     cancelled = None if facts.cancelled is None else cancel_reason(facts.cancelled)
     nxt = None
+    futile = None if attempt is None else budget.NOT_RETRIED.get((attempt.get("terminal") or {}).get("code", ""))
     if cancelled is None and verdict is not None and verdict.state in budget.RETRYABLE:
         nxt = following(facts, policy, now)
+        if futile is not None:
+            nxt = nxt._replace(action="exhausted", reason=futile)
     ended_by_user = spared(facts)
     latest_spared = attempts in ended_by_user
     state, reason = rollup.shard_state(
