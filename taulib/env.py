@@ -98,6 +98,9 @@ VARS: dict[str, Var[Any]] = {v.name: v for v in (
     Var("TAU_DEBUG", False, flag, "1: an unexpected error shows its traceback instead of the JSON error (70)"),
     Var("TAU_NO_RENAMEAT2", False, flag, "1: publish folders with the fallback instead of renameat2"),
     Var("TAU_BINDING_WAIT", 300.0, seconds, "seconds an allocation waits for its submission to be bound to it"),
+    Var("TAU_SITE_PATH", "", text, "folders (':'-separated) searched first for a site profile NAME.json, before "
+        "~/.config/tau/sites"),
+    Var("HOME", "", text, "the home folder, where ~/.config/tau/sites holds the site profiles"),
     Var[frozenset[str]]("TAU_TRUSTED_BLOB_ENDPOINTS", frozenset(), _origins,
                         "Blob storage origins trusted besides Azure's clouds", strict=True),
     Var("AZURE_STORAGE_CONNECTION_STRING", None, text, "the storage account key for Blob storage (a secret)"),
@@ -156,7 +159,8 @@ def get(name: Literal["TAU_DEBUG", "TAU_NO_RENAMEAT2", "TAU_RESTARTED"], env: Ma
         ) -> bool: ...
 @overload
 def get(name: Literal["TAU_FAILPOINT_ONCE", "TAU_FAILPOINT_TRACE", "ARROW_DEFAULT_MEMORY_POOL", "JE_ARROW_MALLOC_CONF",
-                      "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"], env: Mapping[str, str] | None = None
+                      "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "TAU_SITE_PATH", "HOME"],
+        env: Mapping[str, str] | None = None
         ) -> str: ...
 @overload
 def get(name: Literal["AZURE_STORAGE_CONNECTION_STRING", "TAU_BLOB_API_VERSION", "REQUESTS_CA_BUNDLE",

@@ -37,14 +37,11 @@ MissingShard = TypedDict("MissingShard", {"reason": str, "shard_id": str, "state
     "candidate", "running", "accounting_lag", "pending", "unknown", "failed", "exhausted", "cancelled"]})
 
 
-class Windows(TypedDict):  # $defs/windows: how long tau waits before it believes what it sees, in seconds
-    accounting_lag_seconds: int
-    heartbeat_seconds: NotRequired[int]
-    preemption_seconds: int
-    progress_stall_seconds: NotRequired[int | None]
-    stall_action: NotRequired[Literal["report", "stop"]]
-    stall_seconds: NotRequired[int]
-    submission_visibility_seconds: int
+# $defs/windows: how long tau waits before it believes what it sees, in seconds
+Windows = TypedDict("Windows", {
+    "accounting_lag_seconds": int, "heartbeat_seconds": NotRequired[int], "preemption_seconds": int,
+    "progress_stall_seconds": NotRequired[int | None], "stall_action": NotRequired[Literal["report", "stop"]],
+    "stall_seconds": NotRequired[int], "submission_visibility_seconds": int})
 
 
 Mount = TypedDict("Mount", {"container": str, "host": str, "writable": bool})  # a host path bound inside an image
@@ -78,6 +75,7 @@ UsageFigures = TypedDict("UsageFigures", {
 
 # -- plan.schema.json -----------------------------------------------------------------------------------------------
 
+SiteRef = TypedDict("SiteRef", {"name": str, "sha256": str})  # site: the profile merged in, by name and digest
 PlanCollection = TypedDict("PlanCollection", {  # collection: where a collection may write, where its job runs
     "allowed_roots": list[str], "image": NotRequired[Literal["host", "client"]]})
 # retry.escalate: how a retry's request grows after memory (mem) or time ran out: factors, and caps
@@ -145,6 +143,7 @@ class Plan(TypedDict):
     schema_version: Literal[1]
     services: NotRequired[list[Service]]
     shard_count: int
+    site: NotRequired[SiteRef]
     shard_size: int | None
     windows: Windows
 

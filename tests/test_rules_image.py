@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from taulib.rules.image import Reference, file_digest, parse
+from taulib.rules.image import Reference, file_digest, parse, path_problem, resolve, writable_mount
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 
@@ -72,3 +72,80 @@ def test_an_image_files_sha256_is_64_lowercase_hex_digits():
         with pytest.raises(ValueError) as err:
             file_digest(bad)
         assert str(err.value) == f"an image file's sha256 is 64 lowercase hex digits, not {bad!r}"
+
+
+PROGRAMS = {"podman": "podman", "apptainer": "apptainer", "enroot": "srun"}
+REF = f"localhost/client:1.0@{DIGEST}"
+
+
+def test_a_reference_alone_is_an_image_run_by_podman_by_digest_with_nothing_else():
+    assert resolve(REF, PROGRAMS) == {
+        "ref": f"localhost/client@{DIGEST}", "file": None, "digest": DIGEST, "runtime": "podman",
+        "runtime_command": ["podman"], "runtime_args": [], "mounts": [], "workdir": None}
+
+
+def test_an_image_file_is_pinned_by_its_sha256_and_its_runtime_gives_the_default_command():
+    got = resolve({"file": "/images/c.sif", "sha256": "cd" * 32, "runtime": "apptainer", "workdir": "/w",
+                   "mounts": [{"host": "/data", "container": "/in"}, {"host": "/out", "container": "/o",
+                                                                       "writable": True}]}, PROGRAMS)
+    assert got == {"ref": None, "file": "/images/c.sif", "digest": "sha256:" + "cd" * 32, "runtime": "apptainer",
+                   "runtime_command": ["apptainer"], "runtime_args": [], "workdir": "/w",
+                   "mounts": [{"host": "/data", "container": "/in", "writable": False},
+                              {"host": "/out", "container": "/o", "writable": True}]}
+
+
+def test_a_services_image_takes_the_clients_runtime_command_flags_and_mounts_unless_it_names_its_own_runtime():
+    client = resolve({"ref": REF, "runtime_command": ["podman", "--runtime", "runc"], "runtime_args": ["--x"],
+                      "mounts": [{"host": "/m", "container": "/m"}]}, PROGRAMS)
+    service = resolve(f"localhost/serve@{DIGEST}", PROGRAMS, client, "services[0].image")
+    assert (service["runtime_command"], service["runtime_args"], service["mounts"]) == (
+        ["podman", "--runtime", "runc"], ["--x"], [{"host": "/m", "container": "/m", "writable": False}])
+    own = resolve({"ref": f"localhost/serve@{DIGEST}", "runtime": "enroot"}, PROGRAMS, client)
+    assert (own["runtime_command"], own["runtime_args"], own["mounts"]) == (["srun"], [], [])
+    mounts = resolve({"ref": REF, "mounts": []}, PROGRAMS, client)
+    assert mounts["mounts"] == [] and mounts["runtime_args"] == ["--x"]
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"ref": REF, "runtime": "docker"}, "image.runtime 'docker' is not one of apptainer, enroot, podman"),
+    ({"runtime": "podman"}, "image names neither or both of 'ref' and 'file'"),
+    ({"ref": REF, "file": "/x"}, "image names neither or both of 'ref' and 'file'"),
+    ({"ref": REF, "sha256": "cd" * 32}, "image gives 'sha256' beside 'ref'"),
+    ({"file": "/x.sif"}, "image.file '/x.sif' has no 'sha256'"),
+    ({"file": "x.sif", "sha256": "cd" * 32}, "image.file 'x.sif' is not an absolute path"),
+    ({"file": "/x.sif", "sha256": "CD" * 32}, "an image file's sha256 is 64 lowercase hex digits"),
+    ({"ref": "localhost/x:latest"}, "image 'localhost/x:latest' is not pinned by digest"),
+    ({"ref": REF, "mounts": [{"host": "/a b", "container": "/a"}]},
+     "image.mounts[0].host '/a b' holds ' ', which some runtime reads as a separator"),
+    ({"ref": REF, "mounts": [{"host": "/a", "container": "/a:b"}]}, "image.mounts[0].container '/a:b' holds ':'"),
+    ({"ref": REF, "mounts": [{"host": "/a", "container": "/c"}, {"host": "/b", "container": "/c"}]},
+     "image.mounts[1] mounts onto '/c' a second time"),
+    ({"ref": REF, "workdir": "/w/../x"}, "image.workdir '/w/../x' is not a normal path"),
+])
+def test_an_image_that_cannot_be_one_is_refused_saying_why(spec, message):
+    with pytest.raises(ValueError) as err:
+        resolve(spec, PROGRAMS)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+@pytest.mark.parametrize(("path", "problem"), [
+    ("/", None), ("/data/x", None), ("/a-b_c.d/e", None),
+    ("rel", "is not an absolute path"), ("/a/", "is not a normal path"), ("/a//b", "is not a normal path"),
+    ("/a/./b", "is not a normal path"), ("/a/..", "is not a normal path"),
+    *[(f"/a{c}b", "which some runtime reads as a separator") for c in ":,\"'\\$`+# \t\n\x01\x7f"],
+])
+def test_a_path_handed_to_a_runtime_is_absolute_normal_and_free_of_every_runtimes_separators(path, problem):
+    found = path_problem(path, "mount")
+    assert (found is None) if problem is None else (found is not None and problem in found
+                                                    and found.startswith(f"mount {path!r}"))
+
+
+def test_a_host_path_is_found_below_its_deepest_mount_with_its_container_side():
+    mounts = [{"host": "/data", "container": "/in", "writable": False},
+              {"host": "/data/out", "container": "/out", "writable": True},
+              {"host": "/", "container": "/host", "writable": False}]
+    assert writable_mount("/data/out/run-1", mounts) == (mounts[1], "/out/run-1")
+    assert writable_mount("/data/out", mounts) == (mounts[1], "/out")
+    assert writable_mount("/data/outer", mounts) == (mounts[0], "/in/outer")
+    assert writable_mount("/srv/x", mounts) == (mounts[2], "/host/srv/x")
+    assert writable_mount("/srv/x", mounts[:2]) == (None, None)

@@ -82,6 +82,16 @@ def test_every_attempt_used_exhausts_the_shard_and_names_the_grant():
                                "(tau-retry --shard grants one more)")
 
 
+def test_a_failure_no_retry_can_mend_exhausts_the_shard_at_once_saying_why_and_the_way_forward():
+    changed = attempt(1, reason="image changed: /i.sif has sha256:aa, the run pins sha256:bb")
+    changed["terminal"]["code"] = "image_changed"
+    decision = decide(ended(1, attempt=changed), POLICY, NOW)
+    assert (decision.state, decision.failed, decision.next.action) == ("exhausted", 1, "exhausted")
+    assert decision.reason == ("image changed: /i.sif has sha256:aa, the run pins sha256:bb; not retried: a different "
+                               "image is a different run (tau-init NEW --from RUN, with the image pinned anew)")
+    assert decide(ended(1, attempt=changed, cancelled="T"), POLICY, NOW).state == "cancelled"
+
+
 def test_a_cancelled_shard_is_cancelled_whatever_its_attempt_and_its_newest_failure_is_not_counted():
     decision = decide(ended(2, cancelled="T"), POLICY, NOW)
     assert (decision.state, decision.reason, decision.failed, decision.next) == (

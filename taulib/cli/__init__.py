@@ -16,6 +16,7 @@ they share, the one list of commands, the front command and shell completion.
   logs           tau-logs: an attempt's output, the client's and the allocation's
   cancel         tau-cancel: a run, or named shards of it, cancelled; or their live attempts stopped
   drive          tau-drive: the plumbing's cycle, repeated until the run is finished; notifications
+  site           tau-site: a site profile checked (its runtime, partitions and mounts), or shown
   collect        tau-collect: every shard's winner merged into one dataset at an authorised destination
   bundle_seal    tau-bundle-seal: an output tree acknowledged as one generation's bundle
   bundle_verify  tau-bundle-verify: a generation checked against its acknowledgement

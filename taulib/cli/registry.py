@@ -40,6 +40,7 @@ COMMANDS: tuple[Command, ...] = (
             "check a bundle, local or on Blob storage, against its acknowledgement", "plumbing"),
     Command("bundle-fetch", "taulib.cli.bundle_fetch", "download a complete, verified bundle from Blob storage",
             "plumbing"),
+    Command("site", "taulib.cli.site", "check a site profile, or show it with where it was found", "porcelain"),
     Command("status", "taulib.cli.status", "the run's status now, read-only (table, watch)", "porcelain"),
     Command("logs", "taulib.cli.logs", "an attempt's output (follow it while it runs)", "porcelain"),
     Command("cancel", "taulib.cli.cancel", "cancel a run or some of its shards; never started again", "porcelain"),

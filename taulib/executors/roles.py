@@ -131,6 +131,11 @@ class Plans(ABC):
         engine that needs nothing of the run directory's place)."""
         return None
 
+    def check_site(self, section: dict[str, Any]) -> list[str]:
+        """What is wrong with a site profile's section for this executor (`tau-site validate`), as far as the engine
+        answers now (a partition it does not have); nothing when it cannot be asked."""
+        return []
+
     def check_request(self, run: Run, request: dict[str, str]) -> None:
         """Refuse (BadInput) a request a person grants (tau-retry --mem/--time: {mem and/or time} in
         `rules.escalation`'s spelling: 4G, 1:00:00) that this executor's site could never give, as far as its limits

@@ -20,5 +20,6 @@ executors (`taulib.executors`, which lifecycle asks and never names).
   logs        an attempt's output, and following it while it runs (tau-logs)
   cancel      a durable cancellation, then the live attempts stopped (tau-cancel); an attempt stopped, a lift
   adopt       a new run reusing an old one's winners, copied and held to its own rules (tau-init --from)
+  site        site profiles: found by name, merged under a plan's own values by tau-init, validated
   drive       one cycle of the plumbing's calls, repeated until the run is finished (tau-drive)
 """

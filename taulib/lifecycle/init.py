@@ -44,9 +44,12 @@ _RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards", "submissions", "coll
 _RUN_GENERATIONS = re.compile(r"(?:cancel|reopen)-[0-9]{1,9}\.json")  # layout.cancel_record, reopen_record
 
 
-def resolve_plan(request: Record, run_id: str) -> Record:
-    """The resolved plan (a pure function of the request and the run id: no clock, no machine facts)."""
+def resolve_plan(request: Record, run_id: str, site: Record | None = None) -> Record:
+    """The resolved plan (a pure function of the request, the run id and the site profile merged into the request,
+    `site` naming it: no clock, no machine facts)."""
     schema.validate(request, "plan-request", "plan on standard input")
+    if "site" in request.get("scheduler", {}):
+        raise BadInput("plan on standard input names a site profile (scheduler.site) that was not merged into it")
     records = request["records"]
     if "shards" in request and "shard_size" in request:
         raise BadInput("plan on standard input gives both 'shards' and 'shard_size'; give one")
@@ -57,7 +60,7 @@ def resolve_plan(request: Record, run_id: str) -> Record:
     if count > MAX_SHARDS:
         raise BadInput(f"plan on standard input makes {count} shards; a run has at most {MAX_SHARDS} (use a larger "
                        "shard_size)")
-    sched = request.get("scheduler", {"profile": executors.DEFAULT})
+    sched = request.get("scheduler", {})
     windows = request.get("windows", {})
     output = request.get("output", {})
     plan = {
@@ -69,7 +72,7 @@ def resolve_plan(request: Record, run_id: str) -> Record:
         "shard_size": request.get("shard_size"),
         "command": list(request["command"]),
         "resume": request.get("resume", "never"),
-        "scheduler": {"profile": sched["profile"],
+        "scheduler": {"profile": sched.get("profile", executors.DEFAULT),
                       **{name: executors.get(name).section(sched.get(name, {})) for name in executors.EXECUTORS}},
         "output": {"format": output.get("format", "parquet"),
                    "rows_per_partition": output.get("rows_per_partition", defaults.ROWS_PER_PARTITION),
@@ -85,6 +88,8 @@ def resolve_plan(request: Record, run_id: str) -> Record:
     if "services" in request:  # a plan without services is exactly what it was before services existed
         plan["services"] = service_rules.resolve(request["services"])
     _resolve_images(request, plan)
+    if site is not None:
+        plan["site"] = site
     _check_environment(plan)
     _check_output_types(plan["output"]["schema"] or [])
     schema.validate(plan, "plan")
@@ -312,7 +317,15 @@ def init(run_dir: str, request: object, environ: dict[str, str] | None = None, c
     if not isinstance(request, dict):
         raise BadInput("plan on standard input must be a JSON object")
     run_id = run_id_for(run_dir)
-    plan = resolve_plan(request, run_id)
+    site = None
+    named = request.get("scheduler", {}).get("site") if isinstance(request.get("scheduler"), dict) else None
+    if isinstance(named, str):  # any other value is the schema's to refuse
+        from taulib.lifecycle import site as sites
+
+        schema.validate(request, "plan-request", "plan on standard input")
+        _, profile, digest = sites.load(named, environ)
+        request, site = sites.apply(request, profile), {"name": named, "sha256": digest}
+    plan = resolve_plan(request, run_id, site)
     cwd = os.getcwd()
     path = (environ if environ is not None else env.current()).get("PATH", os.defpath)
     own = own_environment()

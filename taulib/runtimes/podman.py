@@ -13,7 +13,8 @@ runs for real.
   value is on the command line), and nothing else: `--http-proxy=false` keeps the host's proxy variables out;
 - `--init`: a small init is the container's first process, passes signals on and reaps; podman passes the
   signals it gets to the container (`--sig-proxy`, on by default);
-- GPUs as CDI devices (`nvidia.com/gpu=ID`), the ids the scheduler gave, renumbered from 0 inside;
+- GPUs as CDI devices (`nvidia.com/gpu=ID`), the ids the scheduler gave; only those are inside, so the device
+  variables (CUDA_VISIBLE_DEVICES and its kin) are renumbered from 0 there;
 - a name per attempt and program, with `--replace`: a container a killed run left behind is replaced, and `cleanup`
   removes it (`podman rm --force`).
 Site flags (`image.runtime_args`, e.g. `--ulimit`, `--userns=keep-id`, `--security-opt label=disable`) go right
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from taulib.rules.services import DEVICE_VARIABLES
 from taulib.runtimes.base import (Checked, Command, ImageChanged, ImageUnavailable, Launch, Runtime, check_file,
                                   describe, lookup_argv, query)
 
@@ -42,13 +44,17 @@ class Podman(Runtime):
         for mount in launch.mounts:
             argv += ["--mount", f"type=bind,src={mount.host},dst={mount.container}"
                      + ("" if mount.writable else ",ro=true")]
-        for name in sorted(launch.env):
+        env = dict(launch.env)
+        if launch.devices:  # only the devices given are inside, numbered from 0 there
+            inside = ",".join(str(number) for number in range(len(launch.devices)))
+            env.update({name: inside for name in DEVICE_VARIABLES if name in env})
+        for name in sorted(env):
             argv += ["--env", name]
         if launch.workdir is not None:
             argv += ["--workdir", launch.workdir]
         for device in launch.devices:
             argv += ["--device", f"nvidia.com/gpu={device}"]
-        return Command([*argv, launch.target, *launch.argv], dict(launch.env), {})
+        return Command([*argv, launch.target, *launch.argv], env, {})
 
     def check(self, image: Record, environ: dict[str, str]) -> Checked:
         base = image["runtime_command"]

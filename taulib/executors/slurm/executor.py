@@ -92,6 +92,11 @@ class Slurm(Queue, Requeue, Collects, Executor):
     def check_section(self, section: dict[str, Any]) -> None:
         script.validate_profile(section)
 
+    def check_site(self, section: dict[str, Any]) -> list[str]:
+        from taulib.executors.slurm import limits
+
+        return limits.missing_partitions([section[k] for k in ("partition", "collect_partition") if k in section])
+
     def preflight(self, plan: dict[str, Any], run_dir: str, python: str) -> None:
         """Every Slurm field is checked as the scripts will render it, from this run directory."""
         try:

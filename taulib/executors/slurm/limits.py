@@ -310,3 +310,16 @@ def check_request(request: dict[str, str], partition: str | None) -> None:
     problem = request_problem(request, fields, node_mib)
     if problem is not None:
         raise BadInput(f"cannot grant that: {problem}")
+
+
+def missing_partitions(names: list[str]) -> list[str]:
+    """The partitions of `names` the cluster does not have, each said as a problem; none when Slurm cannot be
+    asked (nothing is guessed)."""
+    try:
+        shown = commands.run_query(["scontrol", "show", "partition", "--oneliner"])
+    except Unavailable:
+        return []
+    if shown.returncode != 0:
+        return []
+    return [f"partition {name!r} does not exist on this cluster (scontrol show partition)" for name in names
+            if partition_fields(shown.stdout, name) is None]
