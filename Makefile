@@ -62,7 +62,7 @@ lint: venv
 
 ## quick: the inner loop, about 90 s on 2 cores: ruff, mypy (make typecheck), then every test that needs no
 ## service, no root and no wheel build and is not slow (the markers of pyproject.toml); make check runs them all
-QUICK_TESTS ?= not slurm and not azurite and not root and not install and not slow
+QUICK_TESTS ?= not slurm and not azurite and not root and not install and not slow and not containers
 quick: venv
 	$(PY) -m ruff check $(LINT_PATHS)
 	@$(MAKE) --no-print-directory typecheck

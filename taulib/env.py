@@ -101,6 +101,8 @@ VARS: dict[str, Var[Any]] = {v.name: v for v in (
     Var("TAU_SITE_PATH", "", text, "folders (':'-separated) searched first for a site profile NAME.json, before "
         "~/.config/tau/sites"),
     Var("HOME", "", text, "the home folder, where ~/.config/tau/sites holds the site profiles"),
+    Var("TAU_IN_IMAGE", None, text, "set by tau for the tau it runs in the client's image (a collection there): the "
+        "image's digest, as checked", "client"),
     Var[frozenset[str]]("TAU_TRUSTED_BLOB_ENDPOINTS", frozenset(), _origins,
                         "Blob storage origins trusted besides Azure's clouds", strict=True),
     Var("AZURE_STORAGE_CONNECTION_STRING", None, text, "the storage account key for Blob storage (a secret)"),
@@ -168,7 +170,7 @@ def get(name: Literal["AZURE_STORAGE_CONNECTION_STRING", "TAU_BLOB_API_VERSION",
                       "TAU_SERVICE_", "TAU_SERVICE_NAME", "TAU_SERVICE_BACKEND", "TAU_SERVICE_PORT", "TAU_RUN_DIR",
                       "TAU_RUN_ID", "TAU_SHARD_ID",
                       "TAU_SHARD_INDEX", "TAU_ATTEMPT_ID", "TAU_ATTEMPT_ORDINAL", "TAU_RECORD_START",
-                      "TAU_RECORD_END", "TAU_OUTPUT_DIR", "TAU_OUTPUT_FORMAT", "TAU_PROGRESS_FILE"],
+                      "TAU_RECORD_END", "TAU_OUTPUT_DIR", "TAU_OUTPUT_FORMAT", "TAU_PROGRESS_FILE", "TAU_IN_IMAGE"],
         env: Mapping[str, str] | None = None) -> str | None: ...
 @overload
 def get(name: Literal["TAU_TRUSTED_BLOB_ENDPOINTS"], env: Mapping[str, str] | None = None) -> frozenset[str]: ...

@@ -214,4 +214,4 @@ def test_the_lookup_finds_the_program_and_an_interpreters_script_inside_the_imag
     assert looking.env == {} and looking.name.endswith("-lookup")
     assert runtimes.get("enroot").lookup(launch) is None  # pyxis cannot look before it runs: its start says
     assert runtimes.get("podman").cleanup(launch) == ["podman", "--global-option", "rm", "--force", "--ignore",
-                                                      launch.name]
+                                                      "--time", "0", launch.name]

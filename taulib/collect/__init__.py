@@ -15,6 +15,7 @@ imported here, so that tau-collect's options (`formats`) cost nothing to list.
   parquet      a Parquet partition file: winners' row groups copied where they fit, the rest encoded, tau's footer
   thrift       Thrift's compact protocol, generically: a Parquet footer read and written back
   jsonl        Arrow rows as JSON lines, column by column
+  image        a collection in the run's client image: the destination through its mounts, the tau in the image
   job          the CPU job of an executor that collects in a job of its own: submit, settle, wait, fence
   report       the tau.collection summary
   summary      what tau-collect -o table shows: the dataset's lines and a row per file

@@ -10,7 +10,9 @@ the destination's parent folder (the stage, the published dataset). Order of wor
   5. publish the stage without replacing anything (`fs.publish`), fsync;                 failpoint collect.renamed
   6. status succeeded.
 Under the local executor steps 4 to 6 run inline; under Slurm they run in a CPU job without GPUs
-(`tau-collect RUN --worker ID`, fenced on its SLURM_JOB_ID: `collect.job`), which `--wait` follows to its end.
+(`tau-collect RUN --worker ID`, fenced on its SLURM_JOB_ID: `collect.job`), which `--wait` follows to its end. With
+the plan's `collection.image: client`, the work done on this machine (the whole collection inline, or the
+worker's) is handed to the tau in the client image (`collect.image`), once the destination is authorised.
 Shape: a collection's output format and rows per partition are tau-collect's --format and --rows-per-partition,
 each defaulting to the run's plan (`output`); its plan record holds both, and `options` says which were given.
 A collection is its destination and its shape: asked again with both the same it is reported (or followed, or
@@ -33,7 +35,7 @@ import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import env, executors, failpoints, jsonio, signals
-from taulib.collect import array, bundle, formats, job, stage, tasks, winners
+from taulib.collect import array, bundle, formats, image, job, stage, tasks, winners
 from taulib.collect.destination import authorise, open_parent, read_result, remove_stage, stage_name
 from taulib.collect.report import summary
 from taulib.errors import Busy, Conflict, Internal, Refused, UsageError
@@ -97,8 +99,17 @@ def collect(run: Run, destination: str, wait: bool = False, fmt: str | None = No
     `task_count` the most tasks a new collection is split over (None: the plan's output.tasks, or one); `upload` a
     Blob prefix to upload the dataset to, sealed (`collect.bundle`)."""
     asked = shape(run, fmt, rows_per_partition, task_count, upload)
-    result = _once(run, destination, asked, progress, allow_missing)
     jobs = executors.of(run).collection_jobs()
+    if jobs is None and image.wanted(run):  # its work is done here: by the tau in the client image
+        where = authorise(run, destination)
+        image.inside(run, where.path)
+        given = [("--format", fmt), ("--rows-per-partition", rows_per_partition), ("--tasks", task_count),
+                 ("--upload", upload)]
+        args = ["--destination", where.path, *[str(a) for option, value in given if value is not None
+                                               for a in (option, value)]]
+        return image.run_inside(run, args + (["--allow-missing"] if allow_missing else []),
+                                [image.existing(where.real_parent)])
+    result = _once(run, destination, asked, progress, allow_missing)
     if wait and jobs is not None and result["state"] in ("submitted", "running"):
         book = Journal(run, COLLECTIONS)
         job.wait(jobs, book, result["collection_id"], lambda: _settle_gone(run, jobs, result["collection_id"]))
@@ -119,6 +130,7 @@ def _once(run: Run, destination: str, asked: Shape, progress: bool | None, allow
         raise UsageError(f"--format {asked.format} cannot hold column {field['name']!r} of type {field['type']}; "
                          f"collect this run as {' or '.join(others)}", column=field["name"])
     where = authorise(run, destination)
+    image.inside(run, where.path)  # in the client image: below a writable mount of it (77 otherwise)
     with locks.hold(run.dir, "run", shared=True), locks.hold(run.dir, "collect"), open_parent(where) as parent:
         return _coordinate(run, Journal(run, COLLECTIONS), found, where, parent, asked, progress,
                            allow_missing, follow)
@@ -265,6 +277,9 @@ def _plan(run: Run, collection_id: str, destination: str, found: winners.Found, 
             "shards": [{"shard_id": w.shard_id, "winner_sha256": w.winner_sha256} for w in found.winners],
             "missing": found.missing}
     plan["tasks"] = len(stage.tasks(plan, found.winners, asked.tasks))  # at most one per partition
+    inside = image.inside(run, destination)
+    if inside is not None:  # run in the client image: its digest, and the dataset's path there
+        plan["image"] = inside
     plan.update(bundle.planned(run, collection_id, asked.upload))  # nothing without --upload
     return plan
 
@@ -358,6 +373,9 @@ def work(run_dir: str, collection_id: str, environ: dict[str, str] | None = None
                           "node, run tau-collect RUN --destination PATH")
         book = Journal(run, COLLECTIONS)
         plan = run.dir.require(book.plan_rel(collection_id), COLLECTIONS.plan_kind)
+        if image.wanted(run, environ):  # the tau in the client image does the work, fenced as this one would be
+            where = authorise(run, plan["destination"])
+            return image.run_inside(run, ["--worker", collection_id], [image.existing(where.real_parent)], environ)
         job.await_binding(book, plan, job_id, time.monotonic() + env.get("TAU_BINDING_WAIT", environ))
         found = winners.of_plan(run, plan)
         where = authorise(run, plan["destination"])

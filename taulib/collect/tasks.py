@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from taulib import jsonio
+from taulib import env, jsonio
 from taulib.errors import Conflict
 from taulib.rundir.journal import COLLECTIONS
 
@@ -63,6 +63,9 @@ def record(run: Run, plan: Record, task: int, job_id: str | None, files: list[Re
     entry = {"kind": KIND, "schema_version": 1, "run_id": plan["run_id"], "collection_id": plan["collection_id"],
              "plan_sha256": jsonio.digest(plan), "task": task, "job_id": job_id, "files": files,
              "completed_at": jsonio.now_rfc3339()}
+    ran_in = env.get("TAU_IN_IMAGE")
+    if ran_in:  # done by the tau in the client image (collect.image): its digest
+        entry["image_digest"] = ran_in
     run.dir.publish(rel(plan["collection_id"], task), entry)
     return entry
 

@@ -59,7 +59,8 @@ def work(run: Run, attempt: Record, environ: dict[str, str], stop: client.Stop,
         if failed is not None:
             return ClientOutcome(started, None, None, failed[1], None, code=failed[0], images=images.digests())
     if services is None:
-        return _digests(client.run_client(run, attempt, _contained(prepared, images, environ, attempt), stop), images)
+        return _digests(client.run_client(run, attempt, _contained(prepared, images, environ, attempt, stop), stop),
+                        images)
     failure = services.start(environ, executors.of_attempt(attempt).devices(environ))
     failpoints.hit("attempt.services_started")
     if failure is None:
@@ -71,8 +72,8 @@ def work(run: Run, attempt: Record, environ: dict[str, str], stop: client.Stop,
         _write(run, attempt, services, WRITE_WAIT)
         failpoints.hit("attempt.endpoints_published")
         prepared.env.update(service_rules.endpoint_variables(urls, path))
-        return _digests(client.run_client(run, attempt, _contained(prepared, images, environ, attempt, gpus=False),
-                                          stop, services), images)
+        return _digests(client.run_client(run, attempt, _contained(prepared, images, environ, attempt, stop,
+                                                                   gpus=False), stop, services), images)
     _write(run, attempt, services, WRITE_WAIT)
     return _digests(_failed(started, failure), images)
 
@@ -83,13 +84,15 @@ def _digests(outcome: ClientOutcome, images: Images | None) -> ClientOutcome:
 
 
 def _contained(prepared: client.Prepared, images: Images | None, environ: dict[str, str], attempt: Record,
-               gpus: bool = True) -> client.Prepared:
+               stop: client.Stop, gpus: bool = True) -> client.Prepared:
     """The client's command as it runs: itself, or its image's runtime running it (with the allocation's GPUs,
-    none beside services)."""
+    none beside services); a container the runtime's own stop does not end is removed by force (`stop.hurry`)."""
     if images is None or "client" not in images.by_role:
         return prepared
     devices = (executors.of_attempt(attempt).devices(environ) or []) if gpus else []
-    argv, env = images.command(images.launch("client", prepared.argv, prepared.env, devices), environ)
+    launch = images.launch("client", prepared.argv, prepared.env, devices)
+    argv, env = images.command(launch, environ)
+    stop.hurry = lambda: images.remove(launch, environ)
     return client.Prepared(argv, env, prepared.cwd)
 
 

@@ -91,9 +91,13 @@ class Stop:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.at = 0.0  # when it arrived (monotonic)
         self.client: subprocess.Popen[bytes] | None = None
         self.forwarded = False
         self.record_tried = False
+        # how to end a client whose processes are not the Popen's own (a container, run by its runtime's monitor):
+        # called once when it outlives a stop signal by STOP_GRACE seconds, or is killed
+        self.hurry: Callable[[], None] | None = None
 
     def __enter__(self) -> Stop:
         self._previous = {s: signal.signal(s, self._caught) for s in STOP_SIGNALS}
@@ -106,8 +110,14 @@ class Stop:
 
     def _caught(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is None:
-            self.signum = signum
+            self.signum, self.at = signum, time.monotonic()
             self.forward()
+
+    def hurried(self) -> None:
+        """End the client the way it must be ended beyond its Popen (`hurry`), once."""
+        hurry, self.hurry = self.hurry, None
+        if hurry is not None:
+            hurry()
 
     def forward(self) -> None:
         """Pass the stop signal on to the client, once (also when it arrived while the client was being started)."""
@@ -266,6 +276,8 @@ def _wait(run: Run, attempt: Record, proc: subprocess.Popen[bytes], stop: Stop,
             pass
         if stop.signum is not None:
             record_stop(run, attempt, stop, services)  # now, while the client ends, not after
+            if time.monotonic() >= stop.at + STOP_GRACE:
+                stop.hurried()  # a container the signal did not end: ended before the scheduler's kill
             continue
         now = time.monotonic()
         if why is None and services is not None:
@@ -288,6 +300,7 @@ def _wait(run: Run, attempt: Record, proc: subprocess.Popen[bytes], stop: Stop,
                 kill_at = now + CANCEL_GRACE
         elif kill_at is not None and now >= kill_at:
             proc.kill()
+            stop.hurried()
             kill_at = None
         if why is None and (now >= next_beat or (services is not None and services.changed)):
             next_beat = now + heartbeat

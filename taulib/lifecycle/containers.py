@@ -14,6 +14,7 @@ command line; whatever a runtime killed mid-run left behind is removed by `clean
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from typing import TYPE_CHECKING
@@ -87,8 +88,10 @@ class Images:
         return sorted([*own, *given], key=lambda m: m.container.count("/"))
 
     def name(self, role: str) -> str:
-        """A container's name for `role`, unique to the attempt (podman's name grammar)."""
-        return "-".join(["tau", self.run.run_id, self.attempt["shard_id"], self.attempt["attempt_id"],
+        """A container's name for `role`, unique to the attempt of this run directory (two runs of one name in two
+        folders never share one: `--replace` would stop the other's), in podman's name grammar."""
+        where = hashlib.sha256(os.fsencode(self.run.path)).hexdigest()[:8]
+        return "-".join(["tau", self.run.run_id, where, self.attempt["shard_id"], self.attempt["attempt_id"],
                          *role.split()])[:250]
 
     def launch(self, role: str, argv: list[str], env: dict[str, str], devices: list[str],
@@ -141,11 +144,16 @@ class Images:
     def cleanup(self, environ: dict[str, str]) -> None:
         """What a runtime killed mid-run left behind, removed (podman's container records)."""
         for launch in self.launched:
-            command = runtimes.get(launch.image["runtime"]).cleanup(launch)
-            if command is None:
-                continue
-            try:
-                subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, env=environ,
-                               timeout=CLEANUP_TIMEOUT, check=False)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
+            self.remove(launch, environ)
+
+    def remove(self, launch: Launch, environ: dict[str, str]) -> None:
+        """The launch's container stopped by force and removed, where its runtime has one of its own (podman rm
+        --force: the container's processes run under its monitor, not under the runtime's command)."""
+        command = runtimes.get(launch.image["runtime"]).cleanup(launch)
+        if command is None:
+            return
+        try:
+            subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, env=environ,
+                           timeout=CLEANUP_TIMEOUT, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            pass

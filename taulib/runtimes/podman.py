@@ -16,7 +16,7 @@ runs for real.
 - GPUs as CDI devices (`nvidia.com/gpu=ID`), the ids the scheduler gave; only those are inside, so the device
   variables (CUDA_VISIBLE_DEVICES and its kin) are renumbered from 0 there;
 - a name per attempt and program, with `--replace`: a container a killed run left behind is replaced, and `cleanup`
-  removes it (`podman rm --force`).
+  stops and removes it at once (`podman rm --force --time 0`: its grace was the stop signal's, or the cancel's).
 Site flags (`image.runtime_args`, e.g. `--ulimit`, `--userns=keep-id`, `--security-opt label=disable`) go right
 after `run`; global options (`--runtime`, `--cgroup-manager=cgroupfs`) in `image.runtime_command`.
 """
@@ -93,7 +93,7 @@ class Podman(Runtime):
         return launch._replace(argv=lookup_argv(launch.argv), env={}, name=launch.name + "-lookup")
 
     def cleanup(self, launch: Launch) -> list[str] | None:
-        return [*launch.image["runtime_command"], "rm", "--force", "--ignore", launch.name]
+        return [*launch.image["runtime_command"], "rm", "--force", "--ignore", "--time", "0", launch.name]
 
 
 def _loaded(said: str) -> str | None:
