@@ -188,15 +188,9 @@ AdoptFrom = TypedDict("AdoptFrom", {"plan_sha256": str, "run_dir": str, "run_id"
 Grant = TypedDict("Grant", {"mem": NotRequired[str | None], "time": NotRequired[str | None]})
 # resources: what each task of the window asks for
 Resources = TypedDict("Resources", {"mem": str | None, "time": str | None})
-
-
-class Capacity(TypedDict):  # capacity: what the scheduler allowed when the window was planned
-    holding: str | None
-    least: int | None
-    max_index: int | None
-    max_tasks: int | None
-    room: int | None
-    unread: list[str]
+Capacity = TypedDict("Capacity", {  # capacity: what the scheduler allowed when the window was planned
+    "holding": str | None, "least": int | None, "max_index": int | None, "max_tasks": int | None,
+    "room": int | None, "unread": list[str]})
 
 
 class TaskRange(TypedDict):  # task_ranges' items: consecutive shards with one ordinal (this version of tau)
@@ -356,12 +350,13 @@ Readiness = ReadinessV1 | ReadinessV2  # readiness.schema.json: oneOf, told apar
 
 # -- collection-plan.schema.json and winner.schema.json -------------------------------------------------------------
 
-# options: the tau-collect options that chose the shape (null where the run's plan did)
-CollectOptions = TypedDict("CollectOptions", {"format": Format | None, "rows_per_partition": int | None})
+CollectOptions = TypedDict("CollectOptions", {  # options: the tau-collect options that chose the shape (null: plan's)
+    "format": Format | None, "rows_per_partition": int | None})
 # shards' items: a shard collected, and the sha256 of the winner it was collected from
 CollectedShard = TypedDict("CollectedShard", {"shard_id": str, "winner_sha256": str})
-# upload: the Blob prefix of tau-collect --upload and the bundle generation it is sealed as
-Upload = TypedDict("Upload", {"generation": str, "url": str})
+Upload = TypedDict("Upload", {"generation": str, "url": str})  # upload: tau-collect --upload's prefix, generation
+# image: the client image the collection ran in (its digest, runtime) and the destination's path inside it
+CollectedIn = TypedDict("CollectedIn", {"destination": str, "digest": str, "runtime": str})
 
 
 class CollectionPlan(TypedDict):
@@ -383,6 +378,7 @@ class CollectionPlan(TypedDict):
     shards: list[CollectedShard]
     tasks: NotRequired[int]
     upload: NotRequired[Upload]
+    image: NotRequired[CollectedIn]
 
 
 class Winner(TypedDict):

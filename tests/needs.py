@@ -1,5 +1,5 @@
-"""What a test needs beyond a checkout and a venv (the Slurm test cluster, Azurite, root), judged from the code it
-can be seen to run at collection, and the pytest markers that say so.
+"""What a test needs beyond a checkout and a venv (the Slurm test cluster, Azurite, root, podman's containers),
+judged from the code it can be seen to run at collection, and the pytest markers that say so.
 
 The code a test runs: its function, every fixture of its closure (`item.fixturenames`), the functions and classes it
 is parametrized with, and every function or class defined in the tests' own files that those name (also as an
@@ -39,6 +39,7 @@ ENTRIES = {
     ("fusefs", "mounted"): "root",
     ("lazyfs", "mounted"): "root",
     ("test_faults", "tmpfs"): "root",
+    ("containers", "images"): "containers",
 }
 BUILTIN_ENTRIES = ((os.chown, "root"), (os.lchown, "root"))
 

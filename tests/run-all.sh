@@ -33,6 +33,13 @@ if ! (exec 3<>"/dev/tcp/127.0.0.1/$TAU_TEST_AZURITE_PORT") 2>/dev/null; then
   fi
 fi
 
+# The container tests' images (contrib/containers/test-images.sh), built once before the tests when missing (about a
+# minute; reused while tau's code is unchanged), so that no test pays for them. As root only; elsewhere the
+# container tests build them or fail saying why.
+if [ "$(id -u)" = 0 ]; then
+  contrib/containers/test-images.sh >/dev/null || echo "run-all: the container test images were not built" >&2
+fi
+
 # On TAU_TEST_WORKERS pytest-xdist workers (default 2): a module runs whole on one worker, the Slurm modules all on
 # the same one (tests/conftest.py groups them); much of the suite waits on processes, so two share the two cores.
 .venv/bin/python -m pytest -q -p no:cacheprovider -n "${TAU_TEST_WORKERS:-2}" --dist loadgroup \

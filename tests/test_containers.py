@@ -222,7 +222,7 @@ def test_a_site_profile_holds_the_podman_flags_and_mounts_for_two_runs_and_editi
         workspace, tmp_path):
     sites = tmp_path / "sites"
     sites.mkdir()
-    profile = {"image": {"runtime": "podman", "runtime_command": PODMAN,
+    profile = {"schema_version": 1, "image": {"runtime": "podman", "runtime_command": PODMAN,
                          "runtime_args": [*RUNTIME_ARGS, "--env", "SITE_MARK=v1"],
                          "mounts": [{"host": DEMO, "container": DEMO}]}}
     (sites / "lab.json").write_text(json.dumps(profile))
@@ -245,7 +245,7 @@ def test_a_site_profile_holds_the_podman_flags_and_mounts_for_two_runs_and_editi
         logs = [p.read_text() for p in sorted(run_dir.glob("shards/*/attempts/*/client.log"))]
         assert logs and all(log.startswith("mark=v1\n") for log in logs)
         assert json.loads((run_dir / "plan.json").read_text())["site"]["name"] == "lab"
-    broken = {"image": {"runtime": "podman", "runtime_command": ["podman-missing"]}}
+    broken = {"schema_version": 1, "image": {"runtime": "podman", "runtime_command": ["podman-missing"]}}
     (sites / "broken.json").write_text(json.dumps(broken))
     checked = tau("tau-site", "validate", "broken", env=env)
     assert checked.returncode == 1

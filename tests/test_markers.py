@@ -19,7 +19,7 @@ import pytest
 from helpers import ROOT
 
 TESTS = ROOT / "tests"
-SERVICES = ("slurm", "azurite", "root")
+SERVICES = ("slurm", "azurite", "root", "containers")
 
 
 def collect(tmp_path: Path, *args: str, run: bool = False) -> tuple[subprocess.CompletedProcess, list[dict]]:

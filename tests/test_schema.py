@@ -192,6 +192,24 @@ def corpus(tmp_path_factory) -> dict:
          "scheduler": {"profile": "slurm", "slurm": {"partition": "gpu", "mem": "16G", "time": "1-00:00:00",
                                                      "extra": ["--gres=gpu:1", "--exclusive"]}}},
     ]
+    by_name["plan-request"].append(  # an image and a site profile named
+        {"records": 4, "shards": 2, "command": ["python3", "/w/c.py"], "scheduler": {"site": "lab"},
+         "image": {"ref": "localhost/c@sha256:" + "ab" * 32, "runtime_args": ["--x"],
+                   "mounts": [{"host": "/data", "container": "/in"}, {"host": "/o", "container": "/o",
+                                                                      "writable": True}]},
+         "collection": {"image": "client"}})
+    # a site profile as a team writes one (tau-site), and as tau-site show reads it back
+    sites = ws / "sites"
+    sites.mkdir()
+    (sites / "lab.json").write_text(json.dumps(
+        {"schema_version": 1, "description": "the lab's GPU nodes", "scheduler": {"profile": "slurm", "slurm": {"account": "lab",
+                                                                                       "partition": "gpu"}},
+         "image": {"runtime": "podman", "runtime_command": ["podman", "--runtime", "/usr/sbin/runc"],
+                   "runtime_args": ["--ulimit", "nproc=1024:1024"], "mounts": [{"host": "/data", "container": "/data"}]},
+         "collection": {"allowed_roots": ["/data"]}}))
+    shown = tau("tau-site", "show", "lab", env={"TAU_SITE_PATH": str(sites)})
+    assert shown.returncode == 0, shown.stderr
+    by_name["site"].append(json.loads(shown.stdout)["profile"])
     # the run status, a document on pipes: each run's as tau-status prints it (a collection, a cancellation and a
     # deferral, format 1, services), and the one tau-drive's result carries
     by_name["status"] += [json.loads(tau("tau-status", str(root)).stdout)

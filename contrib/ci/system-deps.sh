@@ -15,6 +15,10 @@ command -v fusermount3 >/dev/null 2>&1 || need="$need fuse3"
 ldconfig -p 2>/dev/null | grep -q 'libfuse\.so\.2' || need="$need libfuse2"
 # the crash-state enumeration records each commit protocol's system calls (tests/crashstates.py)
 command -v strace >/dev/null 2>&1 || need="$need strace"
+# the container tests: podman with runc, and the offline build of their images (contrib/containers/test-images.sh)
+command -v podman >/dev/null 2>&1 || need="$need podman"
+[ -x /usr/sbin/runc ] || need="$need runc"
+command -v mmdebstrap >/dev/null 2>&1 || need="$need mmdebstrap"
 [ -n "$need" ] || exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "system-deps: missing:$need; install them (apt-get install$need) or run as root" >&2
