@@ -294,3 +294,19 @@ def test_a_contained_client_stopped_by_a_cancel_or_its_time_limit_leaves_no_proc
     doc = settle(run_dir)
     assert doc["state"] in ("cancelled", "failed"), doc
     assert containers_of(run_dir) == []
+
+
+def test_a_service_whose_program_is_not_in_its_image_fails_the_preflight_and_nothing_starts(workspace):
+    pids = workspace / "pids"
+    doc = services_plan(pids, backends=1)
+    doc["services"][0]["command"] = ["no-such-server", "--port", "{port}"]
+    doc["services"][0]["image"] = image_of("service")
+    run_dir = init_run(workspace, plan_doc=doc)
+    run_to_the_end(run_dir)
+    result = record(run_dir, "result.json")
+    assert result["error_code"] == "preflight"
+    assert result["error"].startswith("service generator's program 'no-such-server' is not in image "
+                                      "localhost/tau-test-service@sha256:")
+    assert result["error"].endswith("; nothing was started")
+    assert not list((run_dir / "shards/shard-00000/attempts/attempt-0001").glob("services/*.log"))
+    assert containers_of(run_dir) == []

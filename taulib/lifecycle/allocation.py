@@ -53,9 +53,9 @@ def work(run: Run, attempt: Record, environ: dict[str, str], stop: client.Stop,
         return ClientOutcome(started, None, None, problem, None, code="preflight")
     if images is not None:
         failed = images.check(environ)
-        if failed is None and "client" in images.by_role:
-            why = images.lookup("client", prepared.argv, environ)
-            failed = None if why is None else ("preflight", f"{why}; nothing was started")
+        for role, argv in _programs(run, prepared, images).items():
+            why = None if failed is not None else images.lookup(role, argv, environ)
+            failed = failed if why is None else ("preflight", f"{why}; nothing was started")
         if failed is not None:
             return ClientOutcome(started, None, None, failed[1], None, code=failed[0], images=images.digests())
     if services is None:
@@ -76,6 +76,15 @@ def work(run: Run, attempt: Record, environ: dict[str, str], stop: client.Stop,
                                                                    gpus=False), stop, services), images)
     _write(run, attempt, services, WRITE_WAIT)
     return _digests(_failed(started, failure), images)
+
+
+def _programs(run: Run, prepared: client.Prepared, images: Images) -> dict[str, list[str]]:
+    """The command of each program that runs in an image (the client's, each service's), to look up there."""
+    found = {"client": prepared.argv} if "client" in images.by_role else {}
+    for service in run.plan.get("services") or []:
+        if f"service {service['name']}" in images.by_role:
+            found[f"service {service['name']}"] = list(service["command"])
+    return found
 
 
 def _digests(outcome: ClientOutcome, images: Images | None) -> ClientOutcome:

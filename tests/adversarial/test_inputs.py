@@ -156,6 +156,35 @@ def test_every_plan_field_replaced_deleted_or_added_to_is_accepted_or_refused_cl
     assert tally.accepted > 0 and tally.accepted < tally.cases  # the generator reaches both sides
 
 
+IMAGE_PLAN = {  # a client and a service in images, a collection in the client's (the runtime's program: /bin/true)
+    "records": 20, "shards": 2, "command": ["python3", "/work/client.py", "--rows", "10"],
+    "image": {"ref": "registry.example.org:5000/team/client:1.0@sha256:" + "ab" * 32, "runtime": "podman",
+              "runtime_command": ["/bin/true", "--runtime", "/usr/sbin/runc"], "runtime_args": ["--ulimit", "n=1"],
+              "mounts": [{"host": "/tmp", "container": "/work"}, {"host": "/var/tmp", "container": "/out",
+                                                                   "writable": True}], "workdir": "/work"},
+    "services": [{"name": "gen", "command": ["vllm", "serve", "--port", "{port}"], "ready": {"http": "/v1/models"},
+                  "image": {"file": "/tmp/serve.sif", "sha256": "cd" * 32, "runtime": "apptainer",
+                            "runtime_command": ["/bin/true"]}}],
+    "collection": {"image": "client", "allowed_roots": ["/var/tmp"]},
+}
+
+
+def test_every_image_field_replaced_deleted_or_added_to_is_accepted_or_refused_cleanly(workspace, tally):
+    cases = InitCases(workspace, tally)
+    field_paths = [p for p in paths(IMAGE_PLAN) if p[0] in ("image", "services", "collection")]
+
+    @settings(max_examples=scaled(600), **SETTINGS)
+    @given(path=st.sampled_from(field_paths), how=st.sampled_from(["replace", "replace", "replace", "delete", "add"]),
+           value=VALUES)
+    def case(path, how, value):
+        doc = mutate(IMAGE_PLAN, path, how, value)
+        cases.run(f"{how} {'/'.join(map(str, path))} = {json.dumps(value)[:80]}", bytes_of(doc))
+
+    case()
+    tally.check(scaled(600))
+    assert tally.accepted > 0 and tally.accepted < tally.cases  # the generator reaches both sides
+
+
 def byte_edits_of(cases, base: bytes, tally) -> None:
     """400 (scaled) documents made of `base` cut, flipped or wrapped (BYTE_EDITS), each run by `cases`."""
 
