@@ -201,12 +201,12 @@ def corpus(tmp_path_factory) -> dict:
     # a site profile as a team writes one (tau-site), and as tau-site show reads it back
     sites = ws / "sites"
     sites.mkdir()
-    (sites / "lab.json").write_text(json.dumps(
-        {"schema_version": 1, "description": "the lab's GPU nodes", "scheduler": {"profile": "slurm", "slurm": {"account": "lab",
-                                                                                       "partition": "gpu"}},
-         "image": {"runtime": "podman", "runtime_command": ["podman", "--runtime", "/usr/sbin/runc"],
-                   "runtime_args": ["--ulimit", "nproc=1024:1024"], "mounts": [{"host": "/data", "container": "/data"}]},
-         "collection": {"allowed_roots": ["/data"]}}))
+    (sites / "lab.json").write_text(json.dumps({
+        "schema_version": 1, "description": "the lab's GPU nodes",
+        "scheduler": {"profile": "slurm", "slurm": {"account": "lab", "partition": "gpu"}},
+        "image": {"runtime": "podman", "runtime_command": ["podman", "--runtime", "/usr/sbin/runc"],
+                  "runtime_args": ["--ulimit", "nproc=1024:1024"], "mounts": [{"host": "/data", "container": "/data"}]},
+        "collection": {"allowed_roots": ["/data"]}}))
     shown = tau("tau-site", "show", "lab", env={"TAU_SITE_PATH": str(sites)})
     assert shown.returncode == 0, shown.stderr
     by_name["site"].append(json.loads(shown.stdout)["profile"])
