@@ -10,6 +10,7 @@ import os
 import subprocess
 
 import pytest
+from containers import images
 from helpers import PYTHON, ROOT
 
 pytestmark = pytest.mark.slow
@@ -37,3 +38,10 @@ def test_the_start_up_benchmark_runs_one_round(tmp_path):
     result = bench("startup", tmp_path, BENCH_ROUNDS="1")
     assert result["rounds"] == 1
     assert {"tau-status RUN (8 shards)", "tau-drive RUN --once (8 shards)"} <= set(result["results"])
+
+
+@pytest.mark.containers
+def test_the_containers_benchmark_runs_one_round(tmp_path):
+    images()  # built first when missing, as the benchmark would
+    result = bench("containers", tmp_path, BENCH_ROUNDS="1", BENCH_RECORDS="20")
+    assert result["rounds"] == 1 and result["median_seconds"]["tau"] > 0 and result["ratio"] > 0
