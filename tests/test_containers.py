@@ -5,6 +5,7 @@ that cannot be installed here does is held by golden command lines (tests/test_r
 from __future__ import annotations
 
 import hashlib
+import signal
 import json
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 from containers import PODMAN, RUNTIME_ARGS, images
 from services_fixtures import SERVER, record, services_plan
 
-from helpers import CLIENT, ROOT, error_of, init_run, plan, settle, snapshot, tau, wait_for
+from helpers import CLIENT, ROOT, error_of, init_run, plan, settle, snapshot, start_paused, tau, wait_for
 
 pytestmark = pytest.mark.containers
 
@@ -310,3 +311,32 @@ def test_a_service_whose_program_is_not_in_its_image_fails_the_preflight_and_not
     assert result["error"].endswith("; nothing was started")
     assert not list((run_dir / "shards/shard-00000/attempts/attempt-0001").glob("services/*.log"))
     assert containers_of(run_dir) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_collection_in_the_image_stopped_by_a_signal_leaves_no_stage_no_container_and_the_next_call_collects(
+        workspace, signum):
+    out = workspace / "out"
+    out.mkdir(mode=0o700)
+    image = image_of(mounts=[{"host": DEMO, "container": DEMO},
+                             {"host": str(out), "container": "/data/out", "writable": True}])
+    run_dir = init_run(workspace, plan_doc=plan(records=40, shards=4, command=IN_IMAGE_CLIENT, image=image,
+                                                collection={"image": "client"}))
+    assert run_to_the_end(run_dir)["state"] == "succeeded"
+    trace = out / "trace"  # written by the tau in the image, through the mount
+    proc = start_paused("tau-collect", str(run_dir), "--destination", str(out / "data"), failpoint="collect.staged",
+                        trace=trace, timeout=120)
+    assert [p.name for p in out.iterdir() if "tau-stage" in p.name]  # the complete stage, not yet published
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=90)
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum, err
+    error = error_of(subprocess.CompletedProcess(proc.args, proc.returncode, "", err.lstrip("\n")))  # one object
+    assert error["message"] == f"tau-collect: interrupted by {name}"
+    assert sorted(p.name for p in out.iterdir()) == ["trace"]  # no stage, no dataset
+    assert containers_of(run_dir) == [] and not subprocess.run(
+        [*PODMAN, "ps", "--all", "--quiet", "--filter", f"name=tau-{run_dir.name}-collect-"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    again = collect(run_dir, out / "data")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["records"] == 40

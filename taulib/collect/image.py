@@ -12,16 +12,19 @@ Promises:
   otherwise refused (77), naming what to install, before anything is written;
 - the tau in the image sees the run directory and the destination's folder at their own paths (writable), beside the
   image's own mounts; it gets tau's variables and the executor's that this process has (never PATH or HOME), and
-  TAU_IN_IMAGE, the checked digest, which makes it do the work itself; its output is this command's.
+  TAU_IN_IMAGE, the checked digest, which makes it do the work itself; its output is this command's;
+- a stop signal of this command reaches it (its stage removed, as on the host), and its container is gone before
+  this command ends.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from typing import TYPE_CHECKING
 
-from taulib import __version__, env, executors, jsonio, runtimes
+from taulib import __version__, env, executors, jsonio, runtimes, signals
 from taulib.errors import EXIT_CODES, INTERNAL, Refused, TauError
 from taulib.rules import image as image_rules
 from taulib.runtimes import ImageChanged, ImageUnavailable, Launch, Mount
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from taulib.rundir.run import Run
 
 KEPT_OUT = frozenset({"PATH", "HOME", "VIRTUAL_ENV"})  # the image has its own
+STOP_WAIT = 30.0  # seconds the tau in the image has to end after this command's stop signal
 
 
 def wanted(run: Run, environ: dict[str, str] | None = None) -> bool:
@@ -96,14 +100,41 @@ def run_inside(run: Run, args: list[str], folders: list[str], environ: dict[str,
     if __version__ not in said.split():
         raise Refused(f"the client image's tau is {said[-80:]!r}, not this tau's {__version__}: install tau "
                       f"{__version__} in the image, so that its collection is byte for byte this tau's")
-    done = launch(["tau-collect", run.path, *args], variables, "")
-    if done.returncode != 0:
-        raise _relayed(done.returncode, done.stderr.decode("utf-8", "replace"))
-    out = done.stdout.decode("utf-8", "replace").strip()
+    made = runtime.command(Launch(image, checked.target, ["tau-collect", run.path, *args], variables, mounts, [],
+                                  name, None))
+    code, out_bytes, err_bytes = _run(made.argv, {**environ, **made.env}, runtime.cleanup(
+        Launch(image, checked.target, [], {}, mounts, [], name, None)))
+    if code != 0:
+        raise _relayed(code, err_bytes.decode("utf-8", "replace"))
+    out = out_bytes.decode("utf-8", "replace").strip()
     found = jsonio.loads(out.splitlines()[-1] if out else "", "the output of tau-collect in the client image")
     if not isinstance(found, dict):
         raise TauError(f"tau-collect in the client image printed {out[:200]!r}, not a JSON object")
     return found
+
+
+def _run(argv: list[str], environ: dict[str, str], remove: list[str] | None) -> tuple[int, bytes, bytes]:
+    """Run the tau in the image: (its exit status, standard output, standard error). A stop signal this command
+    gets (SIGINT, SIGTERM, SIGHUP) is passed on to it (the runtime passes it into the container, where that tau
+    removes its stage as this one would), which is waited for, STOP_WAIT seconds at most, and its container then
+    removed (`remove`); the signal then ends this command too."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=environ)
+    try:
+        out, err = proc.communicate()
+    except BaseException as exc:
+        with signals.deferred():
+            proc.send_signal(getattr(exc, "signum", signal.SIGINT))
+            try:
+                proc.communicate(timeout=STOP_WAIT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+            if remove is not None:
+                subprocess.run(remove, stdin=subprocess.DEVNULL, capture_output=True, env=environ, check=False,
+                               timeout=STOP_WAIT)
+        raise
+    return proc.returncode, out, err
 
 
 def _relayed(code: int, said: str) -> TauError:
