@@ -5,9 +5,11 @@ that cannot be installed here does is held by golden command lines (tests/test_r
 from __future__ import annotations
 
 import hashlib
-import signal
 import json
+import os
 import shutil
+import signal
+import stat
 import subprocess
 from pathlib import Path
 
@@ -340,3 +342,40 @@ def test_a_collection_in_the_image_stopped_by_a_signal_leaves_no_stage_no_contai
     again = collect(run_dir, out / "data")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["records"] == 40
+
+
+@pytest.fixture
+def cdi_gpus(tmp_path):
+    """Two fake GPUs podman really injects: character devices (copies of /dev/null) named by a CDI spec in
+    /var/run/cdi (podman's runtime spec folder) as nvidia.com/gpu=tau-test-N, removed again afterwards."""
+    folder = tmp_path / "gpus"
+    folder.mkdir()
+    names = []
+    for index in range(2):
+        os.mknod(folder / f"gpu{index}", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        names.append(f"tau-test-{os.getpid()}-{index}")
+    spec = Path("/var/run/cdi") / f"tau-test-{os.getpid()}.yaml"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text('cdiVersion: "0.5.0"\nkind: "nvidia.com/gpu"\ndevices:\n' + "".join(
+        f'  - name: "{name}"\n    containerEdits:\n      deviceNodes:\n        - path: "{folder}/gpu{index}"\n'
+        for index, name in enumerate(names)))
+    yield folder, names
+    spec.unlink()
+
+
+def test_each_backend_in_an_image_gets_exactly_its_gpu_inside_numbered_from_zero(workspace, cdi_gpus):
+    folder, names = cdi_gpus
+    pids = workspace / "pids"
+    doc = services_plan(pids, backends=2, service={"gpus": 1})
+    seen = f"ls {folder} > {pids}/devices-$TAU_SERVICE_BACKEND; echo $CUDA_VISIBLE_DEVICES >> {pids}/devices-" \
+           "$TAU_SERVICE_BACKEND; exec python3 \"$0\" --port \"$1\" --pid-dir \"$2\""
+    doc["services"][0]["command"] = ["/bin/sh", "-c", seen, SERVER, "{port}", str(pids)]
+    clients = str(ROOT / "tests" / "clients")
+    doc["services"][0]["image"] = image_of("service", mounts=[
+        {"host": clients, "container": clients}, {"host": str(pids), "container": str(pids), "writable": True}])
+    doc["scheduler"]["local"]["gpus"] = names
+    run_dir = init_run(workspace, plan_doc=doc)
+    assert run_to_the_end(run_dir)["state"] == "succeeded"
+    inside = {n: (pids / f"devices-{n}").read_text().split() for n in (1, 2)}
+    assert sorted(inside.values()) == [["gpu0", "0"], ["gpu1", "0"]]  # one device each, numbered 0 inside
+    assert record(run_dir, "result.json")["service_images"] == {"generator": images()["service"]["digest"]}
