@@ -11,6 +11,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -379,3 +380,22 @@ def test_each_backend_in_an_image_gets_exactly_its_gpu_inside_numbered_from_zero
     inside = {n: (pids / f"devices-{n}").read_text().split() for n in (1, 2)}
     assert sorted(inside.values()) == [["gpu0", "0"], ["gpu1", "0"]]  # one device each, numbered 0 inside
     assert record(run_dir, "result.json")["service_images"] == {"generator": images()["service"]["digest"]}
+
+
+def test_an_image_file_podman_does_not_hold_is_loaded_once_then_run_by_its_id(workspace):
+    store = Path(tempfile.mkdtemp(prefix="tau-"))  # podman's runroot must be under 50 characters
+    own = [*PODMAN, "--root", str(store / "root"), "--runroot", str(store / "run")]  # a store of its own: empty
+    built = images()["file"]
+    image = {**image_of(), "file": built["path"], "sha256": built["sha256"], "runtime_command": own}
+    del image["ref"]
+    try:
+        run_dir = init_run(workspace, plan_doc=plan(records=8, shards=2, command=IN_IMAGE_CLIENT, image=image))
+        assert run_to_the_end(run_dir)["state"] == "succeeded"
+        ids = subprocess.run([*own, "images", "--quiet", "--no-trunc"], capture_output=True, text=True,
+                             check=True).stdout.split()
+        assert len(ids) == 1  # loaded by the first attempt; the second found it held
+        for index in range(2):
+            assert record(run_dir, "result.json", index)["image_digest"] == "sha256:" + built["sha256"]
+    finally:
+        subprocess.run([*own, "system", "reset", "--force"], capture_output=True, check=False)
+        shutil.rmtree(store, ignore_errors=True)

@@ -215,3 +215,44 @@ def test_the_lookup_finds_the_program_and_an_interpreters_script_inside_the_imag
     assert runtimes.get("enroot").lookup(launch) is None  # pyxis cannot look before it runs: its start says
     assert runtimes.get("podman").cleanup(launch) == ["podman", "--global-option", "rm", "--force", "--ignore",
                                                       "--time", "0", launch.name]
+
+
+def tar_of(path, members: dict[str, bytes]) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_an_archive_is_hashed_and_read_for_its_images_config_digest_in_one_pass(tmp_path):
+    from taulib.runtimes import archive
+
+    config = b'{"architecture": "amd64"}'
+    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+    manifest = json.dumps({"config": {"digest": config_digest}, "layers": []}).encode()
+    manifest_digest = hashlib.sha256(manifest).hexdigest()
+    oci = tmp_path / "oci.tar"
+    tar_of(oci, {"oci-layout": b'{"imageLayoutVersion": "1.0.0"}',
+                 f"blobs/sha256/{config_digest[7:]}": config, f"blobs/sha256/{manifest_digest}": manifest,
+                 "index.json": json.dumps({"manifests": [{"digest": f"sha256:{manifest_digest}"}]}).encode()})
+    assert archive.read(str(oci)) == ("sha256:" + hashlib.sha256(oci.read_bytes()).hexdigest(), config_digest)
+    docker = tmp_path / "docker.tar"
+    tar_of(docker, {f"{config_digest[7:]}.json": config,
+                    "manifest.json": json.dumps([{"Config": f"{config_digest[7:]}.json", "Layers": []}]).encode()})
+    assert archive.read(str(docker))[1] == config_digest
+    newer = tmp_path / "newer.tar"
+    tar_of(newer, {"manifest.json": json.dumps([{"Config": f"blobs/sha256/{config_digest[7:]}"}]).encode()})
+    assert archive.read(str(newer))[1] == config_digest
+    for name, data in (("squashfs.img", b"hsqs" + b"\0" * 5000), ("cut.tar", oci.read_bytes()[:700])):
+        path = tmp_path / name
+        path.write_bytes(data)
+        assert archive.read(str(path)) == ("sha256:" + hashlib.sha256(data).hexdigest(), None)
+    bad = tmp_path / "bad.tar"
+    tar_of(bad, {"index.json": b'{"manifests": [{"digest": "sha256:../../etc"}]}'})
+    assert archive.read(str(bad))[1] is None
+    with pytest.raises(ImageUnavailable, match="does not exist"):
+        archive.read(str(tmp_path / "gone.tar"))

@@ -9,6 +9,7 @@ outside the table is refused (BadInput).
 
   table      the one table: each runtime's name, module and program
   base       what a runtime is given (`Launch`) and answers (`Command`, `Checked`), the image file's sha256
+  archive    an image archive read in one pass: its sha256 and its image's config digest (the image's id)
   podman     podman run, the image checked by podman image inspect (run for real by the tests)
   apptainer  apptainer (or singularity) exec of a SIF file or docker://...@sha256
   pyxis      enroot through pyxis under Slurm: srun --container-image inside the allocation

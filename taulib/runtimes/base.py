@@ -117,12 +117,17 @@ def hash_fd(fd: int) -> str:
     return digest.hexdigest()
 
 
+def changed(image: Record, found: str) -> str:
+    """What an image file that is not the pinned one says (the message of ImageChanged)."""
+    return (f"image changed: {image['file']} has {found}, the run pins {image['digest']}; a different image is a "
+            "different run (tau-init NEW --from RUN with the new sha256)")
+
+
 def check_file(image: Record) -> Checked:
     """An image file's bytes against the plan's sha256: ImageChanged when they differ."""
     found = file_sha256(image["file"])
     if found != image["digest"]:
-        raise ImageChanged(f"image changed: {image['file']} has {found}, the run pins {image['digest']}; a different "
-                           "image is a different run (tau-init NEW --from RUN with the new sha256)")
+        raise ImageChanged(changed(image, found))
     return Checked(image["file"], found, "the sha256 of the file")
 
 

@@ -5,8 +5,9 @@ runs for real.
         RUNTIME_ARGS --mount type=bind,src=HOST,dst=PATH[,ro=true] ... --env NAME ... [--workdir DIR]
         [--device nvidia.com/gpu=ID ...] IMAGE PROGRAM ARGS...
 
-- the image is run by digest (`NAME@sha256:...`), or by the id of the image a file held (`podman load`), never by a
-  tag, with `--pull=never`: `check` made sure first that podman holds that digest (`podman image inspect
+- the image is run by digest (`NAME@sha256:...`), or by the id of the image a file held (its config's digest, read
+  from the archive's bytes as they are hashed: `archive`; `podman load` only when podman does not hold it yet),
+  never by a tag, with `--pull=never`: `check` made sure first that podman holds that digest (`podman image inspect
   NAME@sha256:...` answers only then), pulling it by digest when it did not (a pull by digest is verified by
   podman);
 - host network; the environment by name (`--env NAME`: podman copies the value from its own environment, so no
@@ -27,7 +28,8 @@ import json
 from typing import TYPE_CHECKING
 
 from taulib.rules.services import DEVICE_VARIABLES
-from taulib.runtimes.base import (Checked, Command, ImageChanged, ImageUnavailable, Launch, Runtime, check_file,
+from taulib.runtimes import archive
+from taulib.runtimes.base import (Checked, Command, ImageChanged, ImageUnavailable, Launch, Runtime, changed,
                                   describe, lookup_argv, query)
 
 if TYPE_CHECKING:
@@ -59,17 +61,7 @@ class Podman(Runtime):
     def check(self, image: Record, environ: dict[str, str]) -> Checked:
         base = image["runtime_command"]
         if image["file"] is not None:
-            checked = check_file(image)
-            code, said = query([*base, "load", "--quiet", "--input", image["file"]], environ)
-            if code != 0:
-                raise ImageUnavailable(f"podman load of {describe(image)} failed: {said[-400:]}")
-            loaded = _loaded(said)
-            if loaded is None:
-                raise ImageUnavailable(f"podman load of {describe(image)} named no image: {said[-400:]}")
-            code, said = query([*base, "image", "inspect", "--format", "{{.Id}}", loaded], environ)
-            if code != 0 or not said:
-                raise ImageUnavailable(f"podman image inspect {loaded} failed: {said[-400:]}")
-            return Checked(said.splitlines()[0], checked.digest, checked.by + ", loaded by podman")
+            return self._file(image, environ)
         ref = self.reference(image)
         code, said = query([*base, "image", "inspect", "--format", "{{json .RepoDigests}}", ref], environ)
         if code != 0:
@@ -88,6 +80,33 @@ class Podman(Runtime):
             raise ImageChanged(f"image changed: podman's image {ref} has the digests {', '.join(sorted(digests))}, "
                                f"not {image['digest']}, which the run pins")
         return Checked(ref, image["digest"], "podman image inspect")
+
+    def _file(self, image: Record, environ: dict[str, str]) -> Checked:
+        """An image archive: hashed against its pin and read for its image's id in one pass (`archive`); run by that
+        id, loaded first only when podman does not hold it yet."""
+        base = image["runtime_command"]
+        found, config = archive.read(image["file"])
+        if found != image["digest"]:
+            raise ImageChanged(changed(image, found))
+        by = "the sha256 of the file"
+        if config is not None:
+            code, said = query([*base, "image", "inspect", "--format", "{{.Id}}", config[7:]], environ)
+            if code == 0 and said.splitlines()[0] == config[7:]:
+                return Checked(config[7:], found, by + ", held by podman")
+        code, said = query([*base, "load", "--quiet", "--input", image["file"]], environ)
+        if code != 0:
+            raise ImageUnavailable(f"podman load of {describe(image)} failed: {said[-400:]}")
+        loaded = _loaded(said)
+        if loaded is None:
+            raise ImageUnavailable(f"podman load of {describe(image)} named no image: {said[-400:]}")
+        code, said = query([*base, "image", "inspect", "--format", "{{.Id}}", loaded], environ)
+        if code != 0 or not said:
+            raise ImageUnavailable(f"podman image inspect {loaded} failed: {said[-400:]}")
+        held = said.splitlines()[0]
+        if config is not None and held != config[7:]:  # the name it loaded under was taken by another image since
+            raise ImageUnavailable(f"podman loaded {describe(image)} as {loaded}, which is now the image {held}, not "
+                                   f"{config[7:]}")
+        return Checked(held, found, by + ", loaded by podman")
 
     def lookup(self, launch: Launch) -> Launch | None:
         return launch._replace(argv=lookup_argv(launch.argv), env={}, name=launch.name + "-lookup")
