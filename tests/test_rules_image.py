@@ -104,28 +104,40 @@ def test_a_services_image_takes_the_clients_runtime_command_flags_and_mounts_unl
     assert (own["runtime_command"], own["runtime_args"], own["mounts"]) == (["srun"], [], [])
     mounts = resolve({"ref": REF, "mounts": []}, PROGRAMS, client)
     assert mounts["mounts"] == [] and mounts["runtime_args"] == ["--x"]
+    apptainer = resolve({"file": "/c.sif", "sha256": "cd" * 32, "runtime": "apptainer"}, PROGRAMS)
+    assert resolve(f"localhost/serve@{DIGEST}", PROGRAMS, apptainer)["runtime"] == "apptainer"
 
 
 @pytest.mark.parametrize(("spec", "message"), [
     ({"ref": REF, "runtime": "docker"}, "image.runtime 'docker' is not one of apptainer, enroot, podman"),
-    ({"runtime": "podman"}, "image names neither or both of 'ref' and 'file'"),
-    ({"ref": REF, "file": "/x"}, "image names neither or both of 'ref' and 'file'"),
-    ({"ref": REF, "sha256": "cd" * 32}, "image gives 'sha256' beside 'ref'"),
-    ({"file": "/x.sif"}, "image.file '/x.sif' has no 'sha256'"),
+    ({"runtime": "podman"}, "image names neither or both of 'ref' and 'file'; give one: a reference pinned by digest, "
+                            "or an image file with its sha256"),
+    ({"ref": REF, "file": "/x"}, "image names neither or both of 'ref' and 'file'; give one: a reference pinned by "
+                                 "digest, or an image file with its sha256"),
+    ({"ref": REF, "sha256": "cd" * 32}, "image gives 'sha256' beside 'ref'; a reference is pinned by its own @sha256: "
+                                        "digest"),
+    ({"file": "/x.sif"}, "image.file '/x.sif' has no 'sha256': an image file is pinned by the sha256 of its bytes "
+                         "(sha256sum FILE)"),
     ({"file": "x.sif", "sha256": "cd" * 32}, "image.file 'x.sif' is not an absolute path"),
-    ({"file": "/x.sif", "sha256": "CD" * 32}, "an image file's sha256 is 64 lowercase hex digits"),
-    ({"ref": "localhost/x:latest"}, "image 'localhost/x:latest' is not pinned by digest"),
+    ({"file": "/x.sif", "sha256": "CD" * 32}, f"an image file's sha256 is 64 lowercase hex digits, not {'CD' * 32!r}"),
+    ({"ref": "localhost/x:latest"}, "image 'localhost/x:latest' is not pinned by digest, and tau never resolves a "
+                                    "tag: name it as localhost/x@sha256:<64 hex digits>, the digest your runtime "
+                                    "gives for it (podman image inspect --format '{{.Digest}}' localhost/x:latest)"),
     ({"ref": REF, "mounts": [{"host": "/a b", "container": "/a"}]},
-     "image.mounts[0].host '/a b' holds ' ', which some runtime reads as a separator"),
-    ({"ref": REF, "mounts": [{"host": "/a", "container": "/a:b"}]}, "image.mounts[0].container '/a:b' holds ':'"),
+     "image.mounts[0].host '/a b' holds ' ', which some runtime reads as a separator: give a path without whitespace "
+     "or any of : , \" ' \\ $ ` + #"),
+    ({"ref": REF, "mounts": [{"host": "/a", "container": "/a:b"}]},
+     "image.mounts[0].container '/a:b' holds ':', which some runtime reads as a separator: give a path without "
+     "whitespace or any of : , \" ' \\ $ ` + #"),
     ({"ref": REF, "mounts": [{"host": "/a", "container": "/c"}, {"host": "/b", "container": "/c"}]},
      "image.mounts[1] mounts onto '/c' a second time"),
-    ({"ref": REF, "workdir": "/w/../x"}, "image.workdir '/w/../x' is not a normal path"),
+    ({"ref": REF, "workdir": "/w/../x"}, "image.workdir '/w/../x' is not a normal path (no '.', '..', doubled or "
+                                         "trailing '/')"),
 ])
 def test_an_image_that_cannot_be_one_is_refused_saying_why(spec, message):
     with pytest.raises(ValueError) as err:
         resolve(spec, PROGRAMS)
-    assert str(err.value).startswith(message), str(err.value)
+    assert str(err.value) == message
 
 
 @pytest.mark.parametrize(("path", "problem"), [
@@ -149,3 +161,13 @@ def test_a_host_path_is_found_below_its_deepest_mount_with_its_container_side():
     assert writable_mount("/data/outer", mounts) == (mounts[0], "/in/outer")
     assert writable_mount("/srv/x", mounts) == (mounts[2], "/host/srv/x")
     assert writable_mount("/srv/x", mounts[:2]) == (None, None)
+    assert writable_mount("/data/Xfile", mounts) == (mounts[0], "/in/Xfile")  # only its '/' is cut off the rest
+    assert writable_mount("/tmp/bo/x", [{"host": "/tmp/boX", "container": "/b", "writable": True}]) == (None, None)
+    root = {"host": "/srv", "container": "/", "writable": True}
+    assert writable_mount("/srv/a", [root]) == (root, "/a")
+    under = {"host": "/srv", "container": "/mnt/X", "writable": True}
+    assert writable_mount("/srv/a", [under]) == (under, "/mnt/X/a")
+    twice = [{"host": "/o", "container": "/r", "writable": False}, {"host": "/o", "container": "/w", "writable": True}]
+    assert writable_mount("/o/d", twice) == (twice[1], "/w/d") == writable_mount("/o/d", twice[::-1])
+    alike = [{"host": "/o", "container": "/w1", "writable": True}, {"host": "/o", "container": "/w2", "writable": True}]
+    assert writable_mount("/o/d", alike) == (alike[0], "/w1/d")  # of two alike, the first the plan lists

@@ -88,7 +88,7 @@ def path_problem(path: str, what: str) -> str | None:
     be absolute and normal (no `.`, `..` or doubled `/`) and hold none of `UNSAFE_PATH`'s characters."""
     if not path.startswith("/"):
         return f"{what} {path!r} is not an absolute path"
-    if path != "/" and (path.endswith("/") or any(part in ("", ".", "..") for part in path[1:].split("/"))):
+    if path != "/" and any(part in ("", ".", "..") for part in path[1:].split("/")):
         return f"{what} {path!r} is not a normal path (no '.', '..', doubled or trailing '/')"
     bad = UNSAFE_PATH.search(path)
     if bad is not None:
@@ -136,7 +136,7 @@ def resolve(given: str | dict[str, Any], programs: dict[str, str], base: dict[st
         if mount["container"] in seen:
             raise ValueError(f"{where} mounts onto {mount['container']!r} a second time")
         seen.add(mount["container"])
-        mount["writable"] = bool(mount.get("writable", False))
+        mount["writable"] = mount.get("writable") is True
     workdir = spec.get("workdir")
     if workdir is not None:
         problem = path_problem(workdir, f"{what}.workdir")
@@ -149,13 +149,14 @@ def resolve(given: str | dict[str, Any], programs: dict[str, str], base: dict[st
 
 
 def writable_mount(path: str, mounts: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
-    """The mount a host `path` lies below (the deepest one: a mount inside another covers its part), and the
-    path's container side; (None, None) when no mount holds it."""
+    """The mount a host `path` lies below (the deepest one: a mount inside another covers its part; of one folder
+    mounted twice, a writable one, else the first), and the path's container side; (None, None) when no mount
+    holds it."""
     best: dict[str, Any] | None = None
     for mount in mounts:
         host = mount["host"]
         if (path == host or path.startswith(host.rstrip("/") + "/")) and (
-                best is None or len(host) > len(best["host"])):
+                best is None or (len(host), mount["writable"]) > (len(best["host"]), best["writable"])):
             best = mount
     if best is None:
         return None, None

@@ -143,7 +143,7 @@ def decide(facts: Facts, policy: Policy, now: float) -> Decision:
     attempts = 0 if attempt is None else int(attempt["ordinal"])
     cancelled = None if facts.cancelled is None else cancel_reason(facts.cancelled)
     nxt = None
-    futile = None if attempt is None else budget.NOT_RETRIED.get((attempt.get("terminal") or {}).get("code", ""))
+    futile = None if attempt is None else budget.NOT_RETRIED.get((attempt.get("terminal") or {}).get("code"))
     if cancelled is None and verdict is not None and verdict.state in budget.RETRYABLE:
         nxt = following(facts, policy, now)
         if futile is not None:
