@@ -104,6 +104,9 @@ def _resolve_images(request: Record, plan: Record) -> None:
     """The client's image and each service's, pinned (`rules.image.resolve`): a reference without a digest, a
     file without its sha256, a mount a runtime cannot take are refused (65). A plan without images is exactly what
     it was before images existed."""
+    named = "image" in request or any("image" in s for s in request.get("services", []))
+    if not named and request.get("collection", {}).get("image", "host") == "host":
+        return  # nothing to import (the reference grammar compiles a regular expression)
     from taulib.rules import image as image_rules
     from taulib.runtimes import table
 

@@ -21,8 +21,9 @@ DEFAULTS: dict[str, Any] = {"max_attempts": 3, "max_failed_attempts": 10, "max_f
 RETRYABLE = frozenset({"failed", "unknown"})  # the verdicts of a newest attempt that count as failed and are retried
 # the codes of failures a retry cannot mend (attempt.json's terminal `code`) -> why, for the shard's reason: its
 # newest attempt failed so, the shard is exhausted (tau-retry --shard S grants one more, as for any exhausted shard)
-NOT_RETRIED: dict[str | None, str] = {"image_changed": "not retried: a different image is a different run (tau-init NEW --from RUN, with "
-                                "the image pinned anew)"}
+NOT_RETRIED: dict[str | None, str] = {
+    "image_changed": "not retried: a different image is a different run (tau-init NEW --from RUN, with the image "
+                     "pinned anew)"}
 
 
 def exhausted(retryable: bool, attempts: int, max_attempts: int) -> bool:
