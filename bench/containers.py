@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from services import local_shard  # bench/ is this script's folder, first on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / ".venv" / "bin"
 CLIENT = str(ROOT / "contrib" / "demo" / "client.py")
@@ -60,22 +62,7 @@ def tau_shard(work: Path, ref: str, index: int) -> float:
             "image": {"ref": ref, "runtime_command": PODMAN, "runtime_args": RUNTIME_ARGS,
                       "mounts": [{"host": DEMO, "container": DEMO}]},
             "scheduler": {"profile": "local", "local": {"max_parallel": 1}}}
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
-    subprocess.run([str(BIN / "tau-init"), str(run_dir)], input=json.dumps(plan), text=True, check=True, env=env,
-                   capture_output=True)
-    subprocess.run([str(BIN / "tau-submit"), str(run_dir)], check=True, env=env, capture_output=True)
-    record = run_dir / "submissions" / "submission-0001" / "local" / "task-00000.json"
-    deadline = time.monotonic() + 120
-    while True:
-        task = json.loads(record.read_text()) if record.exists() else None
-        if task is not None and task["state"] == "finished":
-            break
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench: the tau shard did not finish: {task}")
-        time.sleep(0.1)
-    if task["exit_code"] != 0:
-        raise SystemExit(f"bench: the tau shard failed: {task}")
-    return float(task["usage"]["elapsed_seconds"])
+    return local_shard(run_dir, plan)
 
 
 def main() -> int:

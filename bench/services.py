@@ -82,6 +82,12 @@ def tau_shard(work: Path, index: int) -> float:
                           "command": [PY, SERVER, "--port", "{port}", "--ready-after", str(READY)],
                           "ready": {"http": "/v1/models", "expect": "stand-in"}}],
             "scheduler": {"profile": "local", "local": {"max_parallel": 1}}}
+    return local_shard(run_dir, plan)
+
+
+def local_shard(run_dir: Path, plan: dict) -> float:
+    """The seconds a one-shard run of `plan` took on the local executor, from its task's start to its end as the
+    supervisor recorded them (the run made at `run_dir`, submitted, waited for)."""
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
     subprocess.run([str(BIN / "tau-init"), str(run_dir)], input=json.dumps(plan), text=True, check=True, env=env,
                    capture_output=True)

@@ -15,6 +15,7 @@ limits is refused.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -84,3 +85,23 @@ def _tail(stderr: str | bytes | None) -> str:
         return "(no stderr)"
     text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
     return "\n".join(text.rstrip("\n").split("\n")[-STDERR_TAIL:])
+
+
+def container_pids(name: str) -> set[int]:
+    """The host pids of a running container's first process and of its conmon (podman inspect), or none."""
+    proc = subprocess.run([*PODMAN, "inspect", "--format", "{{.State.Pid}} {{.State.ConmonPid}}", name],
+                          capture_output=True, text=True, check=False)
+    return {int(p) for p in proc.stdout.split() if p.isdigit() and int(p) > 0} if proc.returncode == 0 else set()
+
+
+def container_name(run_dir: Path, rest: str = "") -> str:
+    """The name tau gives a container of the run (tau-RUN-DIGEST8-REST, DIGEST8 from the run directory's path;
+    REST: SHARD-ATTEMPT-ROLE), or with no REST, the prefix of them all."""
+    return f"tau-{run_dir.name}-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:8]}-{rest}"
+
+
+def containers_of(run_dir: Path) -> list[str]:
+    """The containers podman holds whose names are this run's (tau removes its own when an attempt ends)."""
+    proc = subprocess.run([*PODMAN, "ps", "--all", "--format", "{{.Names}}", "--filter",
+                           f"name={container_name(run_dir)}"], capture_output=True, text=True, check=True)
+    return proc.stdout.split()

@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from containers import PODMAN, RUNTIME_ARGS, images
-from services_fixtures import SERVER, record, services_plan
+from containers import PODMAN, RUNTIME_ARGS, container_name, container_pids, containers_of, images
+from services_fixtures import SERVER, record, running, services_plan
 
 from helpers import CLIENT, ROOT, error_of, init_run, plan, settle, snapshot, start_paused, tau, wait_for
 
@@ -48,14 +48,6 @@ def collect(run_dir: Path, dest: Path, *args: str) -> subprocess.CompletedProces
 
 def data_files(dest: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(dest.iterdir()) if not p.name.startswith("_")}
-
-
-def containers_of(run_dir: Path) -> list[str]:
-    """The containers podman holds whose names are this run's (tau removes its own when an attempt ends)."""
-    where = hashlib.sha256(str(run_dir).encode()).hexdigest()[:8]
-    proc = subprocess.run([*PODMAN, "ps", "--all", "--format", "{{.Names}}", "--filter",
-                           f"name=tau-{run_dir.name}-{where}-"], capture_output=True, text=True, check=True)
-    return proc.stdout.split()
 
 
 def test_a_client_in_a_pinned_image_writes_through_its_mount_wins_every_shard_and_collects_as_on_the_host(
@@ -261,25 +253,6 @@ def test_a_site_profile_holds_the_podman_flags_and_mounts_for_two_runs_and_editi
     assert not (workspace / "three").exists()
 
 
-def container_pids(name: str) -> set[int]:
-    """The host pids of a running container's first process and of its conmon (podman inspect), or none."""
-    proc = subprocess.run([*PODMAN, "inspect", "--format", "{{.State.Pid}} {{.State.ConmonPid}}", name],
-                          capture_output=True, text=True, check=False)
-    return {int(p) for p in proc.stdout.split() if p.isdigit() and int(p) > 0} if proc.returncode == 0 else set()
-
-
-def alive(pids: set[int]) -> set[int]:
-    """Those of `pids` that are live processes (a zombie is not)."""
-    found = set()
-    for pid in pids:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z":
-                found.add(pid)
-        except (FileNotFoundError, IndexError):
-            pass
-    return found
-
-
 @pytest.mark.parametrize("how", ["cancel", "time limit"])
 def test_a_contained_client_stopped_by_a_cancel_or_its_time_limit_leaves_no_process_and_no_container(
         workspace, how):
@@ -288,13 +261,12 @@ def test_a_contained_client_stopped_by_a_cancel_or_its_time_limit_leaves_no_proc
     run_dir = init_run(workspace, plan_doc=plan(records=1, shards=1, command=sleeper, image=image_of(),
                                                 scheduler={"profile": "local", "local": local}))
     assert tau("tau-submit", str(run_dir)).returncode == 0
-    where = hashlib.sha256(str(run_dir).encode()).hexdigest()[:8]
-    name = f"tau-{run_dir.name}-{where}-shard-00000-attempt-0001-client"
+    name = container_name(run_dir, "shard-00000-attempt-0001-client")
     started = wait_for(lambda: container_pids(name), timeout=60, what="the client's container")
-    assert len(started) == 2 and alive(started) == started
+    assert len(started) == 2 and running(started) == started
     if how == "cancel":
         assert tau("tau-cancel", str(run_dir)).returncode == 0
-    wait_for(lambda: not alive(started), timeout=40, what="the container's processes gone")
+    wait_for(lambda: not running(started), timeout=40, what="the container's processes gone")
     doc = settle(run_dir)
     assert doc["state"] in ("cancelled", "failed"), doc
     assert containers_of(run_dir) == []

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 
 from taulib import __version__, env, executors, jsonio, runtimes, signals
 from taulib.errors import EXIT_CODES, INTERNAL, Refused, TauError
-from taulib.rules import image as image_rules
 from taulib.runtimes import ImageChanged, ImageUnavailable, Launch, Mount
 
 if TYPE_CHECKING:
@@ -49,6 +48,8 @@ def inside(run: Run, destination: str) -> Record | None:
     destination lies below no writable mount of the client's image."""
     if run.plan["collection"].get("image") != "client":
         return None
+    from taulib.rules import image as image_rules  # its reference grammar is compiled on import
+
     image = run.plan["image"]
     mount, there = image_rules.writable_mount(destination, image["mounts"])
     if mount is None or there is None:
@@ -81,29 +82,23 @@ def run_inside(run: Run, args: list[str], folders: list[str], environ: dict[str,
     except (ImageChanged, ImageUnavailable) as exc:
         raise Refused(f"the collection runs in the client's image: {exc.message}") from None
     own = [Mount(run.path, run.path, True), *[Mount(f, f, True) for f in folders]]
-    mounts = sorted([*own, *[Mount(m["host"], m["container"], m["writable"]) for m in image["mounts"]]],
-                    key=lambda m: m.container.count("/"))
-    variables = _environment(environ, checked.digest)
     name = f"tau-{run.run_id}-collect-{os.getpid()}"
 
-    def launch(argv: list[str], env_of: dict[str, str], suffix: str) -> subprocess.CompletedProcess[bytes]:
-        made = runtime.command(Launch(image, checked.target, argv, env_of, mounts, [], name + suffix, None))
-        return subprocess.run(made.argv, stdin=subprocess.DEVNULL, capture_output=True, env={**environ, **made.env},
-                              check=False)
+    def launch(argv: list[str], variables: dict[str, str], suffix: str = "") -> Launch:
+        return Launch(image, checked.target, argv, variables, runtimes.base.mounts(own, image["mounts"]), [],
+                      name + suffix, None)
 
-    version = launch(["tau-collect", "--version"], {}, "-version")
-    said = (version.stdout + version.stderr).decode("utf-8", "replace").strip()
-    if version.returncode != 0:
+    asked = runtime.command(launch(["tau-collect", "--version"], {}, "-version"))
+    code, said = runtimes.base.query(asked.argv, {**environ, **asked.env})
+    if code != 0:
         raise Refused(f"tau is not installed in the client image {runtimes.base.describe(image)}, where the collection "
                       "runs (plan collection.image client): install it there (pip install tau) so that tau-collect is "
                       f"on the image's PATH ({said[-200:]})")
     if __version__ not in said.split():
         raise Refused(f"the client image's tau is {said[-80:]!r}, not this tau's {__version__}: install tau "
                       f"{__version__} in the image, so that its collection is byte for byte this tau's")
-    made = runtime.command(Launch(image, checked.target, ["tau-collect", run.path, *args], variables, mounts, [],
-                                  name, None))
-    code, out_bytes, err_bytes = _run(made.argv, {**environ, **made.env}, runtime.cleanup(
-        Launch(image, checked.target, [], {}, mounts, [], name, None)))
+    made = runtime.command(launch(["tau-collect", run.path, *args], _environment(environ, checked.digest)))
+    code, out_bytes, err_bytes = _run(made.argv, {**environ, **made.env}, runtime.cleanup(launch([], {})))
     if code != 0:
         raise _relayed(code, err_bytes.decode("utf-8", "replace"))
     out = out_bytes.decode("utf-8", "replace").strip()
@@ -131,8 +126,10 @@ def _run(argv: list[str], environ: dict[str, str], remove: list[str] | None) -> 
                 proc.kill()
                 proc.communicate()
             if remove is not None:
-                subprocess.run(remove, stdin=subprocess.DEVNULL, capture_output=True, env=environ, check=False,
-                               timeout=STOP_WAIT)
+                try:
+                    runtimes.base.query(remove, environ, STOP_WAIT)
+                except ImageUnavailable:
+                    pass  # the runtime did not answer: nothing more can be done
         raise
     return proc.returncode, out, err
 

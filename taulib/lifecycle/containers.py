@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 from typing import TYPE_CHECKING
 
 from taulib import jsonio, runtimes
@@ -84,8 +83,7 @@ class Images:
         own = [Mount(run, run, False), Mount(attempt_dir, attempt_dir, True)]
         if not dataset.startswith(attempt_dir + "/"):
             own.append(Mount(dataset, dataset, True))
-        given = [Mount(m["host"], m["container"], m["writable"]) for m in image["mounts"]]
-        return sorted([*own, *given], key=lambda m: m.container.count("/"))
+        return runtimes.base.mounts(own, image["mounts"])
 
     def name(self, role: str) -> str:
         """A container's name for `role`, unique to the attempt of this run directory (two runs of one name in two
@@ -127,18 +125,16 @@ class Images:
             return None
         command, env = self.command(looking, environ)
         try:
-            done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, env=env,
-                                  timeout=runtimes.base.QUERY_TIMEOUT, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"{launch.image['runtime']} could not look {argv[0]!r} up in {role}'s image: {exc}"
+            code, said = runtimes.base.query(command, env)
+        except ImageUnavailable as exc:
+            return f"{launch.image['runtime']} could not look {argv[0]!r} up in {role}'s image: {exc.message}"
         image = runtimes.base.describe(launch.image)
-        if done.returncode == 127:
+        if code == 127:
             return f"{role}'s program {argv[0]!r} is not in image {image} (looked up with its /bin/sh)"
-        if done.returncode == 126:
+        if code == 126:
             return f"{role}'s script is not a readable file in image {image} (with its mounts)"
-        if done.returncode != 0:
-            said = (done.stdout + done.stderr).decode("utf-8", "replace").strip()[-300:]
-            return f"{launch.image['runtime']} could not run image {image} for {role}: {said}"
+        if code != 0:
+            return f"{launch.image['runtime']} could not run image {image} for {role}: {said[-300:]}"
         return None
 
     def cleanup(self, environ: dict[str, str]) -> None:
@@ -153,7 +149,6 @@ class Images:
         if command is None:
             return
         try:
-            subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, env=environ,
-                           timeout=CLEANUP_TIMEOUT, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+            runtimes.base.query(command, environ, CLEANUP_TIMEOUT)
+        except ImageUnavailable:
+            pass  # nothing more can be done: the runtime did not answer

@@ -36,6 +36,12 @@ class Mount(NamedTuple):
     writable: bool
 
 
+def mounts(own: list[Mount], given: list[Record]) -> list[Mount]:
+    """tau's own mounts and the plan's (`{host, container, writable}` records), a folder before any below it."""
+    return sorted([*own, *(Mount(m["host"], m["container"], m["writable"]) for m in given)],
+                  key=lambda m: m.container.count("/"))
+
+
 class Launch(NamedTuple):
     """A program to run in an image: the plan's image record (`rules.image.resolve`), what the runtime runs
     (`Checked.target`), the program and its arguments inside the image, the environment it gets (the values), the

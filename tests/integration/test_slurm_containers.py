@@ -5,13 +5,12 @@ collection job in the client image, is byte for byte a host run's. The images ar
 
 from __future__ import annotations
 
-import hashlib
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from containers import PODMAN, RUNTIME_ARGS, images
+from containers import PODMAN, RUNTIME_ARGS, container_name, container_pids, containers_of, images
+from services_fixtures import running
 
 from helpers import CLIENT, complete_run, tau
 from slurm import init_slurm_run, job_id, record, run_cmd, settled, submit, wait_for, wait_until
@@ -53,23 +52,6 @@ def test_a_client_in_a_pinned_image_wins_every_shard_under_slurm_and_collects_as
         assert record(run_dir, f"collections/collection-0001/task-0000{task}.json")["image_digest"] == digest
 
 
-def container_pids(name: str) -> set[int]:
-    proc = subprocess.run([*PODMAN, "inspect", "--format", "{{.State.Pid}} {{.State.ConmonPid}}", name],
-                          capture_output=True, text=True, check=False)
-    return {int(p) for p in proc.stdout.split() if p.isdigit() and int(p) > 0} if proc.returncode == 0 else set()
-
-
-def alive(pids: set[int]) -> set[int]:
-    found = set()
-    for pid in pids:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z":
-                found.add(pid)
-        except (FileNotFoundError, IndexError):
-            pass
-    return found
-
-
 def test_scancel_of_a_task_whose_client_runs_in_an_image_deaf_to_sigterm_leaves_no_process_and_no_container(
         cluster, workspace):
     image = {"ref": images()["client"]["ref"], "runtime_command": PODMAN, "runtime_args": RUNTIME_ARGS}
@@ -77,14 +59,11 @@ def test_scancel_of_a_task_whose_client_runs_in_an_image_deaf_to_sigterm_leaves_
                              image=image)
     submit(run_dir)
     job = job_id(run_dir)
-    where = hashlib.sha256(str(run_dir).encode()).hexdigest()[:8]
-    name = f"tau-{run_dir.name}-{where}-shard-00000-attempt-0001-client"
+    name = container_name(run_dir, "shard-00000-attempt-0001-client")
     started = wait_until(lambda: container_pids(name), timeout=120, what="the client's container")
-    assert len(started) == 2 and alive(started) == started
+    assert len(started) == 2 and running(started) == started
     run_cmd("scancel", f"{job}_0")
-    wait_until(lambda: not alive(started), timeout=60, what="the container's processes gone")
+    wait_until(lambda: not running(started), timeout=60, what="the container's processes gone")
     status = wait_for(settled, run_dir, timeout=120)
     assert status["shards"][0]["state"] in ("failed", "cancelled"), status
-    left = subprocess.run([*PODMAN, "ps", "--all", "--quiet", "--filter", f"name=tau-{run_dir.name}-{where}-"],
-                          capture_output=True, text=True, check=True).stdout.split()
-    assert left == []
+    assert containers_of(run_dir) == []
