@@ -226,3 +226,21 @@ def test_the_stop_record_waits_for_its_locks_only_briefly_and_the_attempt_still_
     assert took < 6, f"tau-attempt took {took:.1f}s to end (the test's lock timeout is 10 s)"
     assert _readiness(run_dir)["state"] == "running"  # given up, not killed half-way: the evidence decides
     assert not _attempt_file(run_dir, "result.json").exists()
+
+
+def test_a_stop_signal_ends_tau_attempt_by_that_signal_wherever_it_lands_never_by_an_exit_status(tmp_path):
+    """A scheduler judges an allocation by how it ended: killed by SIGTERM is a stop (the local executor's
+    accounting: cancelled), exit status 143 a failure. A signal that lands before the allocation's own handlers are
+    installed (while the interpreter imports, while click parses) must end it the same way."""
+    env = env_for_tests({"TAU_LOCAL_JOB_ID": "submission-0001", "TAU_LOCAL_TASK_ID": "0"})
+    seen = set()
+    for delay in (0.0, 0.03, 0.06, 0.09, 0.12, 0.15, 0.18, 0.21, 0.24, 0.27):
+        proc = subprocess.Popen([str(BIN / "tau-attempt"), "run", str(tmp_path / "none"), "--submission",
+                                 "submission-0001"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode in (-signal.SIGTERM, 66), (delay, proc.returncode, err)  # stopped, or done first
+        seen.add(proc.returncode)
+    assert -signal.SIGTERM in seen

@@ -48,7 +48,7 @@ def run_cmd(run_dir: str, submission_id: str, no_winner: bool) -> None:
         raise CheckFailed(f"attempt {summary['shard_id']}/{summary['attempt_id']} failed: {summary['error']}")
 
 
-main = common.main_for("tau-attempt", cli)
+main = common.main_for("tau-attempt", cli, by_signal=True)  # a stop ends it by its signal, wherever it lands
 
 if __name__ == "__main__":
     main()

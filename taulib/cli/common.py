@@ -183,11 +183,13 @@ def run_command(name: str, cmd: click.Command, argv: list[str] | None = None) ->
     return code
 
 
-def main_for(name: str, cmd: click.Command,
-             settings: Callable[[], dict[str, str]] | None = None) -> Callable[[], None]:
+def main_for(name: str, cmd: click.Command, settings: Callable[[], dict[str, str]] | None = None,
+             by_signal: bool = False) -> Callable[[], None]:
     """The program's entry point: run `cmd` and exit with its code. With `settings` (environment variables that act
     only as a process starts, such as the allocators'), a process that lacks some first starts itself again with
-    them (`restart_with`)."""
+    them (`restart_with`). With `by_signal` (a command a scheduler runs and judges by how it ended, tau-attempt), a
+    stop signal ends it by that same signal once it is reported, wherever it arrived, never by an exit status
+    128 + N, which a scheduler reads as a failure."""
 
     def main() -> None:
         if settings is not None:
@@ -200,7 +202,9 @@ def main_for(name: str, cmd: click.Command,
                 os.dup2(devnull, sys.stdout.fileno())
             except OSError:
                 pass
-        if signal.getsignal(signal.SIGTERM) is _taken or signal.getsignal(signal.SIGINT) is _taken:
+        stopped_by = code - 128 if by_signal and code - 128 in (signal.SIGINT, *STOP_SIGNALS) else None
+        if stopped_by is not None or signal.getsignal(signal.SIGTERM) is _taken \
+                or signal.getsignal(signal.SIGINT) is _taken:
             # stopped, cleaned up and reported: end now, before the interpreter's shutdown gives the stop signals
             # their default action back (one more would kill it, and its exit status would be that signal's)
             for stream in (sys.stdout, sys.stderr):
@@ -208,6 +212,9 @@ def main_for(name: str, cmd: click.Command,
                     stream.flush()
                 except (OSError, ValueError):
                     pass
+            if stopped_by is not None:
+                signal.signal(stopped_by, signal.SIG_DFL)
+                os.kill(os.getpid(), stopped_by)
             os._exit(code)
         sys.exit(code)
 
