@@ -129,6 +129,12 @@ VARS: dict[str, Var[Any]] = {v.name: v for v in (
     Var("TAU_OUTPUT_DIR", None, text, "the folder the client writes its Parquet files into", "client"),
     Var("TAU_OUTPUT_FORMAT", None, text, "the format the client writes (parquet)", "client"),
     Var("TAU_PROGRESS_FILE", None, text, "where the client may write how many of its records are done", "client"),
+    Var("TAU_INPUT_FILE", None, text, "the shard's rows of the run's input, in its format (runs over a dataset)",
+        "client"),
+    Var("TAU_INPUT_FORMAT", None, text, "the input file's format: parquet, jsonl or csv (runs over a dataset)",
+        "client"),
+    Var("TAU_INPUT_PIECES", None, text, "a JSON file naming the source files, byte ranges and rows of the shard's "
+        "rows (runs over a dataset)", "client"),
     Var("TAU_SERVICES_FILE", None, text, "the attempt's endpoints.json: every service's URLs (runs with services)",
         "client"),
     Var("TAU_SERVICE_", None, text, "the prefix of TAU_SERVICE_<NAME>_URL and TAU_SERVICE_<NAME>_URLS: a service's "
@@ -170,7 +176,8 @@ def get(name: Literal["AZURE_STORAGE_CONNECTION_STRING", "TAU_BLOB_API_VERSION",
                       "TAU_SERVICE_", "TAU_SERVICE_NAME", "TAU_SERVICE_BACKEND", "TAU_SERVICE_PORT", "TAU_RUN_DIR",
                       "TAU_RUN_ID", "TAU_SHARD_ID",
                       "TAU_SHARD_INDEX", "TAU_ATTEMPT_ID", "TAU_ATTEMPT_ORDINAL", "TAU_RECORD_START",
-                      "TAU_RECORD_END", "TAU_OUTPUT_DIR", "TAU_OUTPUT_FORMAT", "TAU_PROGRESS_FILE", "TAU_IN_IMAGE"],
+                      "TAU_RECORD_END", "TAU_OUTPUT_DIR", "TAU_OUTPUT_FORMAT", "TAU_PROGRESS_FILE", "TAU_IN_IMAGE",
+                      "TAU_INPUT_FILE", "TAU_INPUT_FORMAT", "TAU_INPUT_PIECES"],
         env: Mapping[str, str] | None = None) -> str | None: ...
 @overload
 def get(name: Literal["TAU_TRUSTED_BLOB_ENDPOINTS"], env: Mapping[str, str] | None = None) -> frozenset[str]: ...

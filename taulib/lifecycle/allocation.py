@@ -3,7 +3,9 @@
   1. the client's preflight (`client.command`): its program still an executable file, its inherited variables
      there, its folder and its dataset folder usable; with images (`lifecycle.containers`), each image checked
      against its pin (a changed one fails the attempt "image changed", not retried) and the client's program looked
-     up inside its image; a failure ends the attempt before any service starts;
+     up inside its image; in a run over a dataset, the shard's rows cut into the attempt's folder, every piece
+     verified as it is read (`inputs.cut`: a changed input fails the attempt "input changed", not retried); a
+     failure ends the attempt before any service starts;
   2. the services (`lifecycle.services`), when the plan has any: every backend started on its GPUs and port;
   3. their probes, until every backend is ready or a start timeout passes, a backend that exits failing its
      deployment at once; readiness.json written at every change and every heartbeat meanwhile, so that a model
@@ -34,6 +36,7 @@ from taulib.rundir import layout, locks
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record
+    from taulib.inputs.cut import Cut
     from taulib.lifecycle.containers import Images
     from taulib.lifecycle.services import Failure, Services
     from taulib.rundir.run import Run
@@ -58,24 +61,68 @@ def work(run: Run, attempt: Record, environ: dict[str, str], stop: client.Stop,
             failed = failed if why is None else ("preflight", f"{why}; nothing was started")
         if failed is not None:
             return ClientOutcome(started, None, None, failed[1], None, code=failed[0], images=images.digests())
+    sha = None
+    if run.plan.get("input") is not None:
+        cut = _cut(run, attempt, stop, services)
+        if cut is None:
+            return ClientOutcome(started, None, stop.signum, None, stop.signum)
+        if cut.code is not None:
+            return _digests(ClientOutcome(started, None, None, cut.error, None, code=cut.code), images)
+        prepared.env.update(cut.variables)
+        sha = cut.sha256
+    return _digests(_services_and_client(run, attempt, environ, stop, services, images, prepared, started), images,
+                    sha)
+
+
+def _services_and_client(run: Run, attempt: Record, environ: dict[str, str], stop: client.Stop,
+                         services: Services | None, images: Images | None, prepared: client.Prepared,
+                         started: str) -> ClientOutcome:
+    """Steps 2 to 5."""
     if services is None:
-        return _digests(client.run_client(run, attempt, _contained(prepared, images, environ, attempt, stop), stop),
-                        images)
+        return client.run_client(run, attempt, _contained(prepared, images, environ, attempt, stop), stop)
     failure = services.start(environ, executors.of_attempt(attempt).devices(environ))
     failpoints.hit("attempt.services_started")
     if failure is None:
         outcome = _await_ready(run, attempt, services, stop, started)
         if outcome is not None:
-            return _digests(outcome, images)
+            return outcome
         urls = services.publish()
         path = os.path.join(run.path, _publish(run, attempt, urls))
         _write(run, attempt, services, WRITE_WAIT)
         failpoints.hit("attempt.endpoints_published")
         prepared.env.update(service_rules.endpoint_variables(urls, path))
-        return _digests(client.run_client(run, attempt, _contained(prepared, images, environ, attempt, stop,
-                                                                   gpus=False), stop, services), images)
+        return client.run_client(run, attempt, _contained(prepared, images, environ, attempt, stop, gpus=False),
+                                 stop, services)
     _write(run, attempt, services, WRITE_WAIT)
-    return _digests(_failed(started, failure), images)
+    return _failed(started, failure)
+
+
+class _Stopped(Exception):
+    """A stop signal arrived while the input was cut."""
+
+
+def _cut(run: Run, attempt: Record, stop: client.Stop, services: Services | None) -> Cut | None:
+    """The attempt's input cut (`inputs.cut`), readiness written every heartbeat meanwhile; None when a stop signal
+    ended it."""
+    from taulib.inputs import cut
+
+    heartbeat = run.plan["windows"]["heartbeat_seconds"]
+    next_beat = time.monotonic() + heartbeat
+
+    def stopping() -> None:
+        nonlocal next_beat
+        if stop.signum is not None:
+            raise _Stopped()
+        if time.monotonic() >= next_beat:
+            next_beat = time.monotonic() + heartbeat
+            client.briefly(run, attempt, client.STOP_LOCK_WAIT,
+                           lambda: readiness.write(run, attempt, "starting", "cutting the shard's input rows",
+                                                   services=services))
+
+    try:
+        return cut.prepare(run, attempt, stopping)
+    except _Stopped:
+        return None
 
 
 def _programs(run: Run, prepared: client.Prepared, images: Images) -> dict[str, list[str]]:
@@ -87,8 +134,10 @@ def _programs(run: Run, prepared: client.Prepared, images: Images) -> dict[str, 
     return found
 
 
-def _digests(outcome: ClientOutcome, images: Images | None) -> ClientOutcome:
-    """The outcome with the digest each image ran in."""
+def _digests(outcome: ClientOutcome, images: Images | None, input_sha256: str | None = None) -> ClientOutcome:
+    """The outcome with the digest each image ran in, and its input file's as cut."""
+    if input_sha256 is not None:
+        outcome = outcome._replace(input_sha256=input_sha256)
     return outcome if images is None else outcome._replace(images=images.digests())
 
 

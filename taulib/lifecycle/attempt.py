@@ -255,6 +255,11 @@ def _finish(run: Run, attempt: Record, outcome: client.ClientOutcome, adopted: R
     manifest: Record | None = None
     error = outcome.error
     actual: int | None = None
+    if error is None and outcome.exit_code == 0 and outcome.input_sha256 is not None and \
+            run.plan["output"].get("keep_input"):
+        from taulib.inputs import keep
+
+        error = keep.join(run, attempt, outcome.input_sha256, requested)
     if error is None and outcome.exit_code == 0:
         try:
             files, digest, fields = candidate.describe(run.dir, attempt["dataset"])

@@ -74,6 +74,7 @@ class ClientOutcome(NamedTuple):
     cancelled: str | None = None  # why the client was stopped: its shard was cancelled
     code: str | None = None  # the reason code of a failure tau knows (preflight, a service's), for result.json
     images: dict[str, str] | None = None  # the digest each image's role ran in (the client, service NAME)
+    input_sha256: str | None = None  # the attempt's input file as cut (runs over a dataset), for the join
 
 
 class Prepared(NamedTuple):

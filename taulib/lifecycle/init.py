@@ -39,18 +39,19 @@ if TYPE_CHECKING:
 
 MAX_SHARDS = 1_000_000  # as the plan request's `shards` maximum: one Slurm array index per shard
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
-_RUN_ENTRIES = {"run.json", "plan.json", "locks", "shards", "submissions", "collections", "index", "bundles",
-                "cancel.json", "reopen.json", "schema.json", "drive"}
+_RUN_ENTRIES = {"run.json", "plan.json", "input.json", "locks", "shards", "submissions", "collections", "index",
+                "bundles", "cancel.json", "reopen.json", "schema.json", "drive"}
 _RUN_GENERATIONS = re.compile(r"(?:cancel|reopen)-[0-9]{1,9}\.json")  # layout.cancel_record, reopen_record
 
 
-def resolve_plan(request: Record, run_id: str, site: Record | None = None) -> Record:
-    """The resolved plan (a pure function of the request, the run id and the site profile merged into the request,
-    `site` naming it: no clock, no machine facts)."""
+def resolve_plan(request: Record, run_id: str, site: Record | None = None, input_index: Record | None = None
+                 ) -> Record:
+    """The resolved plan (a pure function of the request, the run id, the site profile merged into the request,
+    `site` naming it, and the index of the request's input: no clock, no machine facts)."""
     schema.validate(request, "plan-request", "plan on standard input")
     if "site" in request.get("scheduler", {}):
         raise BadInput("plan on standard input names a site profile (scheduler.site) that was not merged into it")
-    records = request["records"]
+    records = _records(request, input_index)
     if "shards" in request and "shard_size" in request:
         raise BadInput("plan on standard input gives both 'shards' and 'shard_size'; give one")
     if "shards" in request and request["shards"] > records:
@@ -77,7 +78,8 @@ def resolve_plan(request: Record, run_id: str, site: Record | None = None) -> Re
         "output": {"format": output.get("format", "parquet"),
                    "rows_per_partition": output.get("rows_per_partition", defaults.ROWS_PER_PARTITION),
                    "schema": [dict(field) for field in output["schema"]] if "schema" in output else None,
-                   **({"tasks": output["tasks"]} if "tasks" in output else {})},  # tau-collect's default --tasks
+                   **({"tasks": output["tasks"]} if "tasks" in output else {}),  # tau-collect's default --tasks
+                   **({"keep_input": list(output["keep_input"])} if "keep_input" in output else {})},
         "windows": {key: windows.get(key, default) for key, default in defaults.WINDOWS.items()},
         "collection": {"allowed_roots": [os.path.normpath(p) for p in
                                          request.get("collection", {}).get("allowed_roots", [])]},
@@ -85,6 +87,8 @@ def resolve_plan(request: Record, run_id: str, site: Record | None = None) -> Re
         "inherit_env": list(request.get("inherit_env", [])),
         "retry": dict(budget.DEFAULTS, **request.get("retry", {})),
     }
+    if input_index is not None:  # a plan without an input is exactly what it was before inputs existed
+        plan["input"] = {"path": input_index["path"], "format": input_index["format"]}
     if "services" in request:  # a plan without services is exactly what it was before services existed
         plan["services"] = service_rules.resolve(request["services"])
     _resolve_images(request, plan)
@@ -98,6 +102,29 @@ def resolve_plan(request: Record, run_id: str, site: Record | None = None) -> Re
     _check_escalation(plan)
     _check_services(plan)
     return plan
+
+
+def _records(request: Record, input_index: Record | None) -> int:
+    """The plan's records: the request's, or its input's rows (a count given with an input must be that)."""
+    keep = request.get("output", {}).get("keep_input")
+    if "input" not in request:
+        if keep:
+            raise BadInput("plan on standard input keeps input columns (output.keep_input) but names no input")
+        return int(request["records"])
+    if input_index is None:
+        raise BadInput("plan on standard input names an input that was not indexed")
+    rows: int = input_index["rows"]
+    if "records" in request and request["records"] != rows:
+        raise BadInput(f"plan on standard input asks for {request['records']} records, but its input has {rows} "
+                       "rows; leave records out (it is the input's rows) or give that", records=request["records"],
+                       rows=rows)
+    declared = {f["name"] for f in request.get("output", {}).get("schema") or []}
+    both = [name for name in keep or [] if name in declared]
+    if both:
+        raise BadInput(f"plan on standard input keeps input column {both[0]!r} (output.keep_input) and declares it "
+                       "in output.schema too: the schema declares the client's columns, and tau places the kept ones "
+                       "before them")
+    return rows
 
 
 def _resolve_images(request: Record, plan: Record) -> None:
@@ -328,7 +355,13 @@ def init(run_dir: str, request: object, environ: dict[str, str] | None = None, c
         schema.validate(request, "plan-request", "plan on standard input")
         _, profile, digest = sites.load(named, environ)
         request, site = sites.apply(request, profile), {"name": named, "sha256": digest}
-    plan = resolve_plan(request, run_id, site)
+    schema.validate(request, "plan-request", "plan on standard input")
+    index = None
+    if "input" in request:  # read whole once, before anything is written (tau-run(5) "Input")
+        from taulib.inputs import index as inputs
+
+        index = inputs.build(request["input"], request.get("output", {}).get("keep_input", []), run_id)
+    plan = resolve_plan(request, run_id, site, index)
     cwd = os.getcwd()
     path = (environ if environ is not None else env.current()).get("PATH", os.defpath)
     own = own_environment()
@@ -360,16 +393,26 @@ def init(run_dir: str, request: object, environ: dict[str, str] | None = None, c
             return _summary(folder, existing, plan, created=False)
         folder.publish_bytes(layout.PLAN, plan_bytes)
         failpoints.hit("init.plan_written")
+        input_ref = None
+        if index is not None:  # replaced by a re-run after a crash: the input is read again, the newest stands
+            index_bytes = jsonio.canonical(index)
+            folder.replace_bytes(layout.INPUT, index_bytes)
+            input_ref = {"path": layout.INPUT, "sha256": jsonio.sha256_hex(index_bytes)}
+            failpoints.hit("init.input_written")
         folder.make_folders(layout.SHARDS)
         if plan["output"]["schema"] is not None and folder.read(layout.SCHEMA, "tau.output-schema") is None:
-            # declared: every candidate must have exactly these columns (a re-run after a crash keeps the first)
+            # declared: every candidate must have exactly these columns, the kept input columns first (a re-run
+            # after a crash keeps the first)
+            kept = index["keep"] if index is not None and plan["output"].get("keep_input") else []
             folder.publish(layout.SCHEMA, {"kind": "tau.output-schema", "schema_version": 1, "run_id": run_id,
-                                           "fields": plan["output"]["schema"], "fixed_by": None,
+                                           "fields": [*kept, *plan["output"]["schema"]], "fixed_by": None,
                                            "fixed_at": jsonio.now_rfc3339()})
         failpoints.hit("init.shards_written")
         record = {"kind": "tau.run", "schema_version": 1, "run_id": run_id, "created_at": jsonio.now_rfc3339(),
                   "plan": {"path": layout.PLAN, "sha256": plan_sha}, "shard_count": plan["shard_count"],
                   "run_format": RUN_FORMAT, "tau_version": __version__, "environment": environment}
+        if input_ref is not None:
+            record["input"] = input_ref
         folder.publish(layout.RUN, record)
         return _summary(folder, record, plan, created=True)
 

@@ -23,7 +23,11 @@ RETRYABLE = frozenset({"failed", "unknown"})  # the verdicts of a newest attempt
 # newest attempt failed so, the shard is exhausted (tau-retry --shard S grants one more, as for any exhausted shard)
 NOT_RETRIED: dict[str | None, str] = {
     "image_changed": "not retried: a different image is a different run (tau-init NEW --from RUN, with the image "
-                     "pinned anew)"}
+                     "pinned anew)",
+    "input_changed": "not retried: the input changed since the run was made, and a run's input never changes "
+                     "(tau-init NEW --from RUN, over the new input, adopts the winners whose input is unchanged)",
+    "input_unreadable": "not retried: the input's bytes are the ones indexed, but cannot be read (tau-init NEW "
+                        "--from RUN, over a repaired input, adopts the winners whose input is unchanged)"}
 
 
 def exhausted(retryable: bool, attempts: int, max_attempts: int) -> bool:

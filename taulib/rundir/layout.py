@@ -3,6 +3,7 @@
 RUN/
   run.json  plan.json                              run.json is published last by tau-init: its presence = the run exists
   cancel.json  schema.json                         the run's cancellation (tau-cancel), its output schema (first winner)
+  input.json                                       the input index of a run over a dataset (tau-run(5) "Input")
   locks/{run,submit,collect,index,shard-NNNNN,resume-shard-NNNNN}.lock
   locks/...                                        an executor's own locks (executors/<name>/records.py)
   index/sealed-KKKK.json                           the sealed-shard index in segments (a cache of winners, rundir.index)
@@ -13,6 +14,7 @@ RUN/
     attempts/attempt-NNNN/
       attempt.json readiness.json observation.json result.json manifest.json client.log progress dataset/
       endpoints.json services/NAME-K.log           (runs with services: the endpoints, each backend's output)
+      input.{parquet,jsonl,csv} input-pieces.json  (runs over a dataset: the shard's rows, the pieces they came from)
   submissions/submission-NNNN/
     plan.json status.json usage.json
     ...                                            the executor's own records (executors/<name>/: under Slurm job.sh
@@ -27,6 +29,7 @@ RUN = "run.json"
 PLAN = "plan.json"
 CANCEL = "cancel.json"
 SCHEMA = "schema.json"
+INPUT = "input.json"  # the input index of a run over a dataset (inputs.index), published before run.json
 DEFERRAL = "submissions/deferral.json"  # the shards the last submission left for a later one, and why
 DRIVE = "drive/state.json"  # tau-drive's cycles and what its notifications last told (under drive.lock)
 SHARDS = "shards"

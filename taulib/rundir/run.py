@@ -29,6 +29,7 @@ from taulib.rundir.records import RunDir
 if TYPE_CHECKING:
     from taulib.jsonio import Record
 
+INPUT_LIMIT = 256 << 20  # bytes of an input index at most (about a million pieces)
 RUN_FORMAT = 2  # what tau-init writes now; a run.json without `run_format` is format 1
 _SHARD_ID = r"^shard-[0-9]{5,12}\Z"  # compiled on first use (re caches it): most commands never check one
 
@@ -59,6 +60,7 @@ class Run:
         self.format: int = record.get("run_format", 1)
         self.environment: Record | None = record.get("environment")  # None for runs made before the pre-flight
         self.path = self.dir.path
+        self._input: Record | None = None
 
     def close(self) -> None:
         self.dir.close()
@@ -68,6 +70,20 @@ class Run:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def input_index(self) -> Record | None:
+        """The run's input index (input.json: `inputs.index`), verified against the digest run.json names; None for
+        a run without an input."""
+        ref = self.record.get("input")
+        if ref is None:
+            return None
+        if self._input is None:
+            data = self.dir.read_bytes(layout.INPUT, limit=INPUT_LIMIT)
+            if data is None or jsonio.sha256_hex(data) != ref["sha256"]:
+                raise Conflict(f"input.json of run {self.run_id!r} does not match the digest in run.json",
+                               run_dir=self.dir.path)
+            self._input = self.dir.decode(layout.INPUT, data, "tau.input-index")
+        return self._input
 
     def shard_ids(self) -> list[str]:
         return [layout.shard_id(i) for i in range(self.shard_count)]
