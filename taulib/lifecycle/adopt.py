@@ -1,7 +1,9 @@
 """Adoption (tau-init NEW --from OLD): a new run reuses the winners of an old one, checked against its own rules.
 
 A shard of NEW whose record range is a shard's of OLD that has a winner is adoptable; when NEW declares an output
-schema, the winner's recorded fields must be that schema (else it is not adopted, and says why). The adoptable
+schema, the winner's recorded fields must be that schema; in runs over a dataset, the shard must read exactly the
+input pieces (names, byte ranges, digests, rows) and keep exactly the input columns the winner of OLD did
+(`rules.inputs.same_input`); else it is not adopted, and says why. The adoptable
 shards are given their first attempt by one submission of purpose `adopt`, run by the local executor whatever the
 run's profile (copying files needs no compute node), whose plan names OLD (`adopt_from`: its folder, run id and
 plan digest). Its tasks are ordinary attempts: fenced like any other, they copy the files of OLD's winner (never a
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 from taulib import executors, jsonio
 from taulib.errors import BadInput, Conflict, NotFound, TauError
 from taulib.rules import fields as rules_fields
+from taulib.rules import inputs as rules_inputs
 from taulib.rundir import layout, state
 
 if TYPE_CHECKING:
@@ -60,6 +63,7 @@ def adopt(new: Run, old_dir: str) -> Record:
             raise BadInput(f"--from names the new run {new.path!r} itself")
         declared = candidate.run_schema(new)
         found = _winners_by_range(old)
+        old_input, new_input = old.input_index(), new.input_index()
         adoptable: list[str] = []
         not_adopted: list[Record] = []
         for sid in new.shard_ids():
@@ -68,6 +72,10 @@ def adopt(new: Run, old_dir: str) -> Record:
             if match is None:
                 continue
             old_sid, manifest = match
+            why = rules_inputs.same_input(old_input, new_input, shard["record_start"], shard["record_end"])
+            if why is not None:
+                not_adopted.append({"shard_id": sid, "from_shard_id": old_sid, "reason": why})
+                continue
             if declared is not None and declared["fixed_by"] is None:
                 differ = rules_fields.differences(declared["fields"], manifest["fields"])
                 if differ:

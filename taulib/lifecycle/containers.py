@@ -74,8 +74,8 @@ class Images:
                 if key(image) in self.checked}
 
     def mounts(self, image: Record) -> list[Mount]:
-        """tau's mounts (the run read-only, the attempt's folder and its dataset writable, each at its own path),
-        then the plan's, a folder before any below it."""
+        """tau's mounts (the run read-only, the attempt's folder and its dataset writable, the run's input dataset
+        read-only, each at its own path), then the plan's, a folder before any below it."""
         sid, aid = self.attempt["shard_id"], self.attempt["attempt_id"]
         run = self.run.path
         attempt_dir = os.path.join(run, layout.attempt_file(sid, aid, "")).rstrip("/")
@@ -83,6 +83,9 @@ class Images:
         own = [Mount(run, run, False), Mount(attempt_dir, attempt_dir, True)]
         if not dataset.startswith(attempt_dir + "/"):
             own.append(Mount(dataset, dataset, True))
+        if self.run.plan.get("input") is not None:  # for a client that reads the source (TAU_INPUT_PIECES)
+            source = self.run.plan["input"]["path"]
+            own.append(Mount(source, source, False))
         return runtimes.base.mounts(own, image["mounts"])
 
     def name(self, role: str) -> str:

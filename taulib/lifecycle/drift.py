@@ -8,8 +8,8 @@ through a symlink); the run's schema.json. Writes: nothing.
 Promises: a file is complete when its last four bytes are Parquet's footer magic `PAR1` and its size and
 modification time have not changed since the previous look (one `CANCEL_CHECK` of `lifecycle.client` earlier); it
 is then read once, footer only, and held to the rule a winner is held to (`candidate.columns_problem`): against the
-run's schema when it is fixed (by the plan, or by the run's first winner), else against this attempt's own first
-file. pyarrow is imported only when there is a file to read. A file that cannot be read is not judged here: the
+run's schema when it is fixed (by the plan, or by the run's first winner; without the input columns the output keeps,
+which tau joins in at the attempt's end), else against this attempt's own first file. pyarrow is imported only when there is a file to read. A file that cannot be read is not judged here: the
 attempt's end describes it, as it always has.
 """
 
@@ -79,6 +79,9 @@ class Watch:
         from taulib.rules import fields as rules_fields
 
         record = candidate.run_schema(self.run)
+        kept = set(self.run.plan["output"].get("keep_input") or ())
+        if record is not None and kept:  # the client writes the run's columns but the kept ones (`inputs.keep`)
+            record = dict(record, fields=[f for f in record["fields"] if f["name"] not in kept])
         if record is not None:
             problem = candidate.columns_problem(record, fields)
         elif self.first is None:

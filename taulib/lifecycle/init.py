@@ -153,6 +153,10 @@ def _resolve_images(request: Record, plan: Record) -> None:
             plan["collection"]["image"] = request["collection"]["image"]
     except ValueError as exc:
         raise BadInput(f"plan on standard input: {exc}") from None
+    if client is not None and plan.get("input") is not None:  # mounted read-only into the client's container
+        problem = image_rules.path_problem(plan["input"]["path"], "the input's real path")
+        if problem is not None:
+            raise BadInput(f"plan on standard input: {problem} (it is mounted into the client's image)")
     from taulib import runtimes
 
     for image in ([client] if client else []) + [s["image"] for s in plan.get("services", []) if "image" in s]:
@@ -360,7 +364,8 @@ def init(run_dir: str, request: object, environ: dict[str, str] | None = None, c
     if "input" in request:  # read whole once, before anything is written (tau-run(5) "Input")
         from taulib.inputs import index as inputs
 
-        index = inputs.build(request["input"], request.get("output", {}).get("keep_input", []), run_id)
+        index = inputs.build(request["input"], request.get("output", {}).get("keep_input", []), run_id,
+                             request["input"].get("piece_bytes", inputs.rules.PIECE_BYTES))
     plan = resolve_plan(request, run_id, site, index)
     cwd = os.getcwd()
     path = (environ if environ is not None else env.current()).get("PATH", os.defpath)
