@@ -45,8 +45,10 @@ NAMES = (
     "publish.reserved",
     "publish.claimed",
     "publish.renamed",
-    # taulib.lifecycle.init: plan, the shards folder (and a declared schema), run.json last
+    # taulib.lifecycle.init: plan, the input index (runs over a dataset), the shards folder (and a declared schema),
+    # run.json last
     "init.plan_written",
+    "init.input_written",
     "init.shards_written",
     # taulib.lifecycle.submission: the journal and the attempts (tau-submit, tau-retry; submit.attempts_published
     # in format-1 runs only: a format-2 run's attempts are given by the status SUBMITTED itself)
@@ -57,6 +59,7 @@ NAMES = (
     # taulib.lifecycle.attempt: in-allocation side
     "attempt.recorded",  # taulib.rundir.state.record_attempt: a derived attempt's attempt.json, before it changes
     "attempt.running",
+    "attempt.input_cut",  # taulib.inputs.cut: the shard's input file and its pieces written, before the client
     "attempt.services_started",  # taulib.lifecycle.allocation: every backend started, before readiness says so
     "attempt.endpoints_published",  # endpoints.json and the ready revision written, before the client starts
     "attempt.cleaned_up",  # every service and process left stopped, before the result

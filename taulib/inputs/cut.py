@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, NamedTuple
 
-from taulib import jsonio
+from taulib import failpoints, jsonio
 from taulib.inputs import source
 from taulib.rules import inputs as rules
 from taulib.rundir import layout
@@ -87,6 +87,7 @@ def prepare(run: Run, attempt: Record, stopping: Callable[[], None]) -> Cut:
         _abandon(run, sink, rel)
         raise
     run.dir.replace_bytes(pieces_rel, jsonio.canonical(_pieces(index, slices, start, end)))
+    failpoints.hit("attempt.input_cut")
     path = os.path.join(run.path, rel)
     return Cut({"TAU_INPUT_FILE": path, "TAU_INPUT_FORMAT": fmt, "TAU_INPUT_PIECES": os.path.join(run.path,
                                                                                                   pieces_rel)},

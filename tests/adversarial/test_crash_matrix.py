@@ -44,6 +44,8 @@ REACHED_ELSEWHERE = {  # failpoints this life cannot reach, and the tests that c
     "fetch.published": "tests/integration/test_azurite_bundles.py (real Azurite)",
     "attempt.services_started": "tests/adversarial/test_crash_services.py (a run with services)",
     "attempt.endpoints_published": "tests/adversarial/test_crash_services.py (a run with services)",
+    "init.input_written": "tests/test_input_runs.py (a run over a dataset)",
+    "attempt.input_cut": "tests/test_input_runs.py (a run over a dataset)",
 }
 MAY_REACH = {  # pairs the life reaches or not by timing alone, and the tests that crash them
     ("tau-reconcile", "store.mkdir.created"):
