@@ -84,9 +84,13 @@ Escalate = TypedDict("Escalate", {"max_mem": str, "max_time": str, "mem": float,
 
 class PlanOutput(TypedDict):  # output: the dataset's format and partitions
     format: Format
+    keep_input: NotRequired[list[str]]
     rows_per_partition: int
     schema: NotRequired[list[OutputColumn] | None]
     tasks: NotRequired[int]
+
+
+PlanInput = TypedDict("PlanInput", {"format": Literal["parquet", "jsonl", "csv"], "path": str})  # the dataset
 
 
 class PlanRetry(TypedDict):  # retry: the attempt budget
@@ -133,6 +137,7 @@ class Plan(TypedDict):
     env: dict[str, str]
     image: NotRequired[Image]
     inherit_env: NotRequired[list[str]]
+    input: NotRequired[PlanInput]
     kind: Literal["tau.plan"]
     output: PlanOutput
     records: int
@@ -153,8 +158,8 @@ class Plan(TypedDict):
 # terminal: how an attempt ended
 Terminal = TypedDict("Terminal", {"classification": Literal[
     "succeeded", "failed", "cancelled", "timed_out", "node_failed", "out_of_memory", "preempted", "unknown",
-    "completed_unfinalised", "fenced"], "code": NotRequired[Literal["image_changed"]], "exit_code": int | None,
-    "reason": str})
+    "completed_unfinalised", "fenced"], "exit_code": int | None, "reason": str,
+    "code": NotRequired[Literal["image_changed", "input_changed", "input_unreadable"]]})
 
 
 class Attempt(TypedDict):

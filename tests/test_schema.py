@@ -170,8 +170,19 @@ def corpus(tmp_path_factory) -> dict:
         assert tau("tau-submit", str(root)).returncode == 0
         wait_settled(root)
 
+    # a run over a dataset that keeps an input column: input.json, each attempt's input-pieces.json
+    from input_fixtures import request as input_request
+    from input_fixtures import rows as input_rows
+    from input_fixtures import write as write_input
+
+    over_request = input_request(write_input(ws / "input", "jsonl", input_rows(20), files=2), shards=2)
+    over = init_run(ws, "over", plan_doc=over_request)
+    assert tau("tau-submit", str(over)).returncode == 0
+    wait_settled(over)
+    by_name["plan-request"].append(over_request)
+
     files = []
-    for root in (run_dir, live, cancelled, old, served, timed_out):
+    for root in (run_dir, live, cancelled, old, served, timed_out, over):
         for dirpath, _, names in os.walk(root):
             files += [(str(root), os.path.join(dirpath, n)) for n in names if n.endswith(".json")]
     for _, path in files:
@@ -213,7 +224,7 @@ def corpus(tmp_path_factory) -> dict:
     # the run status, a document on pipes: each run's as tau-status prints it (a collection, a cancellation and a
     # deferral, format 1, services), and the one tau-drive's result carries
     by_name["status"] += [json.loads(tau("tau-status", str(root)).stdout)
-                          for root in (run_dir, cancelled, old, served, timed_out)]
+                          for root in (run_dir, cancelled, old, served, timed_out, over)]
     by_name["status"].append(json.loads(drove.stdout)["status"])
     return {"files": files, "by_name": by_name}
 
@@ -237,7 +248,7 @@ def test_every_record_file_of_a_completed_run_validates_with_both_validators(cor
     assert kinds >= {"run", "plan", "shard", "sealed-index", "sealed-segment", "attempt", "readiness", "observation",
                      "result", "manifest", "endpoints",
                      "winner", "submission-plan", "submission-status", "local-supervisor", "local-task",
-                     "collection-plan", "collection-status"}
+                     "collection-plan", "collection-status", "input-index", "input-pieces"}
 
 
 def test_there_is_a_real_valid_sample_for_every_record_schema(samples):

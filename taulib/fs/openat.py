@@ -122,6 +122,16 @@ def open_named_file(path: str, label: str) -> int | None:
     return fd
 
 
+def open_regular(path: str) -> int:
+    """A read descriptor of the regular file `path` (the folders leading to it followed, the file itself never):
+    OSError as open(2) gives it (ELOOP for a symlink), ValueError for what is not a regular file."""
+    fd = os.open(path, READ)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError("is not a regular file")
+    return fd
+
+
 def _open_followed(path: str, missing: str, not_folder: str, shown: str | None = None) -> int:
     """A folder the caller names by path (symlinks in it followed), or NotFound with the message given."""
     try:

@@ -381,13 +381,10 @@ class Tree:
             raise Refused(f"{self.show(name)} is a folder", path=self.show(name)) from None
 
     @_operation
-    def rename_file(self, src: str, dst: str) -> None:
-        """Rename the file `src` over `dst`, both in one folder (a file made beside the one it replaces), and fsync
-        the folder."""
-        if os.path.dirname(src) != os.path.dirname(dst):
-            raise Refused(f"{self.show(src)} and {self.show(dst)} are not in one folder", path=self.show(src))
+    def rename_file(self, src: str, name: str) -> None:
+        """Rename the file `src` over `name` in its own folder (a file made beside the one it replaces), fsynced."""
         dfd, sname = self._leaf(src)
-        os.rename(sname, os.path.basename(dst), src_dir_fd=dfd, dst_dir_fd=dfd)
+        os.rename(sname, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         os.fsync(dfd)
 
     @_operation

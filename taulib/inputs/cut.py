@@ -115,5 +115,5 @@ def _pieces(index: Record, slices: list[tuple[int, int, list[tuple[int, int, int
         files.append({"path": os.path.join(index["path"], entry["name"]) if entry["name"] else index["path"],
                       "size": entry["size"], "sha256": entry["sha256"], "shared": entry["shared"],
                       "pieces": [dict(entry["pieces"][k], skip=skip, take=take) for k, skip, take in pieces]})
-    return {"format": index["format"], "record_start": start, "record_end": end, "columns": index["columns"],
-            "files": files}
+    return {"kind": "tau.input-pieces", "schema_version": 1, "run_id": index["run_id"], "format": index["format"],
+            "record_start": start, "record_end": end, "columns": index["columns"], "files": files}

@@ -113,7 +113,7 @@ def _join_file(run: Run, rel: str, pf: Any, taker: _Taker, schema: Any) -> None:
             writer.close()
         if not sink.closed:
             sink.fh.close()
-    run.dir.rename_file(temp, rel)
+    run.dir.rename_file(temp, os.path.basename(rel))
 
 
 class _Taker:

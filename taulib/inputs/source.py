@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from concurrent.futures import Future, ThreadPoolExecutor
 
 READ = 4 << 20  # bytes read at a time
@@ -32,16 +31,11 @@ class Unreadable(Exception):
 
 
 def open_file(path: str) -> int:
-    """A read descriptor of the regular file `path`, never through a symlink as its last part (OSError else;
-    ELOOP for a symlink, EISDIR or ENODEV-like refusals as ValueError for what is not a regular file)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("is not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    """A read descriptor of the regular file `path`, never through a symlink as its last part (`fs.openat`: OSError,
+    ELOOP for a symlink; ValueError for what is not a regular file)."""
+    from taulib.fs import openat
+
+    return openat.open_regular(path)
 
 
 def gone(path: str, exc: OSError | ValueError, shown: str) -> Changed:

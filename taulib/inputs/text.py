@@ -193,12 +193,32 @@ def _check_csv(fd: int, shown: str, names: list[str], count: int) -> None:
             for batch in reader:
                 found += batch.num_rows
     except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeDecodeError) as exc:
-        raise BadInput(f"plan on standard input: input {shown} has an unreadable row: {str(exc)[:300]}",
+        where = _bad_row(fd, len(names))
+        raise BadInput(f"plan on standard input: input {shown} has an unreadable row{where}: {str(exc)[:300]}",
                        path=shown) from None
     if found != count:
         raise BadInput(f"plan on standard input: input {shown}: tau found {count} rows and Arrow's CSV reader "
                        f"{found}; tau cuts CSV rows by RFC 4180 quoting (a quote opens a field only as its first "
                        "character), which this file does not keep", path=shown)
+
+
+def _bad_row(fd: int, fields: int) -> str:
+    """Where the first row of a CSV file whose fields are not the header's count is (" N (line L)"), by Python's
+    own reader: the error's path only, so its speed does not matter."""
+    import sys
+
+    os.lseek(fd, 0, os.SEEK_SET)
+    csv.field_size_limit(sys.maxsize)
+    with os.fdopen(os.dup(fd), "r", encoding="utf-8-sig", errors="replace", newline="") as fh:
+        reader = csv.reader(fh)
+        next(reader, None)
+        try:
+            for number, row in enumerate(reader, 1):
+                if len(row) != fields:
+                    return f" {number} (line {reader.line_num}, {len(row)} fields where the header has {fields})"
+        except csv.Error as exc:
+            return f" near line {reader.line_num} ({exc})"
+    return ""
 
 
 def csv_parse_options() -> Any:

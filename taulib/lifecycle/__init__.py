@@ -2,6 +2,7 @@
 executors (`taulib.executors`, which lifecycle asks and never names).
 
   init        tau-init: the plan resolved from the request, then the run's records
+  preflight   tau-init's pre-flight: the client's and each service's program resolved once and checked
   submission  the submission journal handing new attempts to an executor (tau-submit, tau-retry)
   retry       which shards a submission gives attempts to
   attempt     the in-allocation side: fence, run the client, record its result (tau-attempt run)

@@ -8,9 +8,10 @@ through a symlink); the run's schema.json. Writes: nothing.
 Promises: a file is complete when its last four bytes are Parquet's footer magic `PAR1` and its size and
 modification time have not changed since the previous look (one `CANCEL_CHECK` of `lifecycle.client` earlier); it
 is then read once, footer only, and held to the rule a winner is held to (`candidate.columns_problem`): against the
-run's schema when it is fixed (by the plan, or by the run's first winner; without the input columns the output keeps,
-which tau joins in at the attempt's end), else against this attempt's own first file. pyarrow is imported only when there is a file to read. A file that cannot be read is not judged here: the
-attempt's end describes it, as it always has.
+run's schema when it is fixed (by the plan, or by the run's first winner; without the input columns the output
+keeps, which tau joins in at the attempt's end), else against this attempt's own first file. pyarrow is imported
+only when there is a file to read. A file that cannot be read is not judged here: the attempt's end describes it,
+as it always has.
 """
 
 from __future__ import annotations

@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING
 from taulib import __version__, env, executors, failpoints, jsonio, schema
 from taulib.errors import BadInput, Conflict, NotFound, UsageError
 from taulib.fs import atomic
+from taulib.lifecycle import preflight
+from taulib.lifecycle.preflight import check_script, own_environment, resolve_program
 from taulib.rules import budget
+from taulib.rules import inputs as input_rules
 from taulib.rules import plan as defaults
-from taulib.rules import program as program_rules
 from taulib.rules import services as service_rules
 from taulib.rules.shards import shard_count
 from taulib.rundir import layout, locks
@@ -51,7 +53,10 @@ def resolve_plan(request: Record, run_id: str, site: Record | None = None, input
     schema.validate(request, "plan-request", "plan on standard input")
     if "site" in request.get("scheduler", {}):
         raise BadInput("plan on standard input names a site profile (scheduler.site) that was not merged into it")
-    records = _records(request, input_index)
+    try:
+        records = input_rules.records(request, input_index)
+    except ValueError as exc:
+        raise BadInput(f"plan on standard input {exc}") from None
     if "shards" in request and "shard_size" in request:
         raise BadInput("plan on standard input gives both 'shards' and 'shard_size'; give one")
     if "shards" in request and request["shards"] > records:
@@ -104,27 +109,6 @@ def resolve_plan(request: Record, run_id: str, site: Record | None = None, input
     return plan
 
 
-def _records(request: Record, input_index: Record | None) -> int:
-    """The plan's records: the request's, or its input's rows (a count given with an input must be that)."""
-    keep = request.get("output", {}).get("keep_input")
-    if "input" not in request:
-        if keep:
-            raise BadInput("plan on standard input keeps input columns (output.keep_input) but names no input")
-        return int(request["records"])
-    if input_index is None:
-        raise BadInput("plan on standard input names an input that was not indexed")
-    rows: int = input_index["rows"]
-    if "records" in request and request["records"] != rows:
-        raise BadInput(f"plan on standard input asks for {request['records']} records, but its input has {rows} "
-                       "rows; leave records out (it is the input's rows) or give that", records=request["records"],
-                       rows=rows)
-    declared = {f["name"] for f in request.get("output", {}).get("schema") or []}
-    both = [name for name in keep or [] if name in declared]
-    if both:
-        raise BadInput(f"plan on standard input keeps input column {both[0]!r} (output.keep_input) and declares it "
-                       "in output.schema too: the schema declares the client's columns, and tau places the kept ones "
-                       "before them")
-    return rows
 
 
 def _resolve_images(request: Record, plan: Record) -> None:
@@ -238,48 +222,8 @@ def _check_environment(plan: Record) -> None:
                            "run is created and TAU_* variables are tau's")
 
 
-def resolve_program(program: str, cwd: str, path: str, own: str | None = None, what: str = "the client") -> str:
-    """The pre-flight: the absolute path of the client's program (`command[0]`): a path with a `/` is taken
-    relative to `cwd`, a bare name is looked up in `path`. It must be an executable regular file: NotFound (66)
-    when it does not exist, BadInput (65) when it is not an executable file, or when a bare name is found inside
-    `own`, tau's own environment (a virtual environment's prefix): `python3` would silently be tau's interpreter,
-    not the researcher's; a path given with a `/` is deliberate."""
-    if "/" in program:
-        candidate = os.path.normpath(os.path.join(cwd, program))
-    else:
-        found = [os.path.join(d or ".", program) for d in path.split(os.pathsep)]
-        found = [f for f in found if os.path.isfile(f) and os.access(f, os.X_OK)]
-        if not found:
-            raise NotFound(f"{what} program {program!r} is not on PATH; give its path, or run tau-init with it on "
-                           "PATH", program=program)
-        candidate = os.path.normpath(os.path.join(cwd, found[0]))
-        if own is not None and program_rules.inside(candidate, own):
-            raise BadInput(f"{what} program {program!r} resolves to {candidate!r}, inside tau's own environment "
-                           f"{own!r}, not yours: give the program's absolute path, or put your environment first on "
-                           "PATH", program=candidate)
-    if not os.path.exists(candidate):
-        raise NotFound(f"{what} program {candidate!r} does not exist", program=candidate)
-    if not os.path.isfile(candidate):
-        raise BadInput(f"{what} program {candidate!r} is not a regular file", program=candidate)
-    if not os.access(candidate, os.X_OK):
-        raise BadInput(f"{what} program {candidate!r} is not executable (chmod +x it, or name its "
-                       "interpreter first)", program=candidate)
-    return candidate
 
 
-def _service_programs(service: Record, cwd: str, path: str, own: str | None) -> Record:
-    """A service's program and its probe command's, resolved and checked as the client's (tau-init(1) "The
-    pre-flight"), each named by the service in any refusal; a service's program in an image is taken as given (its
-    attempts look it up there)."""
-    found: Record = {"program": None, "probe": None}
-    for key, argv in (("program", service["command"]), ("probe", service["ready"].get("command"))):
-        if key == "program" and service.get("image") is not None:
-            found[key] = argv[0]
-        elif argv is not None:
-            what = f"service {service['name']!r}'s" + ("" if key == "program" else " probe")
-            found[key] = resolve_program(argv[0], cwd, path, own, what)
-            check_script(argv, cwd, what)
-    return found
 
 
 def _check_runtimes(plan: Record, cwd: str, path: str, check_image: bool, environ: dict[str, str]) -> None:
@@ -306,38 +250,8 @@ def _check_runtimes(plan: Record, cwd: str, path: str, check_image: bool, enviro
             raise NotFound(f"{role}'s image: {exc.message}") from None
 
 
-def check_script(argv: list[str], cwd: str, what: str = "the client") -> None:
-    """When the program is an interpreter and its next argument is a script (`rules.program`), the script must be
-    a readable regular file, its path taken relative to `cwd` as the client's will be: BadInput (65) naming it and
-    the folder it was looked for in."""
-    index = program_rules.script_index(argv)
-    if index is None:
-        return
-    script = argv[index]
-    where = os.path.normpath(os.path.join(cwd, script))
-    if not os.path.exists(where):
-        problem = "does not exist"
-    elif not os.path.isfile(where):
-        problem = "is not a regular file"
-    elif not os.access(where, os.R_OK):
-        problem = "is not readable"
-    else:
-        return
-    raise BadInput(f"{what} script {script!r} (command[{index}], run by {argv[0]!r}) {problem} in {cwd!r}, the "
-                   "folder tau-init runs in, which the run records as its clients' working folder: fix its path, or "
-                   "run tau-init from the folder it is relative to", script=where, cwd=cwd)
 
 
-def own_environment() -> str | None:
-    """tau's own virtual environment (the running interpreter's prefix), or None when tau runs in a base Python or
-    in the environment the person activated (VIRTUAL_ENV: tau installed into the researcher's own environment is
-    theirs to use, and a program found there is found on purpose)."""
-    if sys.prefix == sys.base_prefix:
-        return None
-    activated = env.get("VIRTUAL_ENV")
-    if activated and os.path.realpath(activated) == os.path.realpath(sys.prefix):
-        return None
-    return sys.prefix
 
 
 def run_id_for(run_dir: str) -> str:
@@ -365,7 +279,7 @@ def init(run_dir: str, request: object, environ: dict[str, str] | None = None, c
         from taulib.inputs import index as inputs
 
         index = inputs.build(request["input"], request.get("output", {}).get("keep_input", []), run_id,
-                             request["input"].get("piece_bytes", inputs.rules.PIECE_BYTES))
+                             request["input"].get("piece_bytes", input_rules.PIECE_BYTES))
     plan = resolve_plan(request, run_id, site, index)
     cwd = os.getcwd()
     path = (environ if environ is not None else env.current()).get("PATH", os.defpath)
@@ -377,7 +291,7 @@ def init(run_dir: str, request: object, environ: dict[str, str] | None = None, c
     else:  # looked up inside its image, by each attempt's preflight: a login node may have neither
         environment = {"program": plan["command"][0], "path": path, "cwd": cwd}
     if plan.get("services"):
-        environment["services"] = {service["name"]: _service_programs(service, cwd, path, own)
+        environment["services"] = {service["name"]: preflight.service_programs(service, cwd, path, own)
                                    for service in plan["services"]}
     _check_runtimes(plan, cwd, path, check_image, environ if environ is not None else env.current())
     # a plan that can never be submitted from here is refused now, not at its first tau-submit

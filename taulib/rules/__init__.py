@@ -24,6 +24,7 @@
   partition    which rows of which winner file go into which output file
   output       a failed client's last lines, bounded and printable, for its shard's reason
   shards       which records each shard holds
+  inputs       a run's input dataset: its format, the pieces a shard reads, whether two runs' shards read the same
   image        an image reference read by the distribution grammar and pinned by digest, an image file's sha256
   plan         the plan's defaults, and how a plan written before a field existed is read
 """

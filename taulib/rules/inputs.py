@@ -115,3 +115,27 @@ def slices(index: Mapping[str, Any], start: int, end: int) -> list[tuple[int, in
             taken.append((k, skip, take))
         out.append((number, max(0, start - entry["row_start"]), taken))
     return out
+
+
+def records(request: Mapping[str, Any], index: Mapping[str, Any] | None) -> int:
+    """A plan's records: the request's, or its input's rows (`index`, None without an input); ValueError saying
+    why the request cannot be resolved so (keep_input without an input, a count that is not the input's rows, a
+    kept column also declared in output.schema)."""
+    output = request.get("output", {})
+    keep = output.get("keep_input") or []
+    if "input" not in request:
+        if keep:
+            raise ValueError("keeps input columns (output.keep_input) but names no input")
+        return int(request["records"])
+    if index is None:
+        raise ValueError("names an input that was not indexed")
+    rows = int(index["rows"])
+    if "records" in request and request["records"] != rows:
+        raise ValueError(f"asks for {request['records']} records, but its input has {rows} rows; leave records out "
+                         "(it is the input's rows) or give that")
+    declared = {f["name"] for f in output.get("schema") or []}
+    both = [name for name in keep if name in declared]
+    if both:
+        raise ValueError(f"keeps input column {both[0]!r} (output.keep_input) and declares it in output.schema too: "
+                         "the schema declares the client's columns, and tau places the kept ones before them")
+    return rows
