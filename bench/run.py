@@ -6,7 +6,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = ["startup.py", "observe_kubernetes.py", "reconcile_scale.py", "bundle_fetch.py", "collect.py",
-              "services.py", "containers.py"]
+              "services.py", "containers.py", "inputs.py"]
 
 if __name__ == "__main__":
     code = 0

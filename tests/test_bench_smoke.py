@@ -45,3 +45,9 @@ def test_the_containers_benchmark_runs_one_round(tmp_path):
     images()  # built first when missing, as the benchmark would
     result = bench("containers", tmp_path, BENCH_ROUNDS="1", BENCH_RECORDS="20")
     assert result["rounds"] == 1 and result["median_seconds"]["tau"] > 0 and result["ratio"] > 0
+
+
+def test_the_inputs_benchmark_runs_on_a_small_input(tmp_path):
+    result = bench("inputs", tmp_path, BENCH_INPUT_MB="40", BENCH_SHARD_MB="10", BENCH_TEXT_MB="8", BENCH_ROUNDS="1")
+    assert result["input_bytes"] > 30_000_000 and result["cut_bytes"] > 0 and result["cut_peak_rss"] > 0
+    assert set(result["text"]) == {"jsonl", "csv"} and all(t["ratio"] > 0 for t in result["text"].values())

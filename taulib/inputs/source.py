@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 READ = 4 << 20  # bytes read at a time
 
@@ -50,17 +51,24 @@ def gone(path: str, exc: OSError | ValueError, shown: str) -> Changed:
 
 
 class Beside:
-    """A sha256 of chunks computed on a second thread while the caller works on the same chunks (hashlib lets
-    go of the interpreter lock): one chunk in flight at a time, never changed while it is hashed."""
+    """A sha256 of chunks (and of pieces of them, into hashes of their own) computed on a second thread while the
+    caller works on the same chunks (hashlib lets go of the interpreter lock): one chunk in flight at a time, never
+    changed while it is hashed."""
 
     def __init__(self) -> None:
         self.sha = hashlib.sha256()
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="tau-input-hash")
         self.pending: Future[None] | None = None
 
-    def update(self, chunk: bytes) -> None:
+    def update(self, chunk: bytes, parts: list[tuple[Any, memoryview]] | None = None) -> None:
+        """Hash `chunk`, then each (hash, bytes) of `parts`, on the second thread."""
         self._wait()
-        self.pending = self.pool.submit(self.sha.update, chunk)
+        self.pending = self.pool.submit(self._hash, chunk, parts or [])
+
+    def _hash(self, chunk: bytes, parts: list[tuple[Any, memoryview]]) -> None:
+        self.sha.update(chunk)
+        for sha, view in parts:
+            sha.update(view)
 
     def _wait(self) -> None:
         if self.pending is not None:

@@ -1,8 +1,8 @@
 """JSON lines and CSV inputs: a file's index made in one pass, and a shard's rows cut from its pieces as bytes.
 
-Index (tau-init): one read of each file, its sha256 computed on a second thread (`source.Beside`) while this one
-finds the row ends (`inputs.rows`), hashes the pieces (a piece ends at the first row end PIECE_BYTES bytes or more
-after its start) and checks the rows: every JSON line an object (a blank line is not one), every kept column of
+Index (tau-init): one read of each file, its sha256 and its pieces' (a piece ends at the first row end PIECE_BYTES
+bytes or more after its start) computed on a second thread (`source.Beside`) while this one finds the row ends
+(`inputs.rows`) and checks the rows: every JSON line an object (a blank line is not one), every kept column of
 scalars of one type; a CSV file's header row is its `shared` range, every file's names the same, and its rows are
 counted again by Arrow's CSV reader (every row with the header's number of fields, a quoted field closed), which
 must find the rows tau found.
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
     from taulib.jsonio import Record
 
+_SAMPLES: dict[type, object] = {type(None): None, bool: True, int: 0, float: 0.0, str: "", dict: {}, list: []}
+
+
 class _Lines:
     """The JSON lines of a file checked as their bytes arrive: each an object, each kept column's type found."""
 
@@ -42,38 +45,65 @@ class _Lines:
         self.line = 0
 
     def feed(self, data: bytes) -> None:
-        block = self.carry + data if self.carry else data
-        cut = block.rfind(b"\n")
-        if cut < 0:
-            self.carry = block
-            return
-        self.carry = block[cut + 1:]
-        self._check(block[:cut].split(b"\n"))
+        lines = data.split(b"\n")  # no copy of the whole read: the line it ends inside waits for the next
+        if self.carry:
+            lines[0] = self.carry + lines[0]
+        self.carry = lines.pop()
+        self._check(lines)
 
     def finish(self) -> None:
         if self.carry:
             self._check([self.carry])
 
     def _check(self, lines: list[bytes]) -> None:
-        loads, keep = self.loads, self.keep
-        for line in lines:
-            self.line += 1
+        """Every line of a block parsed, nothing kept but the types of the kept columns (a loop this tight costs
+        about what orjson does); a block with a problem is gone through again, to name the first line that has it."""
+        first = self.line
+        self.line += len(lines)
+        loads, names = self.loads, list(self.keep)
+        kinds: list[set[type]] = [set() for _ in names]
+        try:
+            if not names:
+                for line in lines:
+                    if type(loads(line)) is not dict:
+                        raise TypeError
+            else:
+                pairs = list(zip(names, [k.add for k in kinds], strict=True))
+                for line in lines:
+                    value = loads(line)
+                    if type(value) is not dict:
+                        raise TypeError
+                    for name, add in pairs:
+                        add(type(value.get(name)))
+            for name, seen in zip(names, kinds, strict=True):
+                for kind in seen:
+                    self.keep[name] = rules.json_type(self.keep[name], _SAMPLES[kind])
+        except (self.error, TypeError, ValueError):
+            self._slowly(lines, first)
+
+    def _slowly(self, lines: list[bytes], first: int) -> None:
+        """The block again, a line at a time: BadInput naming the first line that is not a JSON object, or whose
+        kept column is not of the kept type."""
+        loads, keep = self.loads, dict.fromkeys(self.keep, None)
+        types = dict(self.keep)
+        for number, line in enumerate(lines, first + 1):
             try:
                 value = loads(line)
             except self.error as exc:
                 what = "is blank" if not line.strip() else f"is not JSON ({exc})"
-                raise BadInput(f"plan on standard input: input {self.shown} line {self.line} {what}; every line of "
-                               "a JSON lines input is one JSON object", path=self.shown, line=self.line) from None
+                raise BadInput(f"plan on standard input: input {self.shown} line {number} {what}; every line of "
+                               "a JSON lines input is one JSON object", path=self.shown, line=number) from None
             if not isinstance(value, dict):
-                raise BadInput(f"plan on standard input: input {self.shown} line {self.line} is a JSON "
+                raise BadInput(f"plan on standard input: input {self.shown} line {number} is a JSON "
                                f"{type(value).__name__}, not an object; every line of a JSON lines input is one "
-                               "JSON object", path=self.shown, line=self.line)
+                               "JSON object", path=self.shown, line=number)
             for name in keep:
                 try:
-                    keep[name] = rules.json_type(keep[name], value.get(name))
+                    types[name] = rules.json_type(types[name], value.get(name))
                 except ValueError as exc:
-                    raise BadInput(f"plan on standard input: input {self.shown} line {self.line}: column {name!r} "
-                                   f"(output.keep_input) {exc}", path=self.shown, line=self.line) from None
+                    raise BadInput(f"plan on standard input: input {self.shown} line {number}: column {name!r} "
+                                   f"(output.keep_input) {exc}", path=self.shown, line=number) from None
+        self.keep.update(types)
 
 
 def header_names(header: bytes, shown: str) -> list[str]:
@@ -111,7 +141,7 @@ def index_file(path: str, shown: str, fmt: str, row_start: int, keep: dict[str, 
     piece = _Piece(0)
     try:
         while data := os.read(fd, source.READ):
-            whole.update(data)
+            view, parts = memoryview(data), []  # the pieces' bytes of this read, hashed with it on the second thread
             pos = 0
             if fmt == "csv" and names is None:
                 end = rows.end_from(data, 0, 0)
@@ -128,7 +158,7 @@ def index_file(path: str, shown: str, fmt: str, row_start: int, keep: dict[str, 
                 target = piece.offset + piece_bytes - size  # where the piece may end, in this read
                 end = rows.end_from(data, pos, max(pos, target)) if target < len(data) else None
                 stop = len(data) if end is None else end
-                piece.sha.update(data[pos:stop])
+                parts.append((piece.sha, view[pos:stop]))
                 piece.rows += rows.count(data, pos, stop)
                 if lines is not None:
                     lines.feed(data[pos:stop])
@@ -138,6 +168,7 @@ def index_file(path: str, shown: str, fmt: str, row_start: int, keep: dict[str, 
                 count += piece.rows
                 piece = _Piece(size + end)
                 pos = end
+            whole.update(data, parts)
             size += len(data)
         if lines is not None:
             lines.finish()
@@ -151,6 +182,8 @@ def index_file(path: str, shown: str, fmt: str, row_start: int, keep: dict[str, 
             pieces.append(piece.closed(size, row_start + count))
             count += piece.rows
         digest = whole.hexdigest()
+        for entry in pieces:
+            entry["sha256"] = entry["sha256"].hexdigest()  # every piece's bytes are hashed now
         if fmt == "csv":
             if names is None:
                 raise BadInput(f"plan on standard input: input {shown} is empty; a CSV input's files start with a "
@@ -173,8 +206,9 @@ class _Piece:
         self.offset, self.sha, self.rows = offset, hashlib.sha256(), 0
 
     def closed(self, end: int, row_start: int) -> Record:
-        return {"offset": self.offset, "length": end - self.offset, "sha256": self.sha.hexdigest(),
-                "row_start": row_start, "rows": self.rows}
+        """Its entry, whose sha256 is its hash object until the second thread has hashed all its bytes."""
+        return {"offset": self.offset, "length": end - self.offset, "sha256": self.sha, "row_start": row_start,
+                "rows": self.rows}
 
 
 def _check_csv(fd: int, shown: str, names: list[str], count: int) -> None:
