@@ -68,19 +68,17 @@ def make_text(folder: Path, fmt: str) -> None:
     words = ["alpha", "beta", "gamma", 'say "hi"', "x,y", "naïve", "two\nlines"]
     folder.mkdir()
     rows = TEXT_MB * 1_000_000 // 200
-    row = 0
     for k in range(2):
         with open(folder / f"part-{k}.{fmt}", "w", newline="", encoding="utf-8") as fh:
             out = csv.writer(fh) if fmt == "csv" else None
             if out is not None:
                 out.writerow(["id", "prompt"])
-            for row in range(row, rows * (k + 1) // 2):
+            for row in range(rows * k // 2, rows * (k + 1) // 2):
                 prompt = " ".join(rng.choice(words) for _ in range(30))
                 if out is not None:
                     out.writerow([row, prompt])
                 else:
                     fh.write(orjson.dumps({"id": row, "prompt": prompt}).decode() + "\n")
-            row += 1
 
 
 def text_ratio(work: Path, fmt: str, env: dict[str, str]) -> dict[str, float]:
