@@ -8,6 +8,7 @@ The library under the `tau-*` commands, in layers; a module imports only from it
   lifecycle/  a run's shards from plan to winner: init, submission, retry, attempt, candidate, winner, observe,
               reconcile, and the porcelain's status, logs and cancel
   collect/    merging the winners into one dataset (tau-collect and its CPU job)
+  inputs/     a run's input dataset: indexed by tau-init, each attempt's rows cut from verified pieces
   bundle/     artifact bundles: seal, verify, fetch, Blob storage, where a bundle is
   k8s/        Kubernetes workload status (tau-observe --kubernetes)
   executors/  the one table of executors, the roles an engine plays, and a package per executor (local, slurm)

@@ -224,3 +224,31 @@ def test_a_run_over_an_input_names_neither_records_nor_needs_them(workspace):
     assert shared["sha256"] == hashlib.sha256(data[shared["offset"]:]).hexdigest()
     assert all(p["sha256"] == hashlib.sha256(data[p["offset"]:p["offset"] + p["length"]]).hexdigest()
                for p in entry["pieces"])
+
+
+def _jsonl(workspace, lines: list[bytes]):
+    source = workspace / "input"
+    source.mkdir()
+    (source / "a.jsonl").write_bytes(b"".join(lines))
+    return source
+
+
+@pytest.mark.parametrize("late, kind", [(b'{"id": 2.5}\n', "double"), (b'{"id": 7}\n', "int64")])
+def test_a_kept_json_column_is_typed_by_every_row_not_by_the_first_ones(workspace, late, kind):
+    # the first MiB holds ints (or nulls only): Arrow reads the rest at the type they show, and where a later row
+    # says more (a float among ints, the first value after nulls), the file is read again line by line
+    first = b'{"id": 1, "pad": "' + b"x" * 100 + b'"}\n' if kind == "double" else b'{"id": null, "p": 0}\n'
+    source = _jsonl(workspace, [first] * 20_000 + [late])
+    proc = init(workspace / "run", request(source))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((workspace / "run" / "input.json").read_text())["keep"] == [{"name": "id", "type": kind}]
+
+
+@pytest.mark.parametrize("bad, why", [(b'{"id": 1} {"id": 2}\n', "is not JSON (unexpected content after document"),
+                                      (b"\n", "is blank")])
+def test_a_bad_json_line_past_the_first_mib_is_named_though_arrow_would_have_read_it(workspace, bad, why):
+    row = b'{"id": 1, "pad": "' + b"x" * 100 + b'"}\n'
+    source = _jsonl(workspace, [row] * 20_000 + [bad, row])
+    message = refused(workspace, request(source))
+    assert message.startswith(f"tau-init: plan on standard input: input {source / 'a.jsonl'} line 20001 {why}"), \
+        message

@@ -65,7 +65,8 @@ def test_each_of_17_shards_gets_exactly_its_rows_in_order_and_the_collection_kee
     doc = run_to_the_end(run_dir)
     assert doc["state"] == "succeeded", doc["counts"]
     plan = plan_of(run_dir)
-    assert plan["shard_count"] == 17 and plan["input"] == {"path": str(source), "format": fmt}
+    assert plan["shard_count"] == 17 and plan["input"] == {"path": str(source), "format": fmt,
+                                                           "piece_bytes": 64 << 20}
     for index_ in range(17):
         start, end = shard_range(plan, index_)
         got = read(attempt_dir(run_dir, index_) / f"input.{fmt}", fmt)
@@ -289,3 +290,30 @@ def test_a_changed_input_does_not_change_init_of_an_existing_run_but_a_different
                                          "run directory")
     shutil.rmtree(source)
     assert os.path.exists(run_dir / "input.json")
+
+
+def test_parquet_columns_of_any_type_are_kept_as_the_input_has_them(workspace):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = workspace / "input"
+    source.mkdir()
+    table = pa.table({"id": pa.array(range(300), pa.int32()),
+                      "meta": pa.array([{"a": i, "b": [i, i + 1]} for i in range(300)]),
+                      "ts": pa.array([1_700_000_000_000_000 + i for i in range(300)], pa.timestamp("us", tz="UTC")),
+                      "prompt": [f"p{i}" for i in range(300)]})
+    pq.write_table(table, source / "x.parquet", row_group_size=50)
+    run_dir = workspace / "run"
+    made = init(run_dir, request(source, shards=4, output={"keep_input": ["meta", "ts"]}))
+    assert made.returncode == 0, made.stderr
+    assert index_of(run_dir)["keep"] == [{"name": "meta", "type": "struct<a: int64, b: list<element: int64>>"},
+                                         {"name": "ts", "type": "timestamp[us, tz=UTC]"}]
+    assert run_to_the_end(run_dir)["state"] == "succeeded"
+    dest = workspace / "out"
+    assert tau("tau-collect", str(run_dir), "--destination", str(dest)).returncode == 0
+    import pyarrow.dataset as ds
+
+    got = ds.dataset(str(dest), format="parquet").to_table()
+    assert got.schema.names == ["meta", "ts", "seen_id", "answer"]
+    assert got.column("meta").to_pylist() == table.column("meta").to_pylist()
+    assert got.column("ts").equals(table.column("ts"))

@@ -236,7 +236,8 @@ class WindowsAllRequired(TypedDict):
 
 
 TerminalWithAClassificationMissing = TypedDict("TerminalWithAClassificationMissing", {
-    "classification": Literal["succeeded", "failed"], "code": NotRequired[Literal["image_changed"]],
+    "classification": Literal["succeeded", "failed"],
+    "code": NotRequired[Literal["image_changed", "input_changed", "input_unreadable"]],
     "exit_code": int | None, "reason": str})
 
 

@@ -66,7 +66,11 @@ def join(run: Run, attempt: Record, input_sha256: str, rows: int) -> str | None:
             if clash:
                 return (f"the client wrote a column {clash[0]!r} (in {name}), which output.keep_input adds from the "
                         "input; rename it")
-        schema = pa.schema([pa.field(f["name"], _arrow_type(f["type"])) for f in index["keep"]])
+        if index["format"] == "parquet":  # the input's own types, whatever they are (nested, timestamps, ...)
+            own = pq.read_schema(f"/proc/self/fd/{fd}")
+            schema = pa.schema([own.field(name) for name in kept])
+        else:
+            schema = pa.schema([pa.field(f["name"], _arrow_type(f["type"])) for f in index["keep"]])
         taker = _Taker(_kept(index, fd, schema))
         for name, pf in files:
             _join_file(run, f"{dataset}/{name}", pf, taker, schema)
@@ -78,10 +82,10 @@ def join(run: Run, attempt: Record, input_sha256: str, rows: int) -> str | None:
 
 
 def _arrow_type(name: str) -> Any:
+    """The Arrow type of a kept text column (`rules.inputs.json_type`'s names; CSV's are all string)."""
     import pyarrow as pa
 
-    return {"string": pa.string(), "int64": pa.int64(), "double": pa.float64(), "bool": pa.bool_()}.get(name) \
-        or pa.type_for_alias(name)
+    return {"string": pa.string(), "int64": pa.int64(), "double": pa.float64(), "bool": pa.bool_()}[name]
 
 
 def _join_file(run: Run, rel: str, pf: Any, taker: _Taker, schema: Any) -> None:

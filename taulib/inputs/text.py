@@ -2,10 +2,10 @@
 
 Index (tau-init): one read of each file, its sha256 and its pieces' (a piece ends at the first row end PIECE_BYTES
 bytes or more after its start) computed on a second thread (`source.Beside`) while this one finds the row ends
-(`inputs.rows`) and checks the rows: every JSON line an object (a blank line is not one), every kept column of
-scalars of one type; a CSV file's header row is its `shared` range, every file's names the same, and its rows are
-counted again by Arrow's CSV reader (every row with the header's number of fields, a quoted field closed), which
-must find the rows tau found.
+(`inputs.rows`); then the rows are checked: every JSON line an object (a blank line is not one), every kept column
+of scalars of one type (by Arrow's JSON reader, or line by line where it cannot say); a CSV file's header row is its
+`shared` range, every file's names the same, and its rows are counted again by Arrow's CSV reader (every row with
+the header's number of fields, a quoted field closed), which must find the rows tau found.
 Cut (the allocation): the needed pieces read in order, each hashed whole as it is read, the bytes of the shard's
 rows written as they are (one header first, for CSV); a file whose last row has no newline gets one, so the rows of
 the next file start on their own line.
@@ -75,9 +75,11 @@ class _Lines:
                         raise TypeError
                     for name, add in pairs:
                         add(type(value.get(name)))
+            found = dict(self.keep)
             for name, seen in zip(names, kinds, strict=True):
                 for kind in seen:
-                    self.keep[name] = rules.json_type(self.keep[name], _SAMPLES[kind])
+                    found[name] = rules.json_type(found[name], _SAMPLES[kind])
+            self.keep.update(found)
         except (self.error, TypeError, ValueError):
             self._slowly(lines, first)
 
@@ -134,7 +136,6 @@ def index_file(path: str, shown: str, fmt: str, row_start: int, keep: dict[str, 
                        f"{exc.strerror if isinstance(exc, OSError) else exc}", path=shown) from None
     whole = source.Beside()
     rows = Rows(quoted=fmt == "csv")
-    lines = _Lines(shown, keep) if fmt == "jsonl" else None
     pieces: list[Record] = []
     shared, names = None, None
     size, count = 0, 0  # bytes read, rows ended
@@ -160,8 +161,6 @@ def index_file(path: str, shown: str, fmt: str, row_start: int, keep: dict[str, 
                 stop = len(data) if end is None else end
                 parts.append((piece.sha, view[pos:stop]))
                 piece.rows += rows.count(data, pos, stop)
-                if lines is not None:
-                    lines.feed(data[pos:stop])
                 if end is None:
                     break
                 pieces.append(piece.closed(size + end, row_start + count))
@@ -170,8 +169,6 @@ def index_file(path: str, shown: str, fmt: str, row_start: int, keep: dict[str, 
                 pos = end
             whole.update(data, parts)
             size += len(data)
-        if lines is not None:
-            lines.finish()
         if rows.inside:
             raise BadInput(f"plan on standard input: input {shown} ends inside a quoted field (a quote never "
                            "closed)", path=shown)
@@ -184,7 +181,9 @@ def index_file(path: str, shown: str, fmt: str, row_start: int, keep: dict[str, 
         digest = whole.hexdigest()
         for entry in pieces:
             entry["sha256"] = entry["sha256"].hexdigest()  # every piece's bytes are hashed now
-        if fmt == "csv":
+        if fmt == "jsonl":
+            _check_jsonl(fd, shown, count, keep)
+        else:
             if names is None:
                 raise BadInput(f"plan on standard input: input {shown} is empty; a CSV input's files start with a "
                                "header row", path=shown)
@@ -209,6 +208,43 @@ class _Piece:
         """Its entry, whose sha256 is its hash object until the second thread has hashed all its bytes."""
         return {"offset": self.offset, "length": end - self.offset, "sha256": self.sha, "row_start": row_start,
                 "rows": self.rows}
+
+
+def _check_jsonl(fd: int, shown: str, count: int, keep: dict[str, str | None]) -> None:
+    """Every JSON line an object, and the kept columns' types: read by Arrow's JSON reader (C++, on every core),
+    each kept column at the type its first rows show; Arrow's word is taken only when it found the rows tau found
+    and converted every kept value, else the file is read again line by line (`_Lines`), which names the line that
+    is wrong, or finds the types (ints and floats mixed make a double) where Arrow was only stricter."""
+    import pyarrow as pa
+    import pyarrow.json as pajson
+
+    sample = _Lines(shown, dict.fromkeys(keep))
+    head, newline, _ = os.pread(fd, 1 << 20, 0).rpartition(b"\n")
+    if newline:
+        sample.feed(head + newline)  # the first rows (a wrong one among them is named now)
+    guessed = {name: kind or "string" for name, kind in sample.keep.items()}
+    types = {"int64": pa.int64(), "double": pa.float64(), "string": pa.string(), "bool": pa.bool_()}
+    schema = pa.schema([(name, types[kind]) for name, kind in guessed.items()])
+    found, valued = 0, set[str]()
+    os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            reader = pajson.open_json(fh, read_options=pajson.ReadOptions(block_size=16 << 20),
+                                      parse_options=pajson.ParseOptions(explicit_schema=schema,
+                                                                        unexpected_field_behavior="ignore"))
+            for batch in reader:
+                found += batch.num_rows
+                valued.update(name for name in guessed if batch.column(name).null_count < batch.num_rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        found = -1
+    if found == count:
+        keep.update({name: guessed[name] if name in valued else None for name in keep})
+        return
+    lines = _Lines(shown, keep)  # the authority: names the line, or finds the types Arrow would not guess
+    os.lseek(fd, 0, os.SEEK_SET)
+    while data := os.read(fd, source.READ):
+        lines.feed(data)
+    lines.finish()
 
 
 def _check_csv(fd: int, shown: str, names: list[str], count: int) -> None:

@@ -93,7 +93,8 @@ def resolve_plan(request: Record, run_id: str, site: Record | None = None, input
         "retry": dict(budget.DEFAULTS, **request.get("retry", {})),
     }
     if input_index is not None:  # a plan without an input is exactly what it was before inputs existed
-        plan["input"] = {"path": input_index["path"], "format": input_index["format"]}
+        plan["input"] = {"path": input_index["path"], "format": input_index["format"],
+                         "piece_bytes": input_index["piece_bytes"]}
     if "services" in request:  # a plan without services is exactly what it was before services existed
         plan["services"] = service_rules.resolve(request["services"])
     _resolve_images(request, plan)

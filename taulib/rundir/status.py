@@ -128,7 +128,8 @@ def shard_entry(run: Run, view: state.ShardView, now: float, figures: dict[tuple
     log = words = None
     if decision.state in rollup.DEGRADED and attempt is not None:
         rel = layout.attempt_file(view.shard_id, attempt["attempt_id"], "client.log")
-        log, words = os.path.join(run.path, rel), _last_words(run, rel)
+        if run.dir.exists(rel):  # none when the client never started (its preflight, its image, its input)
+            log, words = os.path.join(run.path, rel), _last_words(run, rel)
     following = decision.next
     return {
         "id": view.shard_id,
