@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from containers import PODMAN, RUNTIME_ARGS, container_name, container_pids, containers_of, images
-from services_fixtures import SERVER, record, running, services_plan
+from services_fixtures import SERVER, attempt_dir, record, running, services_plan
 
 from helpers import CLIENT, ROOT, error_of, init_run, plan, settle, snapshot, start_paused, tau, wait_for
 
@@ -371,3 +371,29 @@ def test_an_image_file_podman_does_not_hold_is_loaded_once_then_run_by_its_id(wo
     finally:
         subprocess.run([*own, "system", "reset", "--force"], capture_output=True, check=False)
         shutil.rmtree(store, ignore_errors=True)
+
+
+def test_a_client_in_a_pinned_image_reads_its_rows_and_the_source_only_read_only_at_its_own_path(workspace):
+    from input_fixtures import CLIENT as INPUT_CLIENT
+    from input_fixtures import read, request, rows, write
+
+    data = rows(600)
+    source = write(workspace / "input", "parquet", data, files=2, row_group=100)
+    clients = str(Path(INPUT_CLIENT).parent)
+    image = image_of(mounts=[{"host": clients, "container": clients}])
+    doc = request(source, shards=3, command=["python3", INPUT_CLIENT], image=image,
+                  env={"INPUT_CLIENT_SOURCE": "1"})
+    run_dir = init_run(workspace, plan_doc=doc)
+    doc = settle(run_dir) if tau("tau-submit", str(run_dir)).returncode == 0 else None
+    assert doc is not None and doc["state"] == "succeeded", doc and doc["shards"]
+    for index in range(3):
+        assert record(run_dir, "result.json", index)["image_digest"] == images()["client"]["digest"]
+        got = read(attempt_dir(run_dir, index) / "input.parquet", "parquet")
+        assert got == data[index * 200:(index + 1) * 200]
+        checked = json.loads((attempt_dir(run_dir, index) / "source-check.json").read_text())
+        assert checked == {"head": "PAR1", "append": "Read-only file system"}
+    dest = workspace / "out"
+    assert tau("tau-collect", str(run_dir), "--destination", str(dest)).returncode == 0
+    import pyarrow.dataset as ds
+
+    assert ds.dataset(str(dest), format="parquet").to_table().column("id").to_pylist() == list(range(600))

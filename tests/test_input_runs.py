@@ -317,3 +317,34 @@ def test_parquet_columns_of_any_type_are_kept_as_the_input_has_them(workspace):
     assert got.schema.names == ["meta", "ts", "seen_id", "answer"]
     assert got.column("meta").to_pylist() == table.column("meta").to_pylist()
     assert got.column("ts").equals(table.column("ts"))
+
+
+def test_a_run_over_a_dataset_with_a_model_service_cuts_each_shard_s_rows_before_its_service_starts(
+        workspace, data, tmp_path):
+    from services_fixtures import services_plan
+
+    source = workspace / "input"
+    source.mkdir()
+    questions = [{"uid": f"q{r['id']}", "question": r["prompt"]} for r in data[:60]]
+    (source / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    pids = tmp_path / "pids"
+    doc = services_plan(pids, shards=2, backends=1, input={"path": str(source)}, output={"keep_input": ["uid"]})
+    del doc["records"]
+    run_dir = workspace / "run"
+    made = init(run_dir, doc)
+    assert made.returncode == 0, made.stderr
+    assert run_to_the_end(run_dir)["state"] == "succeeded"
+    for index in range(2):
+        folder = attempt_dir(run_dir, index)
+        got = [json.loads(line) for line in (folder / "input.jsonl").read_text().splitlines()]
+        assert got == questions[index * 30:(index + 1) * 30]
+        started = (pids / f"shard-{index:05d}-attempt-0001-generator-1.pid").stat().st_mtime  # the backend's
+        assert (folder / "input.jsonl").stat().st_mtime <= started  # cut before any backend started
+        readiness = json.loads((folder / "readiness.json").read_text())
+        assert readiness["schema_version"] == 2 and readiness["state"] == "stopped"
+    dest = workspace / "out"
+    assert tau("tau-collect", str(run_dir), "--destination", str(dest)).returncode == 0
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(str(dest), format="parquet").to_table()
+    assert table.schema.names[0] == "uid" and table.column("uid").to_pylist() == [q["uid"] for q in questions]

@@ -2,7 +2,9 @@
 """A client of a run over a dataset: reads its shard's rows from TAU_INPUT_FILE (in TAU_INPUT_FORMAT), writes one
 answer per row (`seen_id`: the id it read, `answer`: the prompt upper-cased) as two Parquet files. Environment:
 INPUT_CLIENT_DROP=N writes N rows fewer; INPUT_CLIENT_TOUCH=1 appends to TAU_INPUT_FILE before exiting;
-INPUT_CLIENT_RECORD=FOLDER writes the variables it got there (by shard)."""
+INPUT_CLIENT_RECORD=FOLDER writes the variables it got there (by shard); INPUT_CLIENT_SOURCE=1 reads the first
+source file TAU_INPUT_PIECES names, tries to append to it, and says what happened in source-check.json beside
+TAU_OUTPUT_DIR."""
 
 import csv
 import json
@@ -33,3 +35,16 @@ record = os.environ.get("INPUT_CLIENT_RECORD")
 if record:
     with open(os.path.join(record, os.environ["TAU_SHARD_ID"] + ".json"), "w") as fh:
         json.dump({k: v for k, v in os.environ.items() if k.startswith("TAU_INPUT_")}, fh)
+if os.environ.get("INPUT_CLIENT_SOURCE"):
+    with open(os.environ["TAU_INPUT_PIECES"]) as fh:
+        first = json.load(fh)["files"][0]["path"]
+    with open(first, "rb") as fh:
+        head = fh.read(4).decode("latin-1")
+    try:
+        with open(first, "ab"):
+            pass
+        appended = "yes"
+    except OSError as exc:
+        appended = exc.strerror
+    with open(os.path.join(os.path.dirname(out), "source-check.json"), "w") as fh:
+        json.dump({"head": head, "append": appended}, fh)
