@@ -32,12 +32,11 @@ PIECES = "input-pieces.json"
 
 
 class Cut(NamedTuple):
-    """What the cut gave the client (its variables) and how to check the file later (its sha256 and rows), or why
-    it failed (`code`, `error`)."""
+    """What the cut gave the client (its variables) and how to check the file later (its sha256), or why it failed
+    (`code`, `error`)."""
 
     variables: dict[str, str]
     sha256: str | None
-    rows: int
     code: str | None = None
     error: str | None = None
 
@@ -82,7 +81,7 @@ def prepare(run: Run, attempt: Record, stopping: Callable[[], None]) -> Cut:
     except (source.Changed, source.Unreadable) as exc:
         _abandon(run, sink, rel)
         code = "input_changed" if isinstance(exc, source.Changed) else "input_unreadable"
-        return Cut({}, None, 0, code, f"{exc.message}; the client was not started")
+        return Cut({}, None, code, f"{exc.message}; the client was not started")
     except BaseException:
         _abandon(run, sink, rel)
         raise
@@ -91,7 +90,7 @@ def prepare(run: Run, attempt: Record, stopping: Callable[[], None]) -> Cut:
     path = os.path.join(run.path, rel)
     return Cut({"TAU_INPUT_FILE": path, "TAU_INPUT_FORMAT": fmt, "TAU_INPUT_PIECES": os.path.join(run.path,
                                                                                                   pieces_rel)},
-               sink.sha.hexdigest(), end - start)
+               sink.sha.hexdigest())
 
 
 def _abandon(run: Run, sink: object, rel: str) -> None:
