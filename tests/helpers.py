@@ -86,19 +86,24 @@ def check_printed(stdout: str, command: str) -> int:
 
 
 def tau_on_terminal(command: str, *args: str, env: dict | None = None,
-                    timeout: float = 120) -> tuple[int, str, str]:
+                    timeout: float = 120, input: str | None = None) -> tuple[int, str, str]:
     """Run a tau command with its standard error on a real pseudo-terminal (the `pty` module's slave; standard
-    output a pipe): (exit code, standard output, everything the terminal received, as text)."""
+    output a pipe; standard input `input`, or nothing): (exit code, standard output, everything the terminal
+    received, as text)."""
     import pty
     import select
     import threading
 
     master, slave = pty.openpty()
     try:
-        proc = subprocess.Popen([str(BIN / command), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=slave, env=env_for_tests(env))
+        proc = subprocess.Popen([str(BIN / command), *args], stdin=subprocess.DEVNULL if input is None else
+                                subprocess.PIPE, stdout=subprocess.PIPE, stderr=slave, env=env_for_tests(env))
     finally:
         os.close(slave)
+    if input is not None:
+        assert proc.stdin is not None
+        proc.stdin.write(input.encode())
+        proc.stdin.close()
     out: list[bytes] = []
     reader = threading.Thread(target=lambda: out.append(proc.stdout.read()))
     reader.start()

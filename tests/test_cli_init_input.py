@@ -252,3 +252,13 @@ def test_a_bad_json_line_past_the_first_mib_is_named_though_arrow_would_have_rea
     message = refused(workspace, request(source))
     assert message.startswith(f"tau-init: plan on standard input: input {source / 'a.jsonl'} line 20001 {why}"), \
         message
+
+
+def test_on_a_terminal_tau_init_shows_its_indexing_and_prints_only_its_json(workspace):
+    from helpers import tau_on_terminal
+
+    source = write(workspace / "input", "parquet", rows(2000), files=2)
+    code, out, terminal = tau_on_terminal("tau-init", str(workspace / "run"), input=json.dumps(request(source)))
+    assert code == 0, terminal
+    assert json.loads(out)["records"] == 2000
+    assert "indexing the input" in terminal and "2/2 files" in terminal, terminal

@@ -13,7 +13,7 @@ subfolder or a symlink in the folder, an unreadable row of a text file, a kept c
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from taulib.errors import BadInput, NotFound
 from taulib.rules import fields as rules_fields
@@ -76,10 +76,19 @@ def _refuse_compressed(name: str) -> None:
 
 def build(asked: Record, keep: list[str], run_id: str, piece_bytes: int = rules.PIECE_BYTES) -> Record:
     """The input index of `asked` ({path, format}) for run `run_id`, keeping the columns `keep`."""
-    from taulib.inputs import parquet, text
+    from taulib import progress
 
     path = os.path.abspath(asked["path"])
     real, names, fmt = files(path, asked.get("format"))
+    total = sum(os.path.getsize(os.path.join(real, name) if name else real) for name in names)
+    with progress.Meter("indexing the input", unit="files", total_count=len(names), total_bytes=total) as meter:
+        return _build(path, real, names, fmt, keep, run_id, piece_bytes, meter)
+
+
+def _build(path: str, real: str, names: list[str], fmt: str, keep: list[str], run_id: str, piece_bytes: int,
+           meter: Any) -> Record:
+    from taulib.inputs import parquet, text
+
     entries: list[Record] = []
     first_schema, first_names, first_shown = None, None, ""
     columns: list[dict[str, str]] | None = None
@@ -89,7 +98,7 @@ def build(asked: Record, keep: list[str], run_id: str, piece_bytes: int = rules.
         where = os.path.join(real, name) if name else real
         shown = os.path.join(path, name) if name else path
         if fmt == "parquet":
-            entry, schema = parquet.index_file(where, shown, row)
+            entry, schema = parquet.index_file(where, shown, row, meter)
             if first_schema is None:
                 first_schema, first_shown, columns = schema, shown, parquet.fields(schema)
             elif not schema.equals(first_schema):
@@ -98,7 +107,7 @@ def build(asked: Record, keep: list[str], run_id: str, piece_bytes: int = rules.
                 raise BadInput(f"plan on standard input: input {shown} has another schema than {first_shown}: "
                                f"{rules_fields.describe(differ)}", path=shown)
         else:
-            entry, header = text.index_file(where, shown, fmt, row, json_keep, piece_bytes)
+            entry, header = text.index_file(where, shown, fmt, row, json_keep, piece_bytes, meter)
             if header is not None:
                 if first_names is None:
                     first_names, first_shown = header, shown
@@ -108,6 +117,7 @@ def build(asked: Record, keep: list[str], run_id: str, piece_bytes: int = rules.
                                    f"{first_shown}'s ({', '.join(first_names)})", path=shown)
         entry["name"] = name
         entries.append(entry)
+        meter.add(count=1)
         row += entry["rows"]
     if row == 0:
         raise BadInput(f"plan on standard input: input {path!r} has no rows", path=path)

@@ -65,8 +65,10 @@ def groups(meta: Any) -> list[tuple[int, int, int]]:
     return out
 
 
-def index_file(path: str, shown: str, row_start: int) -> tuple[Record, Any]:
-    """(the file's index entry, its Arrow schema) of one Parquet file whose first row is the input's `row_start`."""
+def index_file(path: str, shown: str, row_start: int, read: Callable[[int], object] | None = None
+               ) -> tuple[Record, Any]:
+    """(the file's index entry, its Arrow schema) of one Parquet file whose first row is the input's `row_start`;
+    `read` is told the bytes of each read (a progress meter)."""
     try:
         fd = source.open_file(path)
     except (OSError, ValueError) as exc:
@@ -88,6 +90,8 @@ def index_file(path: str, shown: str, row_start: int) -> tuple[Record, Any]:
         try:
             while data := os.pread(fd, source.READ, done):
                 whole.update(data)
+                if read is not None:
+                    read(len(data))
                 view = memoryview(data)
                 for sha, (a, b) in zip(hashes, spans, strict=True):  # few spans meet a read: the others are passed
                     if a < done + len(data) and done < b:

@@ -126,9 +126,11 @@ def header_names(header: bytes, shown: str) -> list[str]:
 
 
 def index_file(path: str, shown: str, fmt: str, row_start: int, keep: dict[str, str | None],
-               piece_bytes: int = rules.PIECE_BYTES) -> tuple[Record, list[str] | None]:
+               piece_bytes: int = rules.PIECE_BYTES, read: Callable[[int], object] | None = None
+               ) -> tuple[Record, list[str] | None]:
     """(the file's index entry, its CSV header's names or None) of one JSON lines or CSV file whose first row is
-    the input's `row_start`; `keep`'s types are found as the rows are read (JSON lines)."""
+    the input's `row_start`; `keep`'s types are found as the rows are read (JSON lines); `read` is told the bytes of
+    each read (a progress meter)."""
     try:
         fd = source.open_file(path)
     except (OSError, ValueError) as exc:
@@ -143,6 +145,8 @@ def index_file(path: str, shown: str, fmt: str, row_start: int, keep: dict[str, 
     try:
         while data := os.read(fd, source.READ):
             view, parts = memoryview(data), []  # the pieces' bytes of this read, hashed with it on the second thread
+            if read is not None:
+                read(len(data))
             pos = 0
             if fmt == "csv" and names is None:
                 end = rows.end_from(data, 0, 0)
