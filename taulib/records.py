@@ -90,7 +90,7 @@ class PlanOutput(TypedDict):  # output: the dataset's format and partitions
     tasks: NotRequired[int]
 
 
-PlanInput = TypedDict("PlanInput", {"format": Literal["parquet", "jsonl", "csv"], "path": str, "piece_bytes": int})
+PlanInput = TypedDict("PlanInput", {"format": Literal["parquet", "csv", "jsonl"], "path": str, "piece_bytes": int})
 
 
 class PlanRetry(TypedDict):  # retry: the attempt budget

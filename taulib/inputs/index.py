@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 def files(path: str, asked: str | None) -> tuple[str, list[str], str]:
     """(the input's real path, its files' names in reading order ([""] for a single file), its format)."""
+    if asked is not None and asked not in rules.FORMATS:  # the schema names the formats tau writes; these it reads
+        raise BadInput(f"plan on standard input: input.format {asked!r} is not one tau reads "
+                       f"({', '.join(rules.FORMATS)})")
     if not os.path.exists(path):
         raise NotFound(f"plan on standard input: input {path!r} does not exist", path=path)
     real = os.path.realpath(path)

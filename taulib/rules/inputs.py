@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-FORMATS = ("parquet", "jsonl", "csv")
+FORMATS = ("parquet", "csv", "jsonl")
 SUFFIXES = {".parquet": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip", ".lz4", ".snappy")  # refused: no byte range of one is a row
 PIECE_BYTES = 64 << 20  # a text file's piece ends at the first row boundary this many bytes after its start
