@@ -39,6 +39,7 @@ def test_hidden_files_and_markers_are_passed_over(name, skip):
 def test_a_shard_needs_the_pieces_whose_rows_meet_its_range_and_never_an_empty_one():
     assert inputs.needed(index(), 0, 10) == [(0, [0])]
     assert inputs.needed(index(), 9, 11) == [(0, [0, 1])]
+    assert inputs.needed(index(), 10, 20) == [(0, [1])]  # a piece that ends where the shard starts is not read
     assert inputs.needed(index(), 25, 35) == [(0, [2]), (2, [1])]  # b has no rows; c's first piece none
     assert inputs.needed(index(), 30, 45) == [(2, [1])]
     assert inputs.needed(index(), 45, 50) == []
@@ -112,4 +113,5 @@ def test_a_plan_s_records_are_its_input_s_rows_and_a_given_count_must_be_them():
     with pytest.raises(ValueError) as err:
         inputs.records({"input": {"path": "x"}, "output": {"keep_input": ["id"], "schema": [
             {"name": "id", "type": "int64"}]}}, {"rows": 2})
-    assert str(err.value).startswith("keeps input column 'id' (output.keep_input) and declares it in output.schema")
+    assert str(err.value) == ("keeps input column 'id' (output.keep_input) and declares it in output.schema too: the "
+                              "schema declares the client's columns, and tau places the kept ones before them")
