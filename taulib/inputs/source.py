@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 READ = 4 << 20  # bytes read at a time
 
@@ -57,13 +59,17 @@ class Beside:
 
     def __init__(self) -> None:
         self.sha = hashlib.sha256()
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="tau-input-hash")
+        self.pool = ThreadPoolExecutor(2, thread_name_prefix="tau-input-hash")  # the hashes, and one task (`run`)
         self.pending: Future[None] | None = None
 
     def update(self, chunk: bytes, parts: list[tuple[Any, memoryview]] | None = None) -> None:
         """Hash `chunk`, then each (hash, bytes) of `parts`, on the second thread."""
         self._wait()
         self.pending = self.pool.submit(self._hash, chunk, parts or [])
+
+    def run(self, task: Callable[..., T], *args: Any) -> Future[T]:
+        """Run one more task beside the hashes (a reader in C++ that lets go of the interpreter lock too)."""
+        return self.pool.submit(task, *args)
 
     def _hash(self, chunk: bytes, parts: list[tuple[Any, memoryview]]) -> None:
         self.sha.update(chunk)

@@ -18,6 +18,7 @@ import csv
 import hashlib
 import io
 import os
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from taulib.errors import BadInput
@@ -140,6 +141,7 @@ def index_file(path: str, shown: str, fmt: str, row_start: int, keep: dict[str, 
     rows = Rows(quoted=fmt == "csv")
     pieces: list[Record] = []
     shared, names = None, None
+    arrow: Future[int | Exception] | None = None
     size, count = 0, 0  # bytes read, rows ended
     piece = _Piece(0)
     try:
@@ -156,6 +158,7 @@ def index_file(path: str, shown: str, fmt: str, row_start: int, keep: dict[str, 
                                        f"than {source.READ} bytes)", path=shown)
                     end = len(data)  # a header and nothing else, without a newline
                 names = header_names(data[:end], shown)
+                arrow = whole.run(_arrow_rows, fd, names)  # its own pass, on the cores the hashes leave
                 rows.count(data, 0, end)
                 shared = {"offset": 0, "length": end, "sha256": hashlib.sha256(data[:end]).hexdigest()}
                 pos = piece.offset = end
@@ -191,7 +194,8 @@ def index_file(path: str, shown: str, fmt: str, row_start: int, keep: dict[str, 
             if names is None:
                 raise BadInput(f"plan on standard input: input {shown} is empty; a CSV input's files start with a "
                                "header row", path=shown)
-            _check_csv(fd, shown, names, count)
+            assert arrow is not None
+            _check_csv(fd, shown, names, count, arrow.result())
     finally:
         whole.close()
         os.close(fd)
@@ -251,24 +255,30 @@ def _check_jsonl(fd: int, shown: str, count: int, keep: dict[str, str | None]) -
     lines.finish()
 
 
-def _check_csv(fd: int, shown: str, names: list[str], count: int) -> None:
-    """Arrow's CSV reader reads every row (all as text) and finds the rows tau found (BadInput naming the row
-    else)."""
+def _arrow_rows(fd: int, names: list[str]) -> int | Exception:
+    """The rows Arrow's CSV reader reads in the file open as `fd` (every field as text), or why it could not: run
+    on a thread of its own beside the index's pass (Arrow lets go of the interpreter lock), through an open file of
+    its own (its own offset, the same file)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    os.lseek(fd, 0, os.SEEK_SET)
-    found = 0
     try:
-        with os.fdopen(os.dup(fd), "rb") as fh:
+        with open(f"/proc/self/fd/{fd}", "rb") as fh:
             reader = pacsv.open_csv(fh, read_options=pacsv.ReadOptions(block_size=1 << 22),
                                     parse_options=csv_parse_options(),
                                     convert_options=csv_convert_options(names, names))
-            for batch in reader:
-                found += batch.num_rows
+            rows: int = sum(batch.num_rows for batch in reader)
+            return rows
     except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeDecodeError) as exc:
+        return exc
+
+
+def _check_csv(fd: int, shown: str, names: list[str], count: int, found: int | Exception) -> None:
+    """Arrow's CSV reader read every row (all as text) and found the rows tau found (BadInput naming the row
+    else)."""
+    if isinstance(found, Exception):
         where = _bad_row(fd, len(names))
-        raise BadInput(f"plan on standard input: input {shown} has an unreadable row{where}: {str(exc)[:300]}",
+        raise BadInput(f"plan on standard input: input {shown} has an unreadable row{where}: {str(found)[:300]}",
                        path=shown) from None
     if found != count:
         raise BadInput(f"plan on standard input: input {shown}: tau found {count} rows and Arrow's CSV reader "
