@@ -45,11 +45,11 @@ tau-init "$work/run" <"$work/plan.json"
 say "tau-submit"
 tau-submit "$work/run" | json '"%s: %d tasks as job %s" % (d["submission_id"], len(d["tasks"]), d["job_id"])'
 
-wait_settled() {  # observe | reconcile until nothing is pending or running
+wait_settled() {  # observe | reconcile until nothing is pending, running, or won but its winner not yet published
   local deadline=$(( $(date +%s) + 300 )) status
   while :; do
     status=$(tau-observe "$work/run" | tau-reconcile "$work/run")
-    if [ "$(printf '%s' "$status" | json 'sum(d["counts"][k] for k in ("pending","running","accounting_lag"))')" = 0 ]; then
+    if [ "$(printf '%s' "$status" | json 'sum(d["counts"][k] for k in ("pending","running","accounting_lag","candidate"))')" = 0 ]; then
       printf '%s' "$status" | json '"run %s: %s %s" % (d["run_id"], d["state"], {k: v for k, v in d["counts"].items() if v})'
       return 0
     fi
