@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from services import finished_task  # bench/ is this script's folder, first on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / ".venv" / "bin"
 SIZE_MB = int(os.environ.get("BENCH_INPUT_MB", "2048"))
@@ -134,13 +136,7 @@ def main() -> int:
         run_dir = work / "run-0"
         subprocess.run([str(BIN / "tau-submit"), str(run_dir), "--shard", "shard-00000"], check=True,
                        capture_output=True, env=env)
-        record = run_dir / "submissions" / "submission-0001" / "local" / "task-00000.json"
-        deadline = time.monotonic() + 600
-        while not (record.exists() and json.loads(record.read_text())["state"] == "finished"):
-            if time.monotonic() > deadline:
-                raise SystemExit("bench: the shard did not finish")
-            time.sleep(0.2)
-        task = json.loads(record.read_text())
+        task = finished_task(run_dir, timeout=600)
         cut = run_dir / "shards" / "shard-00000" / "attempts" / "attempt-0001" / "input.parquet"
         if not cut.exists():
             raise SystemExit(f"bench: the shard cut no input file: {task}")

@@ -85,6 +85,19 @@ def tau_shard(work: Path, index: int) -> float:
     return local_shard(run_dir, plan)
 
 
+def finished_task(run_dir: Path, timeout: float = 120) -> dict:
+    """The record of the first task of the run's first submission under the local executor, once it finished."""
+    record = run_dir / "submissions" / "submission-0001" / "local" / "task-00000.json"
+    deadline = time.monotonic() + timeout
+    while True:
+        task = json.loads(record.read_text()) if record.exists() else None
+        if task is not None and task["state"] == "finished":
+            return task
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: the tau shard did not finish: {task}")
+        time.sleep(0.2)
+
+
 def local_shard(run_dir: Path, plan: dict) -> float:
     """The seconds a one-shard run of `plan` took on the local executor, from its task's start to its end as the
     supervisor recorded them (the run made at `run_dir`, submitted, waited for)."""
@@ -92,15 +105,7 @@ def local_shard(run_dir: Path, plan: dict) -> float:
     subprocess.run([str(BIN / "tau-init"), str(run_dir)], input=json.dumps(plan), text=True, check=True, env=env,
                    capture_output=True)
     subprocess.run([str(BIN / "tau-submit"), str(run_dir)], check=True, env=env, capture_output=True)
-    record = run_dir / "submissions" / "submission-0001" / "local" / "task-00000.json"
-    deadline = time.monotonic() + 120
-    while True:
-        task = json.loads(record.read_text()) if record.exists() else None
-        if task is not None and task["state"] == "finished":
-            break
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench: the tau shard did not finish: {task}")
-        time.sleep(0.2)
+    task = finished_task(run_dir)
     if task["exit_code"] != 0:
         raise SystemExit(f"bench: the tau shard failed: {task}")
     return float(task["usage"]["elapsed_seconds"])

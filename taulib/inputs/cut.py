@@ -25,6 +25,7 @@ from taulib.rundir import layout
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from taulib.collect.outputs import Sink
     from taulib.jsonio import Record
     from taulib.rundir.run import Run
 
@@ -93,10 +94,8 @@ def prepare(run: Run, attempt: Record, stopping: Callable[[], None]) -> Cut:
                sink.sha.hexdigest())
 
 
-def _abandon(run: Run, sink: object, rel: str) -> None:
-    from taulib.collect.outputs import Sink
-
-    assert isinstance(sink, Sink)
+def _abandon(run: Run, sink: Sink, rel: str) -> None:
+    """The partial input file closed and removed."""
     if not sink.closed:
         try:
             sink.fh.close()

@@ -91,6 +91,7 @@ def build(asked: Record, keep: list[str], run_id: str, piece_bytes: int = rules.
 def _build(path: str, real: str, names: list[str], fmt: str, keep: list[str], run_id: str, piece_bytes: int,
            meter: Any) -> Record:
     from taulib.inputs import parquet, text
+    from taulib.lifecycle.candidate import fields_of
 
     entries: list[Record] = []
     first_schema, first_names, first_shown = None, None, ""
@@ -103,10 +104,9 @@ def _build(path: str, real: str, names: list[str], fmt: str, keep: list[str], ru
         if fmt == "parquet":
             entry, schema = parquet.index_file(where, shown, row, meter)
             if first_schema is None:
-                first_schema, first_shown, columns = schema, shown, parquet.fields(schema)
+                first_schema, first_shown, columns = schema, shown, fields_of(schema)
             elif not schema.equals(first_schema):
-                differ = rules_fields.differences(parquet.fields(first_schema), parquet.fields(schema),
-                                                  f"{first_shown}'s")
+                differ = rules_fields.differences(fields_of(first_schema), fields_of(schema), f"{first_shown}'s")
                 raise BadInput(f"plan on standard input: input {shown} has another schema than {first_shown}: "
                                f"{rules_fields.describe(differ)}", path=shown)
         else:

@@ -70,7 +70,9 @@ def join(run: Run, attempt: Record, input_sha256: str, rows: int) -> str | None:
             own = pq.read_schema(f"/proc/self/fd/{fd}")
             schema = pa.schema([own.field(name) for name in kept])
         else:
-            schema = pa.schema([pa.field(f["name"], _arrow_type(f["type"])) for f in index["keep"]])
+            from taulib.inputs.text import arrow_type
+
+            schema = pa.schema([pa.field(f["name"], arrow_type(f["type"])) for f in index["keep"]])
         taker = _Taker(_kept(index, fd, schema))
         for name, pf in files:
             _join_file(run, f"{dataset}/{name}", pf, taker, schema)
@@ -79,13 +81,6 @@ def join(run: Run, attempt: Record, input_sha256: str, rows: int) -> str | None:
         for each in [fd, *opened]:
             os.close(each)
     return None
-
-
-def _arrow_type(name: str) -> Any:
-    """The Arrow type of a kept text column (`rules.inputs.json_type`'s names; CSV's are all string)."""
-    import pyarrow as pa
-
-    return {"string": pa.string(), "int64": pa.int64(), "double": pa.float64(), "bool": pa.bool_()}[name]
 
 
 def _join_file(run: Run, rel: str, pf: Any, taker: _Taker, schema: Any) -> None:

@@ -44,11 +44,6 @@ def _metadata(fd: int, shown: str) -> Any:
                        path=shown) from None
 
 
-def fields(schema: Any) -> list[dict[str, str]]:
-    """An Arrow schema's fields, spelt as the run's output schema spells them."""
-    return [{"name": f.name, "type": str(f.type)} for f in schema]
-
-
 def groups(meta: Any) -> list[tuple[int, int, int]]:
     """(offset, length, rows) of each row group: from its first column chunk's first page to its last's end."""
     out = []
@@ -152,8 +147,7 @@ def cut(index: Record, root: str, slices: list[tuple[int, int, list[tuple[int, i
             finally:
                 os.close(copy_fd)
                 drop(name)
-        if writer is None:  # no rows (never: a shard has rows), yet a file all the same
-            writer = pq.ParquetWriter(out, pa.schema([]))
+        assert written, "a shard has rows"
     finally:
         if writer is not None:
             writer.close()

@@ -231,8 +231,7 @@ def _check_jsonl(fd: int, shown: str, count: int, keep: dict[str, str | None]) -
     if newline:
         sample.feed(head + newline)  # the first rows (a wrong one among them is named now)
     guessed = {name: kind or "string" for name, kind in sample.keep.items()}
-    types = {"int64": pa.int64(), "double": pa.float64(), "string": pa.string(), "bool": pa.bool_()}
-    schema = pa.schema([(name, types[kind]) for name, kind in guessed.items()])
+    schema = pa.schema([(name, arrow_type(kind)) for name, kind in guessed.items()])
     found, valued = 0, set[str]()
     os.lseek(fd, 0, os.SEEK_SET)
     try:
@@ -273,13 +272,20 @@ def _arrow_rows(fd: int, names: list[str]) -> int | Exception:
         return exc
 
 
+def arrow_type(name: str) -> Any:
+    """The Arrow type of a kept text column, by the name `rules.inputs.json_type` gives it (CSV's are all string)."""
+    import pyarrow as pa
+
+    return {"string": pa.string(), "int64": pa.int64(), "double": pa.float64(), "bool": pa.bool_()}[name]
+
+
 def _check_csv(fd: int, shown: str, names: list[str], count: int, found: int | Exception) -> None:
     """Arrow's CSV reader read every row (all as text) and found the rows tau found (BadInput naming the row
     else)."""
     if isinstance(found, Exception):
         where = _bad_row(fd, len(names))
         raise BadInput(f"plan on standard input: input {shown} has an unreadable row{where}: {str(found)[:300]}",
-                       path=shown) from None
+                       path=shown)
     if found != count:
         raise BadInput(f"plan on standard input: input {shown}: tau found {count} rows and Arrow's CSV reader "
                        f"{found}; tau cuts CSV rows by RFC 4180 quoting (a quote opens a field only as its first "

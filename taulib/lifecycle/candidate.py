@@ -63,7 +63,12 @@ def _parquet_facts(fd: int, shown: str) -> tuple[int, str, list[dict[str, str]]]
         except Exception as exc:  # pyarrow raises ArrowInvalid / OSError for a file that is not Parquet
             raise BadInput(f"{shown} is not a readable Parquet file: {exc}", path=shown) from None
         arrow = meta.schema.to_arrow_schema()
-        return meta.num_rows, schema_digest(arrow), [{"name": f.name, "type": str(f.type)} for f in arrow]
+        return meta.num_rows, schema_digest(arrow), fields_of(arrow)
+
+
+def fields_of(arrow_schema: pa.Schema) -> list[dict[str, str]]:
+    """An Arrow schema's fields, spelt as the run's output schema spells them ({name, type as Arrow prints it})."""
+    return [{"name": f.name, "type": str(f.type)} for f in arrow_schema]
 
 
 def _open_own_file(run_dir: RunDir, shown: str) -> int:
