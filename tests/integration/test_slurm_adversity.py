@@ -298,9 +298,11 @@ def test_the_collection_job_asks_for_no_gpu_whatever_sbatch_variables_its_submit
     assert "#SBATCH --gres=none" in directives and "#SBATCH --partition=debug" in directives, directives
     assert not [line for line in directives if "gpu" in line.lower()], directives
     job = record(run_dir, "collections/collection-0001/status.json")["job_id"]
-    # finished jobs stay for MinJobAge (300 s); COMPLETING (its epilog running) passes in a moment
+    # finished jobs stay for MinJobAge (300 s); RUNNING (the collection recorded, its batch script still exiting)
+    # and COMPLETING (its epilog running) pass in a moment
     shown = wait_until(lambda: (text := run_cmd("scontrol", "show", "job", job).stdout)
-                       and "JobState=COMPLETING" not in text and text, 30, "the collection job past COMPLETING")
+                       and "JobState=COMPLETING" not in text and "JobState=RUNNING" not in text and text, 30,
+                       "the collection job past RUNNING and COMPLETING")
     fields = dict(token.split("=", 1) for token in shown.split() if "=" in token)
     assert (fields["JobState"], fields["Partition"]) == ("COMPLETED", "debug"), shown
     assert "gpu" not in shown.lower() and "TresPerNode" not in fields, shown
