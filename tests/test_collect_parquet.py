@@ -187,12 +187,12 @@ def test_winners_whose_field_metadata_differs_are_refused_saying_how_and_nothing
 def test_winners_larger_than_the_input_buffer_are_read_through_their_descriptor_to_the_same_bytes(fitting, tmp_path,
                                                                                                   monkeypatch, fmt):
     import taulib.api as tau_api
-    from taulib.collect import inputs
+    from taulib.collect import budget, inputs
 
     run_dir = copy_run(fitting, tmp_path / "ws")
     buffered = run_dir.parent / "buffered"
     collect(run_dir, buffered, "--format", fmt)
-    monkeypatch.setattr(inputs, "INPUT_BUFFER", 1000)  # every winner: hashed, then copied or decoded from its fd
+    monkeypatch.setattr(budget, "CEILING", 0)  # no input buffer: each winner hashed, then copied or decoded from its fd
     monkeypatch.setattr(inputs, "READ_CHUNK", 4096)  # the scratch a winner is hashed and copied through
     through = run_dir.parent / "through"
     tau_api.open(run_dir).collect(through, fmt)
@@ -409,3 +409,18 @@ def test_put_and_drop_keep_the_fields_in_id_order():
     assert thrift.drop(changed, 3, 4) == [thrift.Field(1, thrift.I32, 6)]
     assert thrift.decode(thrift.encode(changed)) == changed
     assert struct == [thrift.Field(1, thrift.I32, 5), thrift.Field(4, thrift.BINARY, b"x")]  # copies, not changes
+
+
+@pytest.mark.parametrize("rows,values", [(1, 1), (2, 1), (2, 2), (4096, 2048), (4097, 2048), (4097, 2049),
+                                         (9000, 4500), (9000, 4501), (9000, 9000), (9000, 3)])
+def test_the_dictionary_rule_counted_by_hashes_decides_as_count_distinct_does(rows, values):
+    import pyarrow.compute as pc
+
+    rng = random.Random(rows * 31 + values)
+    for kind in (pa.string(), pa.large_string(), pa.binary()):
+        picked = [rng.randrange(values) for _ in range(rows)]
+        data = [None if p == 0 and rows > 2 else (f"v{p}".encode() if kind == pa.binary() else f"v{p}") for p in picked]
+        for column in (pa.array(data, kind), pa.chunked_array([pa.array(data[:rows // 2], kind),
+                                                               pa.array(data[rows // 2:], kind)])):
+            expected = pc.count_distinct(column, mode="all").as_py() <= parquet.DICTIONARY_SHARE * rows
+            assert parquet._repeat(column) == expected

@@ -43,15 +43,19 @@ tau-collect runs/demo --destination runs/demo-dataset --upload https://acct.blob
               help="Seal the dataset as one bundle generation before it is published, then upload it to this Blob "
                    "prefix (checked as tau-bundle-seal --upload checks it, before anything is written) and record "
                    "it in RUN/bundles/G.json; a failed upload is finished by running the same command again.")
+@click.option("--memory", metavar="SIZE",
+              help="The most memory each process writing a new collection may use, such as 512M or 2G (default "
+                   "256M, at least 128M): its readers, copy buffers and writers share it, whatever the winners' "
+                   "sizes; it changes no byte of the dataset.")
 @click.option("--wait", is_flag=True, help="Under Slurm, wait until the collection job has finished.")
 @click.option("--worker", "worker", metavar="COLLECTION_ID",
               help="Run as the collection's CPU job (inside the Slurm job tau-collect submitted; never by hand).")
 @common.progress_option
 @common.output_option
 def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partition: int | None, allow_missing: bool,
-        task_count: int | None, upload: str | None, wait: bool, worker: str | None, progress: bool | None,
-        output: str) -> None:
-    from taulib.collect import collection
+        task_count: int | None, upload: str | None, memory: str | None, wait: bool, worker: str | None,
+        progress: bool | None, output: str) -> None:
+    from taulib.collect import budget, collection
     from taulib.errors import UsageError
     from taulib.rundir.run import Run
 
@@ -59,16 +63,19 @@ def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partiti
         if destination or wait or fmt or rows_per_partition or allow_missing or task_count:
             raise UsageError("--worker takes none of --destination, --format, --rows-per-partition, --allow-missing, "
                              "--tasks and --wait (its collection's plan holds them)")
-        if upload:
-            raise UsageError("--worker takes no --upload (its collection's plan holds it)")
+        if upload or memory:
+            raise UsageError("--worker takes no --upload or --memory (its collection's plan holds them)")
         common.emit(collection.work(run_dir, worker))
         return
     if not destination:
         raise UsageError("missing option '--destination'")
+    size = None if memory is None else budget.parse(memory)
+    if memory is not None and size is None:
+        raise UsageError(f"--memory {memory!r} is not a size such as 512M or 2G")
     with Run(run_dir) as run:
         result = collection.collect(run, destination, wait=wait, fmt=fmt, rows_per_partition=rows_per_partition,
                                     progress=progress, allow_missing=allow_missing, task_count=task_count,
-                                    upload=upload)
+                                    upload=upload, memory=size)
     if output == "table":
         from taulib.collect import summary
 

@@ -35,7 +35,7 @@ import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import env, executors, failpoints, jsonio, signals
-from taulib.collect import array, bundle, formats, image, job, stage, tasks, winners
+from taulib.collect import array, budget, bundle, formats, image, job, stage, tasks, winners
 from taulib.collect.destination import authorise, open_parent, read_result, remove_stage, stage_name
 from taulib.collect.report import summary
 from taulib.errors import Busy, Conflict, Internal, Refused, UsageError
@@ -58,18 +58,23 @@ MAX_ROWS = (1 << 63) - 1  # what a JSON record's integer holds
 class Shape(NamedTuple):
     """What a collection's output looks like; `options` the ones given (None where the run's plan decides); `tasks`
     the most tasks it is split over (which changes no byte of it); `upload` the Blob prefix it is uploaded to
-    (tau-collect --upload, normalised; None: not uploaded)."""
+    (tau-collect --upload, normalised; None: not uploaded); `memory` the budget of each process that writes it, in
+    bytes (`collect.budget`; which changes no byte of it either)."""
     format: str
     rows_per_partition: int
     options: dict[str, str | int | None]
     tasks: int = 1
     upload: str | None = None
+    memory: int = budget.DEFAULT
 
 
 def shape(run: Run, fmt: str | None = None, rows_per_partition: int | None = None, task_count: int | None = None,
-          upload: str | None = None) -> Shape:
-    """The shape of a collection asked for with --format `fmt`, --rows-per-partition and --tasks (None: the
-    plan's); UsageError (2) for a value tau cannot write, before anything is read or written."""
+          upload: str | None = None, memory: int | None = None) -> Shape:
+    """The shape of a collection asked for with --format `fmt`, --rows-per-partition, --tasks (None: the plan's)
+    and --memory (None: the default budget); UsageError (2) for a value tau cannot write, before anything is read
+    or written."""
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < budget.LEAST):
+        raise UsageError(f"--memory {memory!r} is below the least a collection needs, {budget.LEAST >> 20} MiB")
     if task_count is not None and (isinstance(task_count, bool) or not 1 <= task_count <= tasks.MOST):
         raise UsageError(f"--tasks {task_count!r} is not a whole number from 1 to {tasks.MOST}")
     if fmt is not None and fmt not in formats.NAMES:
@@ -81,7 +86,7 @@ def shape(run: Run, fmt: str | None = None, rows_per_partition: int | None = Non
     output = run.plan["output"]
     return Shape(fmt or output["format"], rows_per_partition or output["rows_per_partition"],
                  {"format": fmt, "rows_per_partition": rows_per_partition}, task_count or output.get("tasks", 1),
-                 bundle.asked(upload))
+                 bundle.asked(upload), memory or budget.DEFAULT)
 
 
 def shape_of(plan: Record) -> tuple[str, int]:
@@ -90,21 +95,22 @@ def shape_of(plan: Record) -> tuple[str, int]:
 
 def collect(run: Run, destination: str, wait: bool = False, fmt: str | None = None,
             rows_per_partition: int | None = None, progress: bool | None = None, allow_missing: bool = False,
-            task_count: int | None = None, upload: str | None = None) -> Record:
+            task_count: int | None = None, upload: str | None = None, memory: int | None = None) -> Record:
     """Plan a collection and run it: inline under the local executor, as a CPU job under Slurm (returned as
     `submitted`; with `wait`, followed to its end and then reported as a later call would, but `created` still
     says whether this call planned it or found it planned). `fmt` and `rows_per_partition` choose its shape (None:
     the plan's); `progress` forces the progress line on or off (None: on when stderr is a terminal);
     `allow_missing` collects the winners there are, recording the shards without one, instead of refusing them;
     `task_count` the most tasks a new collection is split over (None: the plan's output.tasks, or one); `upload` a
-    Blob prefix to upload the dataset to, sealed (`collect.bundle`)."""
-    asked = shape(run, fmt, rows_per_partition, task_count, upload)
+    Blob prefix to upload the dataset to, sealed (`collect.bundle`); `memory` the budget, in bytes, of each
+    process that writes a new collection (None: `collect.budget.DEFAULT`; a resumed one keeps its plan's)."""
+    asked = shape(run, fmt, rows_per_partition, task_count, upload, memory)
     jobs = executors.of(run).collection_jobs()
     if jobs is None and image.wanted(run):  # its work is done here: by the tau in the client image
         where = authorise(run, destination)
         image.inside(run, where.path)
         given = [("--format", fmt), ("--rows-per-partition", rows_per_partition), ("--tasks", task_count),
-                 ("--upload", upload)]
+                 ("--upload", upload), ("--memory", memory)]
         args = ["--destination", where.path, *[str(a) for option, value in given if value is not None
                                                for a in (option, value)]]
         return image.run_inside(run, args + (["--allow-missing"] if allow_missing else []),
@@ -275,7 +281,7 @@ def _plan(run: Run, collection_id: str, destination: str, found: winners.Found, 
             "options": asked.options, "records": winners.records_of(run, [w.shard_id for w in found.winners]),
             "schema_digest": found.winners[0].manifest["schema_digest"],
             "shards": [{"shard_id": w.shard_id, "winner_sha256": w.winner_sha256} for w in found.winners],
-            "missing": found.missing}
+            "missing": found.missing, "memory": asked.memory}
     plan["tasks"] = len(stage.tasks(plan, found.winners, asked.tasks))  # at most one per partition
     inside = image.inside(run, destination)
     if inside is not None:  # run in the client image: its digest, and the dataset's path there

@@ -1,20 +1,21 @@
 """Reading a lane's winner files for a collection: each file read once, verified whole, decoded ahead of the writer.
 
 Reads: the winner files `first`..`last` of a collection, in order, through the run's own reader (`RunDir`). A file
-of at most INPUT_BUFFER bytes is read into one of BUFFERS buffers, hashed as it is read, and decoded or copied
-from those bytes; a larger one, or one met while both buffers are in use, is hashed in a first pass and decoded or
-copied from its descriptor in a second. Either way its size, sha256 and Parquet row count are
-compared with its manifest before a row of it is used (Conflict otherwise). Writes nothing.
+of at most `input_buffer` bytes (the lane's, from the memory budget: `collect.budget`) is read into one of BUFFERS
+buffers, hashed as it is read, and decoded or copied from those bytes; a larger one, or one met while both buffers
+are in use, is hashed in a first pass and decoded or copied from its descriptor in a second, READ_CHUNK bytes at a
+time (a row group to decode is read a column chunk's pages at a time, whatever its size). Either way its size,
+sha256 and Parquet row count are compared with its manifest before a row of it is used (Conflict otherwise).
+Writes nothing.
 Promises: `Inputs.read(piece)` gives exactly the rows of the piece, in order, in batches of at most READ_ROWS, but
 for a Parquet collection, a row group that lies wholly inside the piece and can be copied (`collect.parquet`),
 which it gives whole, undecoded, as a `parquet.Span`. A row group that no piece of the lane needs (another lane's,
 or rows before or after the lane's) is verified with its file but never decoded; one that a piece needs part of is
-decoded whole and the rest passed over. Read in place by the lane's thread, or
-(`threaded`) by a reader thread that reads, hashes and decodes while the lane's writer encodes; they hand batches
-over through a deque that each side polls (no lock or condition is waited on, so a stop signal can unwind the
-writer at any moment and leave nothing half taken).
-Memory: BUFFERS input buffers at most (each reused once no decoded batch or row group to copy refers to it, which
-spares the kernel the page faults of a fresh one) and QUEUE decoded batches or row groups.
+decoded whole and the rest passed over. Read by a reader thread of the lane's own, which reads, hashes and decodes
+while the lane's writer encodes; they hand batches over through a deque that each side polls (no lock or condition
+is waited on, so a stop signal can unwind the writer at any moment and leave nothing half taken).
+Memory: BUFFERS input buffers of at most `input_buffer` bytes (each reused once no decoded batch or row group to
+copy refers to it, which spares the kernel the page faults of a fresh one) and QUEUE decoded batches or row groups.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Generator, Iterator, NamedTuple
 
 from taulib import signals
 from taulib.collect import parquet
+from taulib.collect.budget import BUFFERS
 from taulib.errors import Conflict
 from taulib.rules import partition
 
@@ -36,11 +38,9 @@ if TYPE_CHECKING:
     from taulib.jsonio import Record
     from taulib.rundir.run import Run
 
-READ_ROWS = 16_384  # rows decoded at a time
-INPUT_BUFFER = 64 << 20  # winner files up to this size are read once; larger ones twice (hash, then decode)
+READ_ROWS = 8192  # rows decoded at a time (the reader holds them, and hands them over, a batch at a time)
 BUFFER_GRAIN = 4 << 20  # an input buffer's size is rounded up to this, so that files of about one size share it
-BUFFERS = 2  # input buffers a reader keeps: one read into while the writer still copies or decodes from the other
-READ_CHUNK = 4 << 20
+READ_CHUNK = 1 << 20  # bytes of a winner not held in memory read at a time (hashed, then copied or decoded)
 QUEUE = 1  # decoded batches in flight between the reader and the writer
 POLL = 0.0005  # seconds a side waits before looking at the hand-over again
 
@@ -63,7 +63,7 @@ class Inputs:
     piece, which another lane writes, are decoded and passed over)."""
 
     def __init__(self, run: Run, files: list[tuple[str, Record]], first: int, last: int, lanes_stop: threading.Event,
-                 needs: dict[int, list[tuple[int, int]]], copy: bool, threaded: bool = True) -> None:
+                 needs: dict[int, list[tuple[int, int]]], copy: bool, input_buffer: int) -> None:
         self.run, self.files, self.first, self.last = run, files, first, last
         self.needs = needs  # by file: the row ranges of the lane's pieces (row groups outside them are skipped)
         self.copy = copy  # row groups that fit are handed over whole, to be copied (Parquet)
@@ -77,8 +77,7 @@ class Inputs:
         self.done = False  # the current file's batches are all taken
         self.buffers: list[bytearray] = []  # the reader's input buffers, each reused once nothing refers to it
         self.scratches: dict[str, memoryview] = {}  # READ_CHUNK bytes each: a large file hashed, and copied
-        self.threaded = threaded  # a reader thread of its own, else the lane's thread reads in place
-        self.produced: Generator[Any, None, None] | None = None  # the items read in place
+        self.input_buffer = input_buffer  # files of at most this many bytes are read once, into a buffer
 
     def read(self, piece: partition.Piece) -> Iterator[Any]:
         """The rows [start, stop) of input `piece.file`, as record batches."""
@@ -113,8 +112,6 @@ class Inputs:
             self._drain_file()
 
     def close(self) -> None:
-        if self.produced is not None:
-            self.produced.close()
         self.stop.set()
         if self.thread is not None:
             with signals.deferred():  # it sees `stop` within POLL, or at the end of the read it is in
@@ -125,16 +122,6 @@ class Inputs:
     # -- the writer's side --------------------------------------------------------------------------------------
 
     def _take(self) -> Any:
-        if not self.threaded:  # this lane's thread reads too: the next item of the same sequence, in place
-            produced = self.produced
-            if produced is None:
-                produced = self.produced = self._items()
-            if self.lanes_stop.is_set():
-                raise Stopped()
-            item = next(produced)
-            if isinstance(item, BaseException):
-                raise item
-            return item
         if self.thread is None:
             self.thread = threading.Thread(target=self._reader, name="tau-collect-reader", daemon=True)
             self.thread.start()
@@ -233,7 +220,9 @@ class Inputs:
                 source = pa.OSFile(f"/proc/self/fd/{fd}")
             origin = None
             try:
-                pf = pq.ParquetFile(source, buffer_size=0 if data is not None else READ_CHUNK)
+                # pre_buffer off: pyarrow would otherwise read every column chunk of a row group whole before it
+                # decodes a batch of it, so that a reader held the row group (330 MiB for one of 1.5 million rows)
+                pf = pq.ParquetFile(source, buffer_size=0 if data is not None else READ_CHUNK, pre_buffer=False)
                 schema = pf.schema_arrow.remove_metadata()
                 copying = self.copy and parquet.fits(found, schema)
                 origin = parquet.Source(data) if data is not None else \
@@ -264,12 +253,12 @@ class Inputs:
         return self.scratches[use]
 
     def _buffer(self, size: int) -> memoryview | None:
-        """`size` bytes to read a file of at most INPUT_BUFFER bytes into: one of BUFFERS buffers kept for it that
+        """`size` bytes to read a file of at most `input_buffer` bytes into: one of BUFFERS buffers kept for it that
         nothing refers to any more (no decoded batch, no row group to copy, no reader of it), which spares the
         kernel the page faults of a fresh allocation, grown when it is too small; None when the file is larger, or
         when every kept buffer is still in use (the file is then read through its descriptor, so that a reader
         holds at most BUFFERS files in memory)."""
-        if size > INPUT_BUFFER:
+        if size > self.input_buffer:
             return None
         free = [n for n in range(len(self.buffers)) if sys.getrefcount(self.buffers[n]) <= 2]  # the list's, the call's
         if not free and len(self.buffers) == BUFFERS:
@@ -280,5 +269,6 @@ class Inputs:
         n = max(free, key=lambda k: (len(self.buffers[k]) >= size, -len(self.buffers[k])))  # the smallest that fits
         if len(self.buffers[n]) < size:
             self.buffers[n] = bytearray(0)  # let go first: the old buffer and the new one are never both held here
-            self.buffers[n] = bytearray(-(-size // BUFFER_GRAIN) * BUFFER_GRAIN)  # a next file of about this size fits
+            grown = max(size, min(self.input_buffer, -(-size // BUFFER_GRAIN) * BUFFER_GRAIN))
+            self.buffers[n] = bytearray(grown)  # a next file of about this size fits
         return memoryview(self.buffers[n])[:size]

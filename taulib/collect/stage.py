@@ -9,13 +9,12 @@ Promises: the partitions are the pure plan `rules.partition.plan` (every partiti
 `rows_per_partition` rows); each partition's bytes are a function of its winners' bytes and the shape only
 (`collect.outputs`), so the same winners always give byte-identical files, however many partitions are written at once.
 Up to LANES partitions are written at the same time, in lanes of consecutive partitions (`rules.partition.lanes`), each
-lane a thread that reads, decodes, encodes and writes in turn, so the work spreads over the cores: pyarrow, hashlib,
-reads and writes release the interpreter lock. A single lane gets a reader thread beside it, and so does every lane
-when the winner files are small enough that each lane's file read ahead adds up to READ_AHEAD bytes at most (a big
-partition's lane then no longer writes alone while the others are done: 0.76 s to 0.67 s for 0.27 GB of Parquet in
-two lanes; with 33 MB winners it changed nothing measurable and cost 50-100 MiB of peak memory).
+lane a thread that decodes, encodes and writes in turn, beside a reader thread of its own that reads, hashes and
+decodes ahead of it, so the work spreads over the cores: pyarrow, hashlib, reads and writes release the interpreter
+lock. How many lanes, and how much of a winner each reader holds, is the collection's memory budget's
+(`collect.budget`: fewer lanes, or smaller input buffers, when the budget is small or the rows are wide).
 The main thread writes the first lane, so a stop signal unwinds the collection from there; every other lane sees that
-(or another lane's error) within a batch, and is joined before anything is removed. Memory is bounded by design,
+(or another lane's error) within a batch, and is joined before anything is removed. Memory is bounded by the budget,
 whatever the input size: per lane, what `collect.inputs` and `collect.outputs` hold. Imports pyarrow (through those
 modules, when a lane starts), so only the collection worker loads it.
 """
@@ -29,9 +28,9 @@ from typing import TYPE_CHECKING
 
 from taulib import failpoints, jsonio, signals
 from taulib.collect.destination import RESULT
-from taulib.collect.inputs import INPUT_BUFFER, POLL, Inputs, Stopped
-from taulib.collect import formats
-from taulib.collect.outputs import Output
+from taulib.collect import budget, formats, parquet
+from taulib.collect.inputs import POLL, QUEUE, READ_CHUNK, READ_ROWS, Inputs, Stopped
+from taulib.collect.outputs import WRITE_BUFFER, Output
 from taulib.errors import Conflict
 from taulib.fs.tree import Tree
 from taulib.rules import partition
@@ -43,7 +42,7 @@ if TYPE_CHECKING:
     from taulib.rundir.run import Run
 
 LANES = max(1, min(len(os.sched_getaffinity(0)), 4))  # partitions written at the same time: the CPUs this may use
-READ_AHEAD = 64 << 20  # bytes of winner files that reader threads beside several lanes may hold, reading ahead
+WIDE_ROWS = 1024  # a winner file's bytes per row count towards the widest rows from this many rows on
 
 
 def files_of(winners: list[Winner]) -> list[tuple[str, Record]]:
@@ -68,8 +67,44 @@ def write(run: Run, plan: Record, winners: list[Winner], stage: Tree, meter: Met
     """Write the whole collection `plan` of `winners` into the empty `stage`; returns its `_tau_collection.json`.
     `meter` (a `taulib.progress.Meter`, or None) is told the rows and the bytes written as they are."""
     files, parts = partitions(plan, winners)
-    written = _write_lanes(run, files, partition.lanes(parts, len(files), LANES), stage, plan["format"], meter)
+    spread = spread_of(run, plan, files, LANES)
+    written = _write_lanes(run, files, partition.lanes(parts, len(files), spread.lanes), stage, plan["format"], meter,
+                           spread)
     return finish(plan, stage, [written[part.index] for part in parts])
+
+
+def spread_of(run: Run, plan: Record, files: list[tuple[str, Record]], cpus: int) -> budget.Budget:
+    """How the collection's memory budget (its plan's `memory`) is spread over at most `cpus` lanes, for these
+    winner files (`collect.budget`), in this process as it is now (the encoders' libraries imported first: they are
+    part of what it holds before its lanes start). The rows' width is the widest winner file's bytes per row (of
+    those with WIDE_ROWS rows at least, else of them all), times what its footer says its rows take decoded."""
+    import pyarrow.compute  # noqa: F401 - held from here on, whatever the lanes do
+    import pyarrow.csv  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+    from taulib.collect import jsonl  # noqa: F401
+
+    sized = [(entry["size"] / entry["rows"], rel) for rel, entry in files if entry["rows"] >= WIDE_ROWS] or \
+        [(entry["size"] / entry["rows"], rel) for rel, entry in files if entry["rows"]]
+    row_bytes, widest = max(sized) if sized else (0.0, None)
+    if widest is not None:
+        row_bytes *= _expansion(run, widest)
+    held_rows = formats.get(plan["format"]).rows_held + READ_ROWS * (QUEUE + 1)  # the writer's, the hand-over's
+    fixed = 2 * READ_CHUNK + WRITE_BUFFER  # the reader's scratch (hashing), the copy's, the sink's buffer
+    return budget.plan(plan.get("memory", budget.DEFAULT), budget.held(), cpus, held_rows, row_bytes, fixed)
+
+
+def _expansion(run: Run, rel: str) -> float:
+    """How many times its bytes a winner file's rows take once decompressed (its footer's row groups' total byte
+    size against their column chunks' bytes; 1 when it says nothing of use)."""
+    fd = run.dir.open_read(rel)
+    try:
+        found = parquet.footer(fd, os.fstat(fd).st_size, rel)
+    finally:
+        os.close(fd)
+    stored = sum(length for _, _, ranges in found.groups for _, length in ranges)
+    decoded = sum(parquet.decoded_size(group) for _, group, _ in found.groups)
+    return max(1.0, decoded / stored) if stored and decoded else 1.0
 
 
 def write_task(run: Run, plan: Record, winners: list[Winner], stage: Tree, task: int, lanes: int = LANES,
@@ -82,8 +117,9 @@ def write_task(run: Run, plan: Record, winners: list[Winner], stage: Tree, task:
     suffix = formats.get(plan["format"]).suffix
     for part in lane.partitions:
         stage.remove_file(partition.file_name(part.index, suffix))
-    split = partition.lanes(list(lane.partitions), len(files), lanes, lane.first, lane.last)
-    written = _write_lanes(run, files, split, stage, plan["format"], meter)
+    spread = spread_of(run, plan, files, lanes)
+    split = partition.lanes(list(lane.partitions), len(files), spread.lanes, lane.first, lane.last)
+    written = _write_lanes(run, files, split, stage, plan["format"], meter, spread)
     os.fsync(stage.fd)
     failpoints.hit("collect.task_written")
     return [written[part.index] for part in lane.partitions]
@@ -105,17 +141,13 @@ def finish(plan: Record, stage: Tree, out: list[Record]) -> Record:
 
 
 def _write_lanes(run: Run, files: list[tuple[str, Record]], split: list[partition.Lane], stage: Tree, fmt: str,
-                 meter: Meter | None) -> dict[int, Record]:
+                 meter: Meter | None, spread: budget.Budget) -> dict[int, Record]:
     """Write the partitions of the lanes `split`, each lane in a thread (the first in this one); their
     descriptions by partition index."""
     written: dict[int, Record] = {}
     failed: list[tuple[int, BaseException]] = []
     stop = threading.Event()
-    # one lane: its reader gets a thread of its own, so that both cores work; several get one each when the file
-    # each then reads ahead (while the writer still copies or encodes the last) is small enough: READ_AHEAD in all
-    largest = max((entry["size"] for _, entry in files), default=0)
-    threaded = len(split) == 1 or len(split) * min(largest, INPUT_BUFFER) <= READ_AHEAD
-    lanes = [_Lane(run, files, lane, stage, fmt, meter, stop, written, failed, threaded) for lane in split]
+    lanes = [_Lane(run, files, lane, stage, fmt, meter, stop, written, failed, spread.input_buffer) for lane in split]
     threads = [threading.Thread(target=lane.run, name=f"tau-collect-lane-{n}", daemon=True)
                for n, lane in enumerate(lanes[1:], start=1)]
     try:
@@ -140,12 +172,12 @@ class _Lane:
 
     def __init__(self, run: Run, files: list[tuple[str, Record]], lane: partition.Lane, stage: Tree, fmt: str,
                  meter: Meter | None, stop: threading.Event, written: dict[int, Record],
-                 failed: list[tuple[int, BaseException]], threaded: bool) -> None:
+                 failed: list[tuple[int, BaseException]], input_buffer: int) -> None:
         needs: dict[int, list[tuple[int, int]]] = {}
         for part in lane.partitions:
             for piece in part.pieces:
                 needs.setdefault(piece.file, []).append((piece.start, piece.stop))
-        self.inputs = Inputs(run, files, lane.first, lane.last, stop, needs, formats.get(fmt).copies, threaded=threaded)
+        self.inputs = Inputs(run, files, lane.first, lane.last, stop, needs, formats.get(fmt).copies, input_buffer)
         self.lane, self.stage, self.fmt, self.meter = lane, stage, fmt, meter
         self.stop, self.written, self.failed = stop, written, failed
 

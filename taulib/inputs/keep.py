@@ -55,7 +55,7 @@ def join(run: Run, attempt: Record, input_sha256: str, rows: int) -> str | None:
         files = []
         for name in names:
             opened.append(run.dir.open_read(f"{dataset}/{name}"))
-            files.append((name, pq.ParquetFile(f"/proc/self/fd/{opened[-1]}")))
+            files.append((name, pq.ParquetFile(f"/proc/self/fd/{opened[-1]}", pre_buffer=False)))
         written = sum(pf.metadata.num_rows for _, pf in files)
         if written != rows:
             return (f"the client wrote {written} rows for the {rows} rows of its input slice; output.keep_input joins "
@@ -144,7 +144,7 @@ def _kept(index: Record, fd: int, schema: Any) -> Iterator[Any]:
     if index["format"] == "parquet":
         import pyarrow.parquet as pq
 
-        pf = pq.ParquetFile(f"/proc/self/fd/{fd}")
+        pf = pq.ParquetFile(f"/proc/self/fd/{fd}", pre_buffer=False)  # a batch at a time, not a row group
         for batch in pf.iter_batches(batch_size=BATCH, columns=schema.names, use_threads=False):
             yield pa.RecordBatch.from_arrays([batch.column(n) for n in schema.names], schema=schema)
         return
