@@ -92,6 +92,8 @@ def resolve_plan(request: Record, run_id: str, site: Record | None = None, input
         "inherit_env": list(request.get("inherit_env", [])),
         "retry": dict(budget.DEFAULTS, **request.get("retry", {})),
     }
+    if request.get("collection", {}).get("group_readable"):  # false is the default: such a plan is as it was
+        plan["collection"]["group_readable"] = True
     if input_index is not None:  # a plan without an input is exactly what it was before inputs existed
         plan["input"] = {"path": input_index["path"], "format": input_index["format"],
                          "piece_bytes": input_index["piece_bytes"]}
