@@ -108,20 +108,10 @@ class LocalSection(TypedDict):  # scheduler.local: the local executor's section
     time_limit: NotRequired[int | str]
 
 
-class SlurmSection(TypedDict):  # scheduler.slurm: the Slurm executor's section (every key optional)
-    account: NotRequired[str]
-    collect_partition: NotRequired[str]
-    cpus_per_task: NotRequired[int]
-    extra: NotRequired[list[str]]
-    gpu_option: NotRequired[Literal["gpus-per-task", "gres"]]
-    gpu_type: NotRequired[str]
-    gpus: NotRequired[int]
-    max_parallel: NotRequired[int]
-    max_queued: NotRequired[int]
-    mem: NotRequired[str]
-    partition: NotRequired[str]
-    qos: NotRequired[str]
-    time: NotRequired[str]
+SlurmSection = TypedDict("SlurmSection", {  # scheduler.slurm: the Slurm executor's section (every key optional)
+    "account": str, "collect_mem": str, "collect_partition": str, "collect_time": str, "cpus_per_task": int,
+    "extra": list[str], "gpu_option": Literal["gpus-per-task", "gres"], "gpu_type": str, "gpus": int,
+    "max_parallel": int, "max_queued": int, "mem": str, "partition": str, "qos": str, "time": str}, total=False)
 
 
 class Scheduler(TypedDict):  # scheduler: the executor chosen (profile) and every executor's section
