@@ -76,8 +76,9 @@ UsageFigures = TypedDict("UsageFigures", {
 # -- plan.schema.json -----------------------------------------------------------------------------------------------
 
 SiteRef = TypedDict("SiteRef", {"name": str, "sha256": str})  # site: the profile merged in, by name and digest
-PlanCollection = TypedDict("PlanCollection", {  # collection: where a collection may write, where its job runs
-    "allowed_roots": list[str], "image": NotRequired[Literal["host", "client"]]})
+# collection: where a collection may write, where its job runs, whether the user's group may read its dataset
+PlanCollection = TypedDict("PlanCollection", {
+    "allowed_roots": list[str], "group_readable": NotRequired[bool], "image": NotRequired[Literal["host", "client"]]})
 # retry.escalate: how a retry's request grows after memory (mem) or time ran out: factors, and caps
 Escalate = TypedDict("Escalate", {"max_mem": str, "max_time": str, "mem": float, "time": float}, total=False)
 
@@ -107,20 +108,10 @@ class LocalSection(TypedDict):  # scheduler.local: the local executor's section
     time_limit: NotRequired[int | str]
 
 
-class SlurmSection(TypedDict):  # scheduler.slurm: the Slurm executor's section (every key optional)
-    account: NotRequired[str]
-    collect_partition: NotRequired[str]
-    cpus_per_task: NotRequired[int]
-    extra: NotRequired[list[str]]
-    gpu_option: NotRequired[Literal["gpus-per-task", "gres"]]
-    gpu_type: NotRequired[str]
-    gpus: NotRequired[int]
-    max_parallel: NotRequired[int]
-    max_queued: NotRequired[int]
-    mem: NotRequired[str]
-    partition: NotRequired[str]
-    qos: NotRequired[str]
-    time: NotRequired[str]
+SlurmSection = TypedDict("SlurmSection", {  # scheduler.slurm: the Slurm executor's section (every key optional)
+    "account": str, "collect_mem": str, "collect_partition": str, "collect_time": str, "cpus_per_task": int,
+    "extra": list[str], "gpu_option": Literal["gpus-per-task", "gres"], "gpu_type": str, "gpus": int,
+    "max_parallel": int, "max_queued": int, "mem": str, "partition": str, "qos": str, "time": str}, total=False)
 
 
 class Scheduler(TypedDict):  # scheduler: the executor chosen (profile) and every executor's section
@@ -356,7 +347,7 @@ Readiness = ReadinessV1 | ReadinessV2  # readiness.schema.json: oneOf, told apar
 # -- collection-plan.schema.json and winner.schema.json -------------------------------------------------------------
 
 CollectOptions = TypedDict("CollectOptions", {  # options: the tau-collect options that chose the shape (null: plan's)
-    "format": Format | None, "rows_per_partition": int | None})
+    "format": Format | None, "group_readable": NotRequired[bool | None], "rows_per_partition": int | None})
 # shards' items: a shard collected, and the sha256 of the winner it was collected from
 CollectedShard = TypedDict("CollectedShard", {"shard_id": str, "winner_sha256": str})
 Upload = TypedDict("Upload", {"generation": str, "url": str})  # upload: tau-collect --upload's prefix, generation
@@ -371,6 +362,7 @@ class CollectionPlan(TypedDict):
     created_at: str
     destination: str
     format: Format
+    group_readable: NotRequired[bool]
     kind: Literal["tau.collection-plan"]
     missing: NotRequired[list[MissingShard]]
     options: NotRequired[CollectOptions]

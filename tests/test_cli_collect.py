@@ -259,7 +259,9 @@ def test_one_run_is_collected_in_all_three_formats_one_after_another_from_the_sa
     for (fmt, rows, _), number in zip(SHAPES, ("0001", "0002", "0003"), strict=True):
         plan = json.loads((run_dir / "collections" / f"collection-{number}" / "plan.json").read_text())
         assert (plan["format"], plan["rows_per_partition"]) == (fmt, rows or 30)
-        assert plan["options"] == {"format": None if fmt == "parquet" else fmt, "rows_per_partition": rows}
+        assert plan["options"] == {"format": None if fmt == "parquet" else fmt, "rows_per_partition": rows,
+                                   "group_readable": None}
+        assert plan["group_readable"] is False
     for fmt, _, options in SHAPES:  # each asked again: reported, whichever collection was the last
         again = collect(run_dir, run_dir.parent / f"data-{fmt}", *options)
         assert again.returncode == 0, again.stderr
@@ -325,14 +327,14 @@ def test_a_shape_tau_cannot_write_exits_2_with_one_error_before_anything_is_writ
     assert sorted(os.listdir(run_dir.parent)) == ["run"]
 
 
-@pytest.mark.parametrize("option", [["--format", "csv"], ["--tasks", "2"]])
+@pytest.mark.parametrize("option", [["--format", "csv"], ["--tasks", "2"], ["--group-readable"]])
 def test_the_worker_takes_no_shape_of_its_own(done, tmp_path, option):
     run_dir = copy_run(done, tmp_path / "ws")
     proc = tau("tau-collect", str(run_dir), "--worker", "collection-0001", *option)
     assert proc.returncode == 2
     assert error_of(proc)["message"] == ("tau-collect: --worker takes none of --destination, --format, "
-                                         "--rows-per-partition, --allow-missing, --tasks and --wait (its collection's "
-                                         "plan holds them)")
+                                         "--rows-per-partition, --allow-missing, --tasks, --group-readable and --wait "
+                                         "(its collection's plan holds them)")
 
 
 def test_an_unfinished_collection_is_resumed_in_its_own_shape_and_refused_in_another(done, tmp_path):
@@ -367,8 +369,10 @@ def test_a_collection_plan_of_an_older_tau_without_options_is_still_a_valid_reco
     run_dir = copy_run(done, tmp_path / "ws")
     assert collect(run_dir, run_dir.parent / "data").returncode == 0
     plan = json.loads((run_dir / "collections" / "collection-0001" / "plan.json").read_text())
-    assert plan["options"] == {"format": None, "rows_per_partition": None}
-    del plan["options"]
+    assert plan["options"] == {"format": None, "rows_per_partition": None, "group_readable": None}
+    del plan["options"]["group_readable"]  # before tau-collect took --group-readable
+    schema.validate(plan, "collection-plan")
+    del plan["options"], plan["group_readable"]  # before it took any option
     schema.validate(plan, "collection-plan")
 
 

@@ -157,14 +157,17 @@ def test_a_run_stopped_by_its_budget_is_collected_partially_with_allow_missing_a
 AS_A_JOB = """
 import os, subprocess, sys
 
-from taulib.executors import CollectionJobs
+from taulib.executors import CollectionJobs, TaskEnd
 from taulib.executors.local.executor import Local
 
 WORKERS = {}
 
 
 class Jobs(CollectionJobs):
-    def submit(self, run, plan, job_name, task_indices, rerun=0):
+    def request(self, plan):
+        return {"mem": None, "time": None}
+
+    def submit(self, run, plan, job_name, task_indices, rerun=0, request=None):
         job = str(4000 + rerun)
         WORKERS[job] = subprocess.Popen([sys.executable, __file__, "worker", run.path, plan["collection_id"], job])
         return job
@@ -175,9 +178,11 @@ class Jobs(CollectionJobs):
     def queued(self, job_id):
         return job_id in WORKERS and WORKERS[job_id].poll() is None
 
-    def accounted(self, job_id):
+    def accounted(self, run, collection_id, job_id, request):
         worker = WORKERS.get(job_id)
-        return None if worker is None or worker.poll() is None else "COMPLETED" if worker.returncode == 0 else "FAILED"
+        if worker is None or worker.poll() is None:
+            return None
+        return {0: TaskEnd("completed", "COMPLETED") if worker.returncode == 0 else TaskEnd("failed", "FAILED")}
 
     def identity(self, environ):
         return environ.get("FAKE_JOB_ID")

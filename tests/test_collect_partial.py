@@ -225,8 +225,8 @@ def test_the_worker_takes_no_allow_missing_of_its_own(partial, tmp_path):
     proc = tau("tau-collect", str(run_dir), "--worker", "collection-0001", "--allow-missing")
     assert proc.returncode == 2
     assert error_of(proc)["message"] == ("tau-collect: --worker takes none of --destination, --format, "
-                                         "--rows-per-partition, --allow-missing, --tasks and --wait (its collection's "
-                                         "plan holds them)")
+                                         "--rows-per-partition, --allow-missing, --tasks, --group-readable and --wait "
+                                         "(its collection's plan holds them)")
     assert snapshot(run_dir) == before
 
 

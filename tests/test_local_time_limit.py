@@ -115,6 +115,12 @@ def test_without_escalation_a_timed_out_attempt_is_retried_with_the_same_limit_w
      "caps mem at '2G' (retry.escalate.max_mem), below the '4G' it asks for; a grown request never shrinks"),
     ({"profile": "local", "local": {"time_limit": "1:00:00"}}, {"time": 2, "max_time": "30:00"},
      "caps time at '30:00' (retry.escalate.max_time), below the '01:00:00' it asks for"),
+    ({"profile": "slurm", "slurm": {"mem": "1G", "collect_mem": "4G"}}, {"mem": 2, "max_mem": "2G"},
+     "caps mem at '2G' (retry.escalate.max_mem), below the '4G' a collection job asks for; a grown request never "
+     "shrinks"),
+    ({"profile": "slurm", "slurm": {"time": "10:00", "collect_time": "2:00:00"}}, {"time": 2, "max_time": "1:00:00"},
+     "caps time at '1:00:00' (retry.escalate.max_time), below the '2:00:00' a collection job asks for"),
+    ({"profile": "slurm", "slurm": {"collect_mem": "1 GB"}}, None, "at /scheduler/slurm/collect_mem"),
     ({"profile": "local", "local": {"time_limit": "0:00"}}, None,
      "scheduler.local.time_limit is zero"),
     ({"profile": "local"}, {"mem": 32},

@@ -119,3 +119,51 @@ def test_gpu_fields_that_contradict_each_other_or_could_inject_are_refused(profi
 
 def test_without_gpus_an_extra_gres_stays_the_sites_business():
     assert "#SBATCH --gres=gpu:1\n" in render(**BASE, task_indices=[0], profile={"extra": ["--gres=gpu:1"]})
+
+
+COLLECTION = dict(job_name="tau-demo-6ddb4c9a-c0001", run_dir="/scratch/alice/runs/demo",
+                  collection_id="collection-0001", python="/opt/tau/.venv/bin/python", task_indices=[0, 1, 2, 3])
+
+
+def sbatch_lines(text: str) -> dict[str, str]:
+    return dict(line.removeprefix("#SBATCH ").split("=", 1) for line in text.splitlines() if line.startswith("#SBATCH"))
+
+
+def test_a_collection_job_asks_for_collect_mem_and_collect_time_where_set_else_the_shards_mem_and_time():
+    from taulib.executors.slurm.script import collection_request, render_collection
+
+    shards = {"partition": "debug", "mem": "16G", "time": "1-00:00:00"}
+    assert collection_request(shards) == {"mem": "16G", "time": "1-00:00:00"}
+    options = sbatch_lines(render_collection(**COLLECTION, profile=shards))
+    assert (options["--mem"], options["--time"]) == ("16G", "1-00:00:00")
+    own = dict(shards, collect_mem="2G", collect_time="30:00")
+    assert collection_request(own) == {"mem": "2G", "time": "30:00"}
+    options = sbatch_lines(render_collection(**COLLECTION, profile=own))
+    assert (options["--mem"], options["--time"]) == ("2G", "30:00")
+    assert collection_request({}) == {"mem": None, "time": None}
+    assert "--mem" not in sbatch_lines(render_collection(**COLLECTION, profile={"partition": "debug"}))
+
+
+def test_a_collection_rerun_asks_for_its_grown_request_and_nothing_else_changes():
+    from taulib.executors.slurm.script import render_collection
+
+    profile = {"partition": "debug", "mem": "16G", "collect_mem": "64M", "time": "10:00"}
+    first = render_collection(**COLLECTION, profile=profile)
+    rerun = render_collection(**dict(COLLECTION, job_name="tau-demo-6ddb4c9a-c0001r1", task_indices=[2]),
+                              profile=profile, request={"mem": "256M", "time": "00:20:00"})
+    before, after = sbatch_lines(first), sbatch_lines(rerun)
+    assert (after["--mem"], after["--time"], after["--array"]) == ("256M", "00:20:00", "2")
+    assert {k: v for k, v in after.items() if k not in ("--mem", "--time", "--array", "--job-name")} == {
+        k: v for k, v in before.items() if k not in ("--mem", "--time", "--array", "--job-name")}
+    assert "--time" not in sbatch_lines(render_collection(**COLLECTION, profile=profile,
+                                                          request={"mem": "1G", "time": None}))
+
+
+@pytest.mark.parametrize("field, value", [("collect_mem", "1 GB"), ("collect_time", "1 hour")])
+def test_a_collection_request_that_could_inject_is_refused(field, value):
+    from taulib.executors.slurm.script import render_collection, validate_profile
+
+    with pytest.raises(BadInput, match=field.replace("_", " ")):
+        validate_profile({field: value})
+    with pytest.raises(BadInput):
+        render_collection(**COLLECTION, profile={field: value})

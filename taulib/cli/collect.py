@@ -14,6 +14,7 @@ tau-collect runs/demo --destination runs/demo-dataset --wait -o table   # a Slur
 tau-collect runs/demo --destination runs/demo-partial --allow-missing   # the winners there are; the rest recorded
 tau-collect runs/demo --destination runs/demo-dataset --tasks 8 --wait   # 8 array tasks (local: 8 processes)
 tau-collect runs/demo --destination runs/demo-dataset --upload https://acct.blob.core.windows.net/data/demo
+tau-collect runs/demo --destination runs/demo-shared --group-readable   # the group reads it: 0750, 0640
 """
 
 
@@ -47,22 +48,26 @@ tau-collect runs/demo --destination runs/demo-dataset --upload https://acct.blob
               help="The most memory each process writing a new collection may use, such as 512M or 2G (default "
                    "256M, at least 128M): its readers, copy buffers and writers share it, whatever the winners' "
                    "sizes; it changes no byte of the dataset.")
+@click.option("--group-readable", "readable", is_flag=True, default=None,
+              help="Publish the dataset readable by the user's group: folders 0750 and files 0640, never anything "
+                   "for others (default: the plan's collection.group_readable, else private: 0700 and 0600). The "
+                   "folders above it must let the group through; tau never widens them.")
 @click.option("--wait", is_flag=True, help="Under Slurm, wait until the collection job has finished.")
 @click.option("--worker", "worker", metavar="COLLECTION_ID",
               help="Run as the collection's CPU job (inside the Slurm job tau-collect submitted; never by hand).")
 @common.progress_option
 @common.output_option
 def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partition: int | None, allow_missing: bool,
-        task_count: int | None, upload: str | None, memory: str | None, wait: bool, worker: str | None,
-        progress: bool | None, output: str) -> None:
+        task_count: int | None, upload: str | None, memory: str | None, readable: bool | None, wait: bool,
+        worker: str | None, progress: bool | None, output: str) -> None:
     from taulib.collect import budget, collection
     from taulib.errors import UsageError
     from taulib.rundir.run import Run
 
     if worker:
-        if destination or wait or fmt or rows_per_partition or allow_missing or task_count:
+        if destination or wait or fmt or rows_per_partition or allow_missing or task_count or readable:
             raise UsageError("--worker takes none of --destination, --format, --rows-per-partition, --allow-missing, "
-                             "--tasks and --wait (its collection's plan holds them)")
+                             "--tasks, --group-readable and --wait (its collection's plan holds them)")
         if upload or memory:
             raise UsageError("--worker takes no --upload or --memory (its collection's plan holds them)")
         common.emit(collection.work(run_dir, worker))
@@ -75,7 +80,7 @@ def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partiti
     with Run(run_dir) as run:
         result = collection.collect(run, destination, wait=wait, fmt=fmt, rows_per_partition=rows_per_partition,
                                     progress=progress, allow_missing=allow_missing, task_count=task_count,
-                                    upload=upload, memory=size)
+                                    upload=upload, memory=size, readable=readable)
     if output == "table":
         from taulib.collect import summary
 

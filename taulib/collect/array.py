@@ -3,8 +3,9 @@ each worker process of the local executor (`python -m taulib.collect.array`), wr
 collection's stage; the last one done publishes the dataset.
 
 Reads: the collection journal, the winners (`collect.stage`). Writes: the task's partition files in the stage (no
-lock held: tasks write at the same time, each its own files), then under collect.lock its task record
-(`collect.tasks`) and, when every task is done, `_tau_collection.json` and the publication (the caller's `publish`).
+lock held: tasks write at the same time, each its own files, all with the dataset's modes: `destination.open_stage`),
+then under collect.lock its task record (`collect.tasks`) and, when every task is done, `_tau_collection.json` and
+the publication (the caller's `publish`).
 Promises: a Slurm task writes only while the journal names its array job (its fence is checked before it writes and
 again before it records); a task that fails with an error retires the collection (its stage removed, the next
 tau-collect starts anew), while a task stopped by a signal or killed leaves its partial files for the rerun of
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from taulib import failpoints, jsonio, processes
 from taulib.collect import stage, tasks
-from taulib.collect.destination import RESULT, open_parent, read_result, remove_stage, stage_name
+from taulib.collect.destination import RESULT, open_parent, open_stage, read_result, remove_stage, stage_name
 from taulib.collect.report import progress
 from taulib.errors import Busy, Conflict, Refused, TauError
 from taulib.rundir import locks
@@ -67,7 +68,7 @@ def publish_when_done(run: Run, plan: Record, status: Record, parent: Tree, name
     if len(records) < tasks.count(plan):
         return None
     staged = stage_name(plan)
-    with parent.subtree(staged) as folder:
+    with open_stage(parent, plan) as folder:
         files = tasks.files(plan, records, folder)
         folder.remove_file(RESULT)  # one a crash left before the publication: written again, from the records
         result = stage.finish(plan, folder, files)
@@ -99,7 +100,7 @@ def work(run: Run, book: Journal, plan: Record, job_id: str, task: int, found: l
         written = task in tasks.done(run, plan)
     if not written:
         try:
-            with open_parent(where) as parent, parent.subtree(staged) as folder:
+            with open_parent(where) as parent, open_stage(parent, plan) as folder:
                 files = stage.write_task(run, plan, found, folder, task, lanes(1, cpus))
         except Exception as exc:
             _retire(run, book, plan, job_id, where, exc)
@@ -234,8 +235,7 @@ def _main(argv: list[str]) -> int:
         with Run(run_dir) as run:
             plan = run.dir.require(Journal(run, COLLECTIONS).plan_rel(collection_id), COLLECTIONS.plan_kind)
             found = winners.of_plan(run, plan)
-            with open_parent(authorise(run, plan["destination"])) as parent, \
-                    parent.subtree(stage_name(plan)) as folder:
+            with open_parent(authorise(run, plan["destination"])) as parent, open_stage(parent, plan) as folder:
                 files = stage.write_task(run, plan, found, folder, task, share)
     except TauError as exc:
         sys.stderr.buffer.write(jsonio.canonical({"error": exc.name, "message": exc.message}) + b"\n")

@@ -30,7 +30,7 @@ import socket
 from typing import TYPE_CHECKING
 
 from taulib import __version__, jsonio
-from taulib.collect.destination import RESULT
+from taulib.collect.destination import RESULT, modes
 from taulib.errors import Conflict, Internal, Refused, TauError
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def seal(run: Run, plan: Record, result: Record, parent: Tree, staged: str) -> N
     from taulib.bundle import manifest as mf
 
     name = upload["generation"]
-    with parent.subtree(staged) as stage:
+    with parent.subtree(staged, modes=modes(plan)) as stage:  # .tau/ and its files with the dataset's modes
         files = _described(stage, result, mf.walk(stage))
         record = mf.build(name, files, {"run_id": run.run_id, "shard_id": None, "attempt_id": None},
                           {"host": socket.gethostname()[:255], "uid": os.geteuid(), "tau_version": __version__,

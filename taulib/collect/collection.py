@@ -14,7 +14,9 @@ Under the local executor steps 4 to 6 run inline; under Slurm they run in a CPU 
 the plan's `collection.image: client`, the work done on this machine (the whole collection inline, or the
 worker's) is handed to the tau in the client image (`collect.image`), once the destination is authorised.
 Shape: a collection's output format and rows per partition are tau-collect's --format and --rows-per-partition,
-each defaulting to the run's plan (`output`); its plan record holds both, and `options` says which were given.
+each defaulting to the run's plan (`output`), and whether its dataset is group-readable (--group-readable, or the
+plan's `collection.group_readable`; `collect.destination.modes`); its plan record holds all three, and `options`
+says which were given.
 A collection is its destination and its shape: asked again with both the same it is reported (or followed, or
 resumed); the same destination with another shape is refused (Conflict, 73) naming the shape that is there, since
 a dataset is never overwritten; any other destination is a new collection, whatever the earlier ones. A collection
@@ -36,7 +38,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import env, executors, failpoints, jsonio, signals
 from taulib.collect import array, budget, bundle, formats, image, job, stage, tasks, winners
-from taulib.collect.destination import authorise, open_parent, read_result, remove_stage, stage_name
+from taulib.collect.destination import (authorise, check_modes, group_readable, open_parent, open_stage, read_result,
+                                        remove_stage, stage_name)
 from taulib.collect.report import summary
 from taulib.errors import Busy, Conflict, Internal, Refused, UsageError
 from taulib.executors import CollectionJobs
@@ -58,21 +61,23 @@ MAX_ROWS = (1 << 63) - 1  # what a JSON record's integer holds
 class Shape(NamedTuple):
     """What a collection's output looks like; `options` the ones given (None where the run's plan decides); `tasks`
     the most tasks it is split over (which changes no byte of it); `upload` the Blob prefix it is uploaded to
-    (tau-collect --upload, normalised; None: not uploaded); `memory` the budget of each process that writes it, in
-    bytes (`collect.budget`; which changes no byte of it either)."""
+    (tau-collect --upload, normalised; None: not uploaded); `group_readable` whether its dataset is published
+    with folders 0750 and files 0640 rather than 0700 and 0600; `memory` the budget of each process that writes
+    it, in bytes (`collect.budget`; neither changes a byte of it)."""
     format: str
     rows_per_partition: int
-    options: dict[str, str | int | None]
+    options: dict[str, str | int | bool | None]
     tasks: int = 1
     upload: str | None = None
+    group_readable: bool = False
     memory: int = budget.DEFAULT
 
 
 def shape(run: Run, fmt: str | None = None, rows_per_partition: int | None = None, task_count: int | None = None,
-          upload: str | None = None, memory: int | None = None) -> Shape:
-    """The shape of a collection asked for with --format `fmt`, --rows-per-partition, --tasks (None: the plan's)
-    and --memory (None: the default budget); UsageError (2) for a value tau cannot write, before anything is read
-    or written."""
+          upload: str | None = None, readable: bool | None = None, memory: int | None = None) -> Shape:
+    """The shape of a collection asked for with --format `fmt`, --rows-per-partition, --tasks, --group-readable
+    (`readable`; None: the plan's) and --memory (None: the default budget); UsageError (2) for a value tau cannot
+    write, before anything is read or written."""
     if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < budget.LEAST):
         raise UsageError(f"--memory {memory!r} is below the least a collection needs, {budget.LEAST >> 20} MiB")
     if task_count is not None and (isinstance(task_count, bool) or not 1 <= task_count <= tasks.MOST):
@@ -84,9 +89,11 @@ def shape(run: Run, fmt: str | None = None, rows_per_partition: int | None = Non
         raise UsageError(f"--rows-per-partition {rows_per_partition!r} is not a whole number from 1 to {MAX_ROWS}",
                          rows_per_partition=str(rows_per_partition))
     output = run.plan["output"]
+    planned = bool(run.plan["collection"].get("group_readable", False))
     return Shape(fmt or output["format"], rows_per_partition or output["rows_per_partition"],
-                 {"format": fmt, "rows_per_partition": rows_per_partition}, task_count or output.get("tasks", 1),
-                 bundle.asked(upload), memory or budget.DEFAULT)
+                 {"format": fmt, "rows_per_partition": rows_per_partition, "group_readable": readable},
+                 task_count or output.get("tasks", 1), bundle.asked(upload),
+                 planned if readable is None else readable, memory or budget.DEFAULT)
 
 
 def shape_of(plan: Record) -> tuple[str, int]:
@@ -95,16 +102,18 @@ def shape_of(plan: Record) -> tuple[str, int]:
 
 def collect(run: Run, destination: str, wait: bool = False, fmt: str | None = None,
             rows_per_partition: int | None = None, progress: bool | None = None, allow_missing: bool = False,
-            task_count: int | None = None, upload: str | None = None, memory: int | None = None) -> Record:
+            task_count: int | None = None, upload: str | None = None, readable: bool | None = None,
+            memory: int | None = None) -> Record:
     """Plan a collection and run it: inline under the local executor, as a CPU job under Slurm (returned as
     `submitted`; with `wait`, followed to its end and then reported as a later call would, but `created` still
     says whether this call planned it or found it planned). `fmt` and `rows_per_partition` choose its shape (None:
     the plan's); `progress` forces the progress line on or off (None: on when stderr is a terminal);
     `allow_missing` collects the winners there are, recording the shards without one, instead of refusing them;
     `task_count` the most tasks a new collection is split over (None: the plan's output.tasks, or one); `upload` a
-    Blob prefix to upload the dataset to, sealed (`collect.bundle`); `memory` the budget, in bytes, of each
+    Blob prefix to upload the dataset to, sealed (`collect.bundle`); `readable` True publishes the dataset
+    group-readable (None: as the plan's collection.group_readable says); `memory` the budget, in bytes, of each
     process that writes a new collection (None: `collect.budget.DEFAULT`; a resumed one keeps its plan's)."""
-    asked = shape(run, fmt, rows_per_partition, task_count, upload, memory)
+    asked = shape(run, fmt, rows_per_partition, task_count, upload, readable, memory)
     jobs = executors.of(run).collection_jobs()
     if jobs is None and image.wanted(run):  # its work is done here: by the tau in the client image
         where = authorise(run, destination)
@@ -113,8 +122,9 @@ def collect(run: Run, destination: str, wait: bool = False, fmt: str | None = No
                  ("--upload", upload), ("--memory", memory)]
         args = ["--destination", where.path, *[str(a) for option, value in given if value is not None
                                                for a in (option, value)]]
-        return image.run_inside(run, args + (["--allow-missing"] if allow_missing else []),
-                                [image.existing(where.real_parent)])
+        flags = [flag for flag, given_flag in (("--allow-missing", allow_missing), ("--group-readable", readable))
+                 if given_flag]
+        return image.run_inside(run, args + flags, [image.existing(where.real_parent)])
     result = _once(run, destination, asked, progress, allow_missing)
     if wait and jobs is not None and result["state"] in ("submitted", "running"):
         book = Journal(run, COLLECTIONS)
@@ -183,7 +193,7 @@ def _coordinate(run: Run, book: Journal, found: winners.Found, where: Destinatio
         failpoints.hit("collect.planned")
         if jobs is not None:
             remove_stage(parent, stage_name(plan))
-            parent.subtree(stage_name(plan), create=True).close()  # the tasks' one stage, before any task starts
+            open_stage(parent, plan, create=True).close()  # the tasks' one stage, with its mode, before they start
             return job.submit(run, jobs, book, plan, status, parent, created=True)
     else:
         plan, status = resumed
@@ -225,6 +235,7 @@ def _published(book: Journal, parent: Tree, where: Destination) -> tuple[Record,
 def _same_shape(plan: Record, asked: Shape, verb: str) -> None:
     """Conflict (73) unless the collection `plan` has the shape asked for: a destination is one dataset."""
     if shape_of(plan) == (asked.format, asked.rows_per_partition):
+        _same_modes(plan, asked, verb)  # who may read it
         bundle.same_upload(plan, asked.upload, verb)  # and where it is uploaded
         return
     raise Conflict(f"destination {plan['destination']!r} {verb} {plan['collection_id']} as {plan['format']} in "
@@ -233,6 +244,24 @@ def _same_shape(plan: Record, asked: Shape, verb: str) -> None:
                    f"another destination, or give {_options(plan)} for that one", destination=plan["destination"],
                    collection_id=plan["collection_id"], format=plan["format"],
                    rows_per_partition=plan["rows_per_partition"])
+
+
+def _same_modes(plan: Record, asked: Shape, verb: str) -> None:
+    """Conflict (73) unless the collection `plan` is as group-readable as asked: its modes are part of its shape,
+    and a published dataset's are never changed."""
+    there = group_readable(plan)
+    if there == asked.group_readable:
+        return
+    then = "give --group-readable" if there else "leave out --group-readable"
+    raise Conflict(f"destination {plan['destination']!r} {verb} {plan['collection_id']} {_access(there)}, not "
+                   f"{_access(asked.group_readable)} as asked; tau never overwrites a dataset, nor changes its "
+                   f"modes: collect to another destination, or {then} for that one", destination=plan["destination"],
+                   collection_id=plan["collection_id"], group_readable=there)
+
+
+def _access(readable: bool) -> str:
+    return ("group-readable (folders 0750, files 0640)" if readable
+            else "private (folders 0700, files 0600)")
 
 
 def _same_shards(plan: Record, found: winners.Found, verb: str, lenient: bool = False) -> None:
@@ -271,14 +300,16 @@ def coverage(collected: int, missing: list[str]) -> str:
 
 
 def _options(plan: Record) -> str:
-    return f"--format {plan['format']} --rows-per-partition {plan['rows_per_partition']}"
+    return (f"--format {plan['format']} --rows-per-partition {plan['rows_per_partition']}"
+            + (" --group-readable" if group_readable(plan) else ""))
 
 
 def _plan(run: Run, collection_id: str, destination: str, found: winners.Found, asked: Shape) -> Record:
     plan = {"kind": "tau.collection-plan", "schema_version": 1, "run_id": run.run_id,
             "collection_id": collection_id, "plan_sha256": run.plan_sha256, "created_at": jsonio.now_rfc3339(),
             "destination": destination, "format": asked.format, "rows_per_partition": asked.rows_per_partition,
-            "options": asked.options, "records": winners.records_of(run, [w.shard_id for w in found.winners]),
+            "group_readable": asked.group_readable, "options": asked.options,
+            "records": winners.records_of(run, [w.shard_id for w in found.winners]),
             "schema_digest": found.winners[0].manifest["schema_digest"],
             "shards": [{"shard_id": w.shard_id, "winner_sha256": w.winner_sha256} for w in found.winners],
             "missing": found.missing, "memory": asked.memory}
@@ -304,7 +335,7 @@ def _work(run: Run, book: Journal, plan: Record, status: Record, found: list[win
     if len(todo) == tasks.count(plan) or not several:
         remove_stage(parent, staged)  # a fresh start
     try:
-        with parent.subtree(staged, create=True) as folder, \
+        with open_stage(parent, plan, create=True) as folder, \
                 Meter("collecting", unit="rows", total_count=plan["records"], show=progress) as meter:
             if several:
                 array.local(run, plan, todo, lambda task, files: tasks.record(run, plan, task, None, files), meter)
@@ -334,6 +365,7 @@ def _publish(book: Journal, plan: Record, status: Record, parent: Tree, staged: 
              result: Record) -> Record:
     """Step 5: the stage, `_tau_collection.json` written last, published at the destination; then step 6."""
     bundle.seal(book.run, plan, result, parent, staged)  # with --upload, it is published sealed
+    check_modes(parent, plan)  # it appears with its final modes
     try:
         failpoints.hit("collect.staged")
         publish.publish_folder(parent, staged, name)

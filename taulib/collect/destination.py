@@ -9,6 +9,12 @@ removal. Promises:
   parent is a folder of ours that group and others cannot write (so nobody else can swap the dataset);
 - the stage (`.NAME.tau-stage-<plan digest>`) lives beside the destination, in the same folder, so publishing it
   is one rename; a stage is removed only when it is a folder of ours;
+- the stage is made, and everything in it, with the dataset's modes (`modes`: folders 0700 and files 0600, or 0750
+  and 0640 for a collection planned `group_readable`), each set on the new folder's or file's descriptor whatever
+  the umask (`open_stage`, through `fs.tree.Tree`'s modes), and checked before it is published (`check_modes`):
+  the dataset appears at its destination with its final modes, never private first nor wider; the parent folders
+  made here stay 0700 whatever the collection (a group that reads the dataset needs search permission on them,
+  which only the user grants);
 - a published dataset is adopted only when its `_tau_collection.json` is valid and was made from this plan.
 """
 
@@ -20,7 +26,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import jsonio, schema
 from taulib.errors import Conflict, Refused, TauError, UsageError
-from taulib.fs.tree import Tree
+from taulib.fs.tree import PRIVATE, Modes, Tree
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record
@@ -29,6 +35,7 @@ if TYPE_CHECKING:
 RESULT = "_tau_collection.json"  # leading "_": Arrow, Spark and DuckDB dataset readers skip it
 NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits, in bytes (PATH_MAX counts the final NUL)
 STAGE_EXTRA = len(".") + len(".tau-stage-") + 16  # what `stage_name` adds to the final name
+GROUP_READABLE = Modes(0o750, 0o640)  # tau-collect --group-readable: the group reads, others get nothing
 
 
 class Destination(NamedTuple):
@@ -108,6 +115,56 @@ def open_parent(where: Destination) -> Tree:
 
 def stage_name(plan: Record) -> str:
     return f".{os.path.basename(plan['destination'])}.tau-stage-{jsonio.digest(plan)[:16]}"
+
+
+def group_readable(plan: Record) -> bool:
+    """Whether the collection `plan` publishes a group-readable dataset (a plan made before tau-collect took
+    --group-readable has no such field: private)."""
+    return bool(plan.get("group_readable", False))
+
+
+def modes(plan: Record) -> Modes:
+    """The modes of the folders and files of the collection `plan`'s dataset."""
+    return GROUP_READABLE if group_readable(plan) else PRIVATE
+
+
+def open_stage(parent: Tree, plan: Record, create: bool = False) -> Tree:
+    """The stage of the collection `plan` in `parent`, as a tree that makes its folders and files with the
+    dataset's modes; made (with its folder mode) when missing and `create`."""
+    return parent.subtree(stage_name(plan), create=create, modes=modes(plan))
+
+
+def check_modes(parent: Tree, plan: Record) -> None:
+    """Just before the stage of the collection `plan` is published: the stage folder, ours, given the dataset's
+    folder mode (it was made with it, unless a crash came between its mkdir and its fchmod, which left it
+    narrower), and every entry in it a folder or a regular file of ours with the dataset's mode already, as tau
+    made it; Conflict (73) naming the first that is not (changed behind tau's back: nothing is published)."""
+    want = modes(plan)
+    with open_stage(parent, plan) as stage:
+        st = os.fstat(stage.fd)
+        if st.st_uid != os.geteuid():
+            raise Refused(f"stage {stage_name(plan)!r} is not a folder of ours; remove it by hand",
+                          path=stage.path)
+        if stat.S_IMODE(st.st_mode) != want.folders:
+            os.fchmod(stage.fd, want.folders)
+        for rel, entry in stage.entries():
+            problem = _unlike_tau(rel, entry, want)
+            if problem is not None:
+                raise Conflict(f"the stage of collection {plan['collection_id']} holds {problem}: it was changed "
+                               "behind tau's back; nothing is published", path=rel,
+                               collection_id=plan["collection_id"])
+
+
+def _unlike_tau(rel: str, entry: os.stat_result, want: Modes) -> str | None:
+    """What makes the stage's entry `rel` other than tau made it, in words; None when nothing does."""
+    if not (stat.S_ISDIR(entry.st_mode) or stat.S_ISREG(entry.st_mode)):
+        return f"{rel!r}, which is neither a regular file nor a folder"
+    if entry.st_uid != os.geteuid():
+        return f"{rel!r}, which belongs to another user"
+    expected = want.folders if stat.S_ISDIR(entry.st_mode) else want.files
+    if stat.S_IMODE(entry.st_mode) != expected:
+        return f"{rel!r} of mode {stat.S_IMODE(entry.st_mode):04o}, where tau made it {expected:04o}"
+    return None
 
 
 def read_result(parent: Tree, name: str) -> Record | None:

@@ -9,11 +9,16 @@ Promises:
   `tau-collect RUN --worker ID`, which writes nothing until the journal names its job id;
 - a PREPARED entry (sbatch's reply was lost) is resolved by the job's exact name (`rules.journal.resolve`): adopted,
   waited for until the visibility deadline, or retired;
-- a job absent from the queue is a verdict only once accounting has it, or a minute after its last change (so
-  accounting lag is never read as failure). A job that ended without publishing the dataset: when every task is
-  done (`collect.tasks`) the dataset is published here; else the unfinished tasks are submitted again, as a new
-  array of those tasks only (a killed, cancelled or preempted task is rerun for its own partitions), up to
-  MAX_RERUNS times; then the entry fails with Slurm's word for it, and the next tau-collect starts a new one.
+- a job absent from the queue is a verdict only once accounting has a final word on each unfinished task, or a
+  minute after its last change (so accounting lag is never read as failure). A job that ended without publishing
+  the dataset: when every task is done (`collect.tasks`) the dataset is published here; else how each unfinished
+  task ended decides (`rules.collection.after_job`): they are submitted again, as a new array of those tasks only
+  (each rerun for its own partitions), asking for the plan's request grown by `retry.escalate` after a task ran out
+  of memory or time, the same request after any other end, up to MAX_RERUNS times; a task killed for memory or time
+  at a request that cannot grow fails the entry at once, with Slurm's word for it (`cause`), reported to the caller
+  (CheckFailed), and the next tau-collect starts a new one. Each job that ended unfinished is journaled in the
+  status (`ended`: its request and how each unfinished task ended, with the request it is rerun with), and the
+  request of the newest job in `resources` once it is not the plan's.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from taulib.collect.destination import read_result, remove_stage, stage_name
 from taulib.collect.report import progress, summary
 from taulib.errors import Busy, CheckFailed, Conflict, Refused, SubmitRefused, Unavailable
 from taulib.executors import CollectionJobs
+from taulib.rules import collection as collection_rules
 from taulib.rules import journal as journal_rules
 from taulib.rundir import journal
 
@@ -59,7 +65,8 @@ def submit(run: Run, jobs: CollectionJobs, book: Journal, plan: Record, status: 
     rerun = status.get("rerun", 0)
     todo = list(range(tasks.count(plan))) if todo is None else todo
     try:
-        job_id = jobs.submit(run, plan, job_name(run, plan["collection_id"], rerun), todo, rerun)
+        job_id = jobs.submit(run, plan, job_name(run, plan["collection_id"], rerun), todo, rerun,
+                             status.get("resources"))
     except SubmitRefused as exc:
         remove_stage(parent, stage_name(plan))
         book.retire(status, exc.message)
@@ -70,7 +77,8 @@ def submit(run: Run, jobs: CollectionJobs, book: Journal, plan: Record, status: 
 def settle(run: Run, jobs: CollectionJobs, book: Journal, plan: Record, status: Record, parent: Tree, name: str,
            finish: Finish, publish: Publish) -> Record | None:
     """Where is an unfinished collection job? Its summary (`created` false: an earlier call planned it, and its job
-    published it, unless this call publishes it here), or None when it failed (start a new one).
+    published it, unless this call publishes it here), or None when it failed (start a new one); CheckFailed when it
+    failed because a task ran out of memory or time at a request that cannot grow (the next call starts a new one).
     `finish(plan, status, result)` records a dataset the job published; `publish(plan, status, staged, result)`
     publishes the stage of a collection whose tasks are all done."""
     if status["state"] == "prepared":  # the submission's reply was lost: find the job by its exact name, or retire
@@ -93,30 +101,48 @@ def settle(run: Run, jobs: CollectionJobs, book: Journal, plan: Record, status: 
     job = status["job_id"]
     if jobs.queued(job):
         return progress(plan, status, False)
-    accounting = jobs.accounted(job)
+    base = jobs.request(run.plan)
+    request = status.get("resources") or base  # what this job asked for: the plan's, or a rerun's grown request
+    ends = accounted = jobs.accounted(run, plan["collection_id"], job, request)
     result = read_result(parent, name)
     if result is not None and result["plan_sha256"] == jsonio.digest(plan):
         status = book.reread(status)
         if status["state"] != "succeeded":
             return dict(finish(plan, status, result), created=False)  # its job published it, not this call
         return summary(plan, status, result, created=False)
+    todo = tasks.undone(run, plan)
     grace = jsonio.format_time(jsonio.parse_time(status["updated_at"]) + ACCOUNTING_GRACE)
-    if accounting is None and jsonio.now_rfc3339() <= grace:
+    if (ends is None or any(task not in ends for task in todo)) and jsonio.now_rfc3339() <= grace:
         return progress(plan, status, False)  # not in accounting yet: accounting lag, not a verdict
     done = array.publish_when_done(run, plan, status, parent, name, publish)  # its last task died publishing
     if done is not None:
         return done
-    todo = tasks.undone(run, plan)
-    if status.get("rerun", 0) < MAX_RERUNS:  # killed, cancelled, preempted: those tasks again, and only those
+    ends = ends or {}
+    nxt = collection_rules.after_job({task: ends[task].state if task in ends else None for task in todo}, request,
+                                     run.plan["retry"].get("escalate"), status.get("rerun", 0), MAX_RERUNS,
+                                     tasks.count(plan))
+    ended = [*status.get("ended", []), {"job_id": job, "resources": request, "tasks": [
+        {"task": task, "state": ends[task].state if task in ends else None,
+         "accounting": ends[task].word if task in ends else None, "resources": nxt.grown[task]} for task in todo]}]
+    if nxt.action == "rerun":  # those tasks again, and only those, asking for what the rule says
+        grown = {"resources": nxt.request} if nxt.request != base else {}
         status = book.advance(status, state="prepared", job_id=None, rerun=status.get("rerun", 0) + 1,
-                              deadline=book.deadline(jsonio.now_rfc3339()))
+                              deadline=book.deadline(jsonio.now_rfc3339()), ended=ended, **grown)
         return submit(run, jobs, book, plan, status, parent, todo)
     remove_stage(parent, stage_name(plan))
-    word = accounting if accounting is not None else "absent from the queue and from accounting"
-    book.retire(status, f"its Slurm job {job} ended ({word}) without publishing the dataset; task(s) "
-                        f"{', '.join(map(str, todo[:20]))} of {tasks.count(plan)} never finished, in "
-                        f"{MAX_RERUNS + 1} jobs")
+    said = " (absent from the queue and from accounting)" if accounted is None else ""
+    status = book.retire(status, f"its Slurm job {job} ended{said} without publishing the dataset: {nxt.reason}",
+                         ended=ended, **({"cause": nxt.cause} if nxt.cause else {}))
+    if nxt.cause is not None:  # a rerun cannot help: say so, rather than start a collection that asks the same
+        raise failed(status)
     return None
+
+
+def failed(status: Record) -> CheckFailed:
+    """The error of a failed collection: its reason, and what ended it when it ran out of memory or time."""
+    cause = {"cause": status["cause"]} if status.get("cause") else {}
+    return CheckFailed(f"collection {status['collection_id']} failed: {status['reason']}",
+                       collection_id=status["collection_id"], **cause)
 
 
 def wait(jobs: CollectionJobs, book: Journal, collection_id: str, settle_gone: Callable[[], None]) -> None:
@@ -131,7 +157,7 @@ def wait(jobs: CollectionJobs, book: Journal, collection_id: str, settle_gone: C
         if status["state"] == "succeeded":
             return
         if status["state"] == "failed":
-            raise CheckFailed(f"collection {collection_id} failed: {status['reason']}", collection_id=collection_id)
+            raise failed(status)
         if time.monotonic() < next_check:
             continue
         next_check = time.monotonic() + QUEUE_EVERY

@@ -4,11 +4,14 @@ it found the collection planned, or published, by another.
 Pure: built from the journal entry (plan and status) and the published dataset's `_tau_collection.json` (and,
 for `bundle`, the run's record of the upload, which `collect.bundle.deliver` fills in).
 `complete` and `missing` (the shards without a winner it left out, with their state and reason) come from the
-plan, so a collection planned by an older tau, which knew no missing shards, reads as complete."""
+plan, so a collection planned by an older tau, which knew no missing shards, reads as complete; so does
+`group_readable` (one planned before tau-collect took --group-readable reads as private)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from taulib.collect.destination import group_readable
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record
@@ -22,7 +25,7 @@ def progress(plan: Record, status: Record, created: bool) -> Record:
             "destination": plan["destination"], "format": plan["format"],
             "rows_per_partition": plan["rows_per_partition"], "records": plan["records"],
             "partitions": None, "files": [], "job_id": status["job_id"], "tasks": plan.get("tasks", 1),
-            "bundle": bundle(plan), **coverage(plan)}
+            "group_readable": group_readable(plan), "bundle": bundle(plan), **coverage(plan)}
 
 
 def summary(plan: Record, status: Record, result: Record, created: bool) -> Record:
@@ -31,7 +34,8 @@ def summary(plan: Record, status: Record, result: Record, created: bool) -> Reco
             "destination": plan["destination"], "format": plan["format"],
             "rows_per_partition": plan["rows_per_partition"], "records": result["records"],
             "partitions": len(result["files"]), "files": result["files"], "job_id": status.get("job_id"),
-            "tasks": plan.get("tasks", 1), "bundle": bundle(plan), **coverage(plan)}
+            "tasks": plan.get("tasks", 1), "group_readable": group_readable(plan), "bundle": bundle(plan),
+            **coverage(plan)}
 
 
 def bundle(plan: Record, ref: Record | None = None) -> Record | None:

@@ -134,7 +134,8 @@ def finish(plan: Record, stage: Tree, out: list[Record]) -> Record:
     result = {"kind": "tau.collection-result", "schema_version": 1, "run_id": plan["run_id"],
               "collection_id": plan["collection_id"], "plan_sha256": jsonio.digest(plan),
               "completed_at": jsonio.now_rfc3339(), "format": plan["format"], "records": total, "files": out,
-              "complete": not plan.get("missing"), "missing": plan.get("missing", [])}
+              "complete": not plan.get("missing"), "missing": plan.get("missing", []),
+              "group_readable": bool(plan.get("group_readable", False))}
     stage.write_new(RESULT, jsonio.canonical(result))
     os.fsync(stage.fd)
     return result

@@ -18,9 +18,9 @@ def rows(result: Mapping[str, Any]) -> list[list[object]]:
 
 
 def text(result: Mapping[str, Any]) -> str:
-    """The whole text: where the dataset is and what it holds, the shards left out of a partial one, the bundle
-    it was uploaded as, then the table of its files; for a collection whose job has not finished, the sentence
-    that says so."""
+    """The whole text: where the dataset is and what it holds, whether the user's group may read it, the shards
+    left out of a partial one, the bundle it was uploaded as, then the table of its files; for a collection whose
+    job has not finished, the sentence that says so."""
     from taulib import table
 
     if result["state"] != "succeeded":
@@ -29,6 +29,7 @@ def text(result: Mapping[str, Any]) -> str:
     missing = "".join(f"missing: {m['shard_id']} ({m['state']}: {m['reason']})\n" for m in result["missing"])
     return (f"collection {result['collection_id']}: {result['records']} records in {result['partitions']} "
             f"{result['format']} file(s) at {result['destination']}\n"
+            + ("group-readable: folders 0750, files 0640\n" if result.get("group_readable") else "")
             + (f"partial: {len(result['missing'])} shard(s) without a winner left out\n{missing}" if missing else "")
             + (f"uploaded: generation {result['bundle']['generation']} to {result['bundle']['url']}\n"
                if result["bundle"] else "") + "\n"

@@ -25,12 +25,12 @@ from taulib.errors import BadInput, Refused
 from taulib.executors.table import DEFAULT, EXECUTORS, HERE, Row
 from taulib.executors.roles import (OBSERVED, OPTIONAL, UNLIMITED, Allocation, Capacity, CollectionJobs, Collects,
                                     Executor, Limits, Measured, Observed, Observes, Plans, Queue, Requeue, Resolved,
-                                    Starter, Stopped, Stops, Submits)
+                                    Starter, Stopped, Stops, Submits, TaskEnd)
 
 __all__ = ["OBSERVED", "OPTIONAL", "UNLIMITED", "Allocation", "Capacity", "CollectionJobs", "Collects", "Executor",
            "Limits", "Measured", "Observed", "Observes", "Plans", "Queue", "Requeue", "Resolved", "Starter", "Stopped",
-           "Stops", "Submits", "EXECUTORS", "DEFAULT", "HERE", "Row", "get", "of", "of_attempt", "identity", "plays",
-           "variables"]
+           "Stops", "Submits", "TaskEnd", "EXECUTORS", "DEFAULT", "HERE", "Row", "get", "of", "of_attempt",
+           "identity", "plays", "variables"]
 
 if TYPE_CHECKING:
     from taulib.env import Var

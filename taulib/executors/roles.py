@@ -72,6 +72,16 @@ class Measured(NamedTuple):
 OBSERVED = {"queue": "observed", "accounting": "observed", "reason": None}
 
 
+class TaskEnd(NamedTuple):
+    """How one task of a collection's job ended, by the scheduler's accounting: `state` in tau's words (those of
+    attempts' accounting: out_of_memory, timed_out, cancelled, preempted, node_failed, failed, completed), `word`
+    the scheduler's own (FAILED, OUT_OF_MEMORY), and `evidence`, what else named the end when the scheduler's word
+    alone does not (a memory kill that accounting calls FAILED: the scheduler's line in the task's output), or None."""
+    state: str
+    word: str
+    evidence: str | None = None
+
+
 class CollectionJobs(ABC):
     """How an executor runs a collection as a job of its own (a CPU job without GPUs), for executors that do not
     collect inline. The collection's journal, fencing and waiting are `collect.job`'s; this is the scheduler's part."""
@@ -79,10 +89,18 @@ class CollectionJobs(ABC):
     engine: ClassVar[Engine]  # how the journal's reasons name the scheduler (`rules.journal.resolve`)
 
     @abstractmethod
-    def submit(self, run: Run, plan: dict[str, Any], job_name: str, task_indices: list[int], rerun: int = 0) -> str:
+    def request(self, plan: dict[str, Any]) -> dict[str, str | None]:
+        """What each task of a collection's job asks for under the run's `plan`, as {"mem", "time"} in
+        `rules.escalation`'s spelling (None where nothing is asked): the request `retry.escalate` grows after a
+        task ran out of memory or time. Pure."""
+
+    @abstractmethod
+    def submit(self, run: Run, plan: dict[str, Any], job_name: str, task_indices: list[int], rerun: int = 0,
+               request: dict[str, str | None] | None = None) -> str:
         """Render the collection's job script (an array of the collection's tasks `task_indices`; `rerun` > 0 for a
-        job that runs unfinished tasks again), publish it in the collection's folder and submit it; its job id.
-        Raises SubmitRefused (the scheduler refused it) or Ambiguous (it may have been submitted)."""
+        job that runs unfinished tasks again, asking for `request` when it is not None, else for `self.request`),
+        publish it in the collection's folder and submit it; its job id. Raises SubmitRefused (the scheduler refused
+        it) or Ambiguous (it may have been submitted)."""
 
     @abstractmethod
     def find(self, job_name: str, created: float) -> dict[str, set[int | None]]:
@@ -93,8 +111,11 @@ class CollectionJobs(ABC):
         """Whether the job is still queued or running. Raises Unavailable when the scheduler cannot be asked."""
 
     @abstractmethod
-    def accounted(self, job_id: str) -> str | None:
-        """The job's final state in the scheduler's own words once accounting has it, else None."""
+    def accounted(self, run: Run, collection_id: str, job_id: str,
+                  request: dict[str, str | None]) -> dict[int, TaskEnd] | None:
+        """How each task of collection `collection_id`'s job `job_id` (which asked for `request`) ended, by task,
+        for the tasks accounting has a final word on; None while accounting has no row of the job. Raises
+        Unavailable when accounting cannot be asked."""
 
     @abstractmethod
     def identity(self, environ: dict[str, str]) -> str | None:

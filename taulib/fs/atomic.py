@@ -3,8 +3,9 @@
 Writes: files in the folder whose descriptor the caller passes; nothing else. Reads: that folder's listing, to
 remove debris. Each step has a failpoint (`taulib.failpoints`), named after the protocol.
 Promises:
-- `write_new`: a new private file (O_EXCL, 0600, never through a symlink), written whole and fsynced; for files
-  inside a private stage that is published as a whole afterwards (the folder's fsync is the caller's).
+- `write_new`: a new file (O_EXCL, 0600 or the mode asked for, set by fchmod on its descriptor whatever the umask;
+  never through a symlink), written whole and fsynced; for files inside a stage that is published as a whole
+  afterwards (the folder's fsync is the caller's).
 - immutable publish, `link_new`: temp file (O_EXCL, 0600) -> write -> fsync -> link(temp, name) -> unlink temp ->
   fsync folder. The name is created complete or not at all; an existing name is never touched (False).
   On a filesystem without hard links (link fails EPERM, EOPNOTSUPP, ENOSYS: FUSE and SMB mounts, some object
@@ -87,14 +88,22 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def create(dfd: int, name: str, readable: bool = False) -> int:
-    """A new private file `name` in folder dfd, open for writing, and reading too when asked (O_EXCL, 0600, never
-    through a symlink)."""
-    return os.open(name, _NEW_FILE_RW if readable else _NEW_FILE, 0o600, dir_fd=dfd)
+def create(dfd: int, name: str, readable: bool = False, mode: int = 0o600) -> int:
+    """A new file `name` in folder dfd, open for writing, and reading too when asked (O_EXCL, never through a
+    symlink), of exactly `mode` (private by default): set on its descriptor, since the umask narrows what open
+    makes."""
+    fd = os.open(name, _NEW_FILE_RW if readable else _NEW_FILE, mode, dir_fd=dfd)
+    try:
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        unlink_quiet(dfd, name)
+        raise
+    return fd
 
 
-def write_new(dfd: int, name: str, data: bytes) -> None:
-    fd = create(dfd, name)
+def write_new(dfd: int, name: str, data: bytes, mode: int = 0o600) -> None:
+    fd = create(dfd, name, mode=mode)
     try:
         write_all(fd, data)
         os.fsync(fd)
@@ -106,9 +115,8 @@ def write_temp(dfd: int, data: bytes, protocol: str, temp: str | None = None) ->
     """Step one of both protocols: a new temp file in folder dfd (named `temp`, by default `.tau.<16 hex>.tmp`),
     written and fsynced; its name."""
     temp = temp or f".tau.{os.urandom(8).hex()}.tmp"
-    fd = create(dfd, temp)
+    fd = create(dfd, temp)  # 0600, whatever the umask
     try:
-        os.fchmod(fd, 0o600)
         write_all(fd, data)
         failpoints.hit(f"{protocol}.temp_written")
         os.fsync(fd)

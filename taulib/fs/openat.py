@@ -1,10 +1,10 @@
 """Opening one folder or file relative to its parent, never through a symlink: the steps under `fs.tree.Tree`.
 
 Reads: one directory entry at a time. Writes: folders (mkdir 0700 -> fchmod 0700 -> fsync of the parent; failpoint
-store.mkdir.created) and removals of whole folders of ours. Promises: every open is relative to a folder
-descriptor, with O_NOFOLLOW (and O_DIRECTORY for folders); `refused` is the one place that recognises a symlink
-where a folder or a file was expected (Linux reports ELOOP, or ENOTDIR for O_DIRECTORY|O_NOFOLLOW) and turns it
-into a refusal (exit 77). Nothing outside `taulib.fs` opens with these flags.
+store.mkdir.created; another mode when the caller's tree asks for one) and removals of whole folders of ours.
+Promises: every open is relative to a folder descriptor, with O_NOFOLLOW (and O_DIRECTORY for folders); `refused` is the
+one place that recognises a symlink where a folder or a file was expected (Linux reports ELOOP, or ENOTDIR for
+O_DIRECTORY|O_NOFOLLOW) and turns it into a refusal (exit 77). Nothing outside `taulib.fs` opens with these flags.
 """
 
 from __future__ import annotations
@@ -31,14 +31,16 @@ def refused(exc: OSError, parent_fd: int, name: str, where: str, context: str, e
     return exc
 
 
-def open_dir(parent_fd: int, name: str, *, create: bool, where: str, private: bool, context: str) -> int:
-    """The descriptor of folder `name` in `parent_fd` (made when missing and `create`); NotFound otherwise."""
+def open_dir(parent_fd: int, name: str, *, create: bool, where: str, private: bool, context: str,
+             mode: int = 0o700) -> int:
+    """The descriptor of folder `name` in `parent_fd` (made `mode` when missing and `create`; one that exists keeps
+    its own); NotFound otherwise."""
     try:
         fd = os.open(name, DIR, dir_fd=parent_fd)
     except FileNotFoundError:
         if not create:
             raise NotFound(f"{where} does not exist", path=where) from None
-        return make_dir(parent_fd, name, where, private, context)
+        return make_dir(parent_fd, name, where, private, context, mode)
     except OSError as exc:
         raise refused(exc, parent_fd, name, where, context, "folder") from None
     if private:
@@ -142,9 +144,11 @@ def _open_followed(path: str, missing: str, not_folder: str, shown: str | None =
         raise NotFound(not_folder, path=shown or path) from None
 
 
-def make_dir(parent_fd: int, name: str, where: str, private: bool, context: str) -> int:
+def make_dir(parent_fd: int, name: str, where: str, private: bool, context: str, mode: int = 0o700) -> int:
+    """The folder `name` made (or found: made meanwhile), its mode set to `mode` through its descriptor (the umask
+    narrows what mkdir makes), its parent fsynced."""
     try:
-        os.mkdir(name, 0o700, dir_fd=parent_fd)
+        os.mkdir(name, mode, dir_fd=parent_fd)
     except FileExistsError:
         pass
     try:
@@ -155,7 +159,7 @@ def make_dir(parent_fd: int, name: str, where: str, private: bool, context: str)
         raise
     if private:
         check_private_dir(fd, where)
-    os.fchmod(fd, 0o700)
+    os.fchmod(fd, mode)
     failpoints.hit("store.mkdir.created")
     os.fsync(parent_fd)
     return fd

@@ -3,6 +3,10 @@
 Reads: folders and files below the tree's root. Writes: folders (mkdir 0700 -> fchmod 0700 -> fsync of the parent;
 failpoint store.mkdir.created) and files by the protocols of `taulib.fs.atomic`. Everything tau touches on disk
 (run directories, bundle trees, collection stages and destinations, fetch stages) goes through a `Tree`.
+A tree's `modes` are those of the folders it makes and of the new files `create` and `write_new` make: private
+(0700, 0600) unless it was opened with others (a subtree of a group-readable collection's stage: 0750, 0640); each
+is set by fchmod on the new folder's or file's descriptor, so the umask never narrows it and no path is followed.
+Records (`link_new`, `rename_over`, `open_own`) are always private.
 Promises:
 - The root is opened once; every folder below it is opened from its parent with O_DIRECTORY|O_NOFOLLOW and every
   file with O_NOFOLLOW (`taulib.fs.openat`, where the one refusal of a symlink is), so nothing below the root is
@@ -23,13 +27,23 @@ import os
 import stat
 import threading
 from collections import OrderedDict
-from typing import Callable, Concatenate, ParamSpec, Self, TypeVar
+from typing import Callable, Concatenate, NamedTuple, ParamSpec, Self, TypeVar
 
 from taulib.errors import BadInput, IOFailure, NotFound, Refused
 from taulib.fs import atomic, openat
 
 MAX_CACHED_DIRS = 128  # folder descriptors kept open between calls (a run can have 100,000s of folders)
 CHUNK = 1 << 20
+
+
+
+class Modes(NamedTuple):
+    """The permission bits of the folders and of the files a tree makes."""
+    folders: int
+    files: int
+
+
+PRIVATE = Modes(0o700, 0o600)
 
 _T = TypeVar("_T", bound="Tree")
 _P = ParamSpec("_P")
@@ -58,15 +72,18 @@ class Tree:
     """A folder tree reached through the descriptor `fd` of its root (which the tree owns and closes).
 
     `private` trees hold only tau's own private files (run directories); `context` ends the refusal of a symlink
-    ("... tau never follows one inside a run"); `what` names the tree in `walk`'s refusals ("bundle tree").
+    ("... tau never follows one inside a run"); `what` names the tree in `walk`'s refusals ("bundle tree"); `modes`
+    are those of the folders it makes and the files `create` and `write_new` make.
     """
 
-    def __init__(self, fd: int, path: str, *, private: bool = False, context: str = "", what: str = "tree") -> None:
+    def __init__(self, fd: int, path: str, *, private: bool = False, context: str = "", what: str = "tree",
+                 modes: Modes = PRIVATE) -> None:
         self.fd = fd
         self.path = path
         self.private = private
         self.context = context
         self.what = what
+        self.modes = modes
         self._dirs: OrderedDict[str, int] = OrderedDict({"": fd})
         self._depth = 0
         self._lock = threading.RLock()
@@ -124,7 +141,8 @@ class Tree:
     # -- folders ------------------------------------------------------------------------------------------------
     @_operation
     def folder(self, rel: str, create: bool = False) -> int:
-        """Descriptor of the folder `rel` (the tree keeps it), created 0700 component by component if asked."""
+        """Descriptor of the folder `rel` (the tree keeps it), created component by component if asked (with the
+        tree's folder mode)."""
         key = "/".join(self._segments(rel))
         fd = self._dirs.get(key)
         if fd is not None:
@@ -136,9 +154,9 @@ class Tree:
         self._dirs[key] = fd
         return fd
 
-    def _open_dir(self, parent_fd: int, name: str, create: bool, where: str) -> int:
+    def _open_dir(self, parent_fd: int, name: str, create: bool, where: str, mode: int | None = None) -> int:
         return openat.open_dir(parent_fd, name, create=create, where=where, private=self.private,
-                               context=self.context)
+                               context=self.context, mode=self.modes.folders if mode is None else mode)
 
     def _refused(self, exc: OSError, parent_fd: int, name: str, where: str, expected: str) -> Exception:
         return openat.refused(exc, parent_fd, name, where, self.context, expected)
@@ -156,10 +174,19 @@ class Tree:
         self.folder(rel, create=True)
 
     @_operation
-    def subtree(self, rel: str, create: bool = False, what: str | None = None) -> Tree:
-        """The folder `rel` as a tree of its own (with its own descriptor: close it, or use it in a with)."""
+    def subtree(self, rel: str, create: bool = False, what: str | None = None, modes: Modes | None = None) -> Tree:
+        """The folder `rel` as a tree of its own (with its own descriptor: close it, or use it in a with), making
+        its folders and files with `modes` (default this tree's); the folder `rel` itself too when this call makes
+        it (one that exists keeps its mode: a tree never widens a folder it did not make)."""
+        modes = modes or self.modes
+        key = "/".join(self._segments(rel))
+        if create and key and key not in self._dirs and modes != self.modes:
+            parent_key, _, name = key.rpartition("/")
+            self._dirs[key] = self._open_dir(self.folder(parent_key, create), name, True, self.show(key),
+                                             modes.folders)
         fd = os.dup(self.folder(rel, create))
-        return Tree(fd, self.show(rel), private=self.private, context=self.context, what=what or self.what)
+        return Tree(fd, self.show(rel), private=self.private, context=self.context, what=what or self.what,
+                    modes=modes)
 
     @_operation
     def listdir(self, rel: str = "") -> list[str]:
@@ -187,6 +214,24 @@ class Tree:
         out: list[tuple[str, int]] = []
         openat.walk(self.folder(rel), "", out, skip, self.what, self.context)
         return sorted(out)
+
+    @_operation
+    def entries(self, rel: str = "") -> list[tuple[str, os.stat_result]]:
+        """(path relative to `rel`, lstat) of every entry below folder `rel` (folders, files, symlinks, anything),
+        sorted; folders are descended into, through no symlink."""
+        out: list[tuple[str, os.stat_result]] = []
+        base = "/".join(self._segments(rel))
+        pending = [""]
+        while pending:
+            sub = pending.pop()
+            fd = self.folder(f"{base}/{sub}".strip("/"))
+            for name in os.listdir(fd):
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                path = f"{sub}/{name}" if sub else name
+                out.append((path, st))
+                if stat.S_ISDIR(st.st_mode):
+                    pending.append(path)
+        return sorted(out, key=lambda item: item[0])
 
     @_operation
     def remove_tree(self, rel: str) -> None:
@@ -340,16 +385,16 @@ class Tree:
 
     @_operation
     def create(self, rel: str, readable: bool = False) -> int:
-        """A new private file `rel` open for writing, and reading when asked (O_EXCL, 0600), its folders made as
-        needed."""
+        """A new file `rel` of the tree's file mode (0600 unless the tree was opened with others), open for writing,
+        and reading when asked (O_EXCL), its folders made as needed."""
         dfd, name = self._leaf(rel, create=True)
-        return atomic.create(dfd, name, readable)
+        return atomic.create(dfd, name, readable, self.modes.files)
 
     @_operation
     def write_new(self, rel: str, data: bytes) -> None:
-        """A new private file `rel` written whole and fsynced (see `atomic.write_new`)."""
+        """A new file `rel` of the tree's file mode written whole and fsynced (see `atomic.write_new`)."""
         dfd, name = self._leaf(rel, create=True)
-        atomic.write_new(dfd, name, data)
+        atomic.write_new(dfd, name, data, self.modes.files)
 
     @_operation
     def link_new(self, rel: str, data: bytes) -> bool:

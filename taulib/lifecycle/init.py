@@ -92,6 +92,8 @@ def resolve_plan(request: Record, run_id: str, site: Record | None = None, input
         "inherit_env": list(request.get("inherit_env", [])),
         "retry": dict(budget.DEFAULTS, **request.get("retry", {})),
     }
+    if request.get("collection", {}).get("group_readable"):  # false is the default: such a plan is as it was
+        plan["collection"]["group_readable"] = True
     if input_index is not None:  # a plan without an input is exactly what it was before inputs existed
         plan["input"] = {"path": input_index["path"], "format": input_index["format"],
                          "piece_bytes": input_index["piece_bytes"]}
@@ -181,6 +183,8 @@ def _check_escalation(plan: Record) -> None:
     profile = plan["scheduler"]["profile"]
     chosen = executors.get(profile)
     base = chosen.request(plan["scheduler"][profile])
+    jobs = chosen.collection_jobs()  # a collection job's request grows too (tau-collect(1) "Tasks")
+    collecting = jobs.request(plan) if jobs is not None else {"mem": None, "time": None}
     for key, read in (("mem", escalation.mem_mib), ("time", escalation.time_seconds)):
         if key not in grow and f"max_{key}" not in grow:
             continue
@@ -191,9 +195,11 @@ def _check_escalation(plan: Record) -> None:
             raise BadInput(f"plan on standard input grows {what} on retry (retry.escalate.{key}) but asks for none: "
                            + (f"set scheduler.{profile}.{field}" if field else
                               f"the {profile} executor asks for no {what}"))
-        if f"max_{key}" in grow and read(grow[f"max_{key}"]) < read(asked):
-            raise BadInput(f"plan on standard input caps {key} at {grow[f'max_{key}']!r} (retry.escalate.max_{key}), "
-                           f"below the {asked!r} it asks for; a grown request never shrinks")
+        for what, given in (("it", asked), ("a collection job", collecting[key])):
+            if f"max_{key}" in grow and given is not None and read(grow[f"max_{key}"]) < read(given):
+                raise BadInput(f"plan on standard input caps {key} at {grow[f'max_{key}']!r} "
+                               f"(retry.escalate.max_{key}), below the {given!r} {what} asks for; a grown request "
+                               "never shrinks")
 
 
 def _check_output_types(fields: list[Record]) -> None:

@@ -10,6 +10,8 @@
   retry        which shards get a new attempt
   windows      a submission's shards cut into arrays that fit the scheduler now, the rest deferred
   escalation   the memory and time a retry asks for, grown after the attempt before it ran out of them
+  collection   a collection job that ended unfinished: its tasks rerun, asking for more after out of memory or
+               time as far as retry.escalate allows, or the collection failed and why
   efficiency   what attempts cost and how much of their request they used (seff's arithmetic)
   drive        when a driven run is finished, and the notifications owed
   stall        when a running attempt is stalled (no heartbeat, no progress), and whether the plan stops it

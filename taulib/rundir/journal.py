@@ -197,9 +197,9 @@ class Journal:
         self.run.dir.replace(self.status_rel(status[self.kind.id_field]), status)
         return status
 
-    def retire(self, status: Record, reason: str) -> Record:
-        """Mark the entry failed, saying why."""
-        return self.advance(status, state="failed", reason=reason[:500])
+    def retire(self, status: Record, reason: str, **fields: object) -> Record:
+        """Mark the entry failed, saying why (and with `fields`, what else its kind records of the end)."""
+        return self.advance(status, state="failed", reason=reason[:500], **fields)
 
     def reread(self, status: Record) -> Record:
         """The stored status of the same entry (another process may have advanced it)."""

@@ -1,6 +1,6 @@
 """tau-collect --tasks N on the real Slurm test cluster: an array of N CPU tasks into one stage, published once, the
 bytes of one task and of the local executor; a task killed by its PID, or scancelled alone, rerun for its own
-partitions only (tau-collect(1) "Tasks")."""
+partitions only, asking for the same request (tau-collect(1) "Tasks")."""
 
 from __future__ import annotations
 
@@ -108,6 +108,11 @@ def test_a_task_killed_midway_is_rerun_for_its_own_partitions_only_and_the_bytes
     assert (result["collection_id"], result["state"], result["records"]) == ("collection-0002", "succeeded", 80)
     status = record(run_dir, "collections/collection-0002/status.json")
     assert status["rerun"] == 1 and status["job_id"] != job, status
+    assert "resources" not in status  # killed or cancelled, not out of memory: the same request again
+    same = {"mem": None, "time": "10:00"}
+    ended = ("failed", "FAILED") if how == "sigkill" else ("cancelled", f"CANCELLED by {os.getuid()}")
+    assert status["ended"] == [{"job_id": job, "resources": same, "tasks": [
+        {"task": 2, "state": ended[0], "accounting": ended[1], "resources": same}]}], status
     rerun = (folder / "job-r1.sh").read_text()
     assert "#SBATCH --array=2\n" in rerun, rerun  # task 2 alone
     assert {k: (folder / f"task-{k:05d}.json").read_bytes() for k in (0, 1, 3)} == kept

@@ -19,7 +19,7 @@ from typing import Any
 from taulib import env, failpoints, jsonio
 from taulib.errors import BadInput, Refused, Unavailable, UsageError
 from taulib.executors.roles import (Capacity, CollectionJobs, Collects, Executor, Limits, Measured, Observed, Queue,
-                                    Requeue, Resolved, Stopped)
+                                    Requeue, Resolved, Stopped, TaskEnd)
 from taulib.executors.slurm import commands, parse, records, script, variables
 from taulib.rules import journal as journal_rules
 from taulib.rules.services import DEVICE_VARIABLES  # the allocation's variables a client gets beside Slurm's own
@@ -37,11 +37,15 @@ class SlurmCollectionJobs(CollectionJobs):
 
     engine = ENGINE
 
-    def submit(self, run: Run, plan: dict[str, Any], job_name: str, task_indices: list[int], rerun: int = 0) -> str:
+    def request(self, plan: dict[str, Any]) -> dict[str, str | None]:
+        return script.collection_request(plan["scheduler"]["slurm"])
+
+    def submit(self, run: Run, plan: dict[str, Any], job_name: str, task_indices: list[int], rerun: int = 0,
+               request: dict[str, str | None] | None = None) -> str:
         collection_id = plan["collection_id"]
         text = script.render_collection(job_name=job_name, run_dir=run.path, collection_id=collection_id,
                                         python=sys.executable, profile=run.plan["scheduler"]["slurm"],
-                                        task_indices=task_indices)
+                                        task_indices=task_indices, request=request)
         rel = records.collection_script(collection_id, rerun)
         job_id = commands.sbatch_script(run, rel, text, pinned=True, resolved_by="tau-collect")
         failpoints.hit("collect.handed_off")  # the job exists, nothing records it: the lost reply
@@ -53,9 +57,37 @@ class SlurmCollectionJobs(CollectionJobs):
     def queued(self, job_id: str) -> bool:
         return any(row.job_id == job_id for row in commands.squeue([job_id]))
 
-    def accounted(self, job_id: str) -> str | None:
+    def accounted(self, run: Run, collection_id: str, job_id: str,
+                  request: dict[str, str | None]) -> dict[int, TaskEnd] | None:
+        """From one sacct call, each task's newest row (`parse.accounting_by_task`, as attempts are read); where it
+        says FAILED or CANCELLED, what the task's own output says killed it (`slurm.kills`, as `_explain_kills` reads
+        an attempt's): Slurm's memory enforcement without cgroups ends a task FAILED, and only slurmstepd's line
+        names the memory kill. A task still pending or running in accounting, or in a state tau does not know, has
+        no final word yet."""
+        from taulib.errors import NotFound
+        from taulib.executors.slurm import kills
+        from taulib.rules.escalation import mem_mib
+
         rows = [r for r in commands.sacct([job_id], arrays={job_id}) if r.job_id == job_id]
-        return rows[-1].raw if rows else None
+        if not rows:
+            return None
+        latest, _unknown = parse.accounting_by_task(rows)
+        limit = None if not request.get("mem") else int(mem_mib(str(request["mem"])) * 1024 * 1024)
+        ends = {}
+        for (_, task), (row, _restarts) in latest.items():
+            if task is None or row.state in ("pending", "running", "requeued"):
+                continue
+            end = TaskEnd(row.state, row.raw)
+            if row.state in ("failed", "cancelled"):
+                try:
+                    tail = run.dir.read_tail(records.collection_task_output(collection_id, job_id, task), kills.TAIL)
+                except (NotFound, Refused):  # never written (it never started), or not a file of ours
+                    tail = b""
+                found = kills.cause(tail, row.state, limit)
+                if found is not None:
+                    end = TaskEnd(found.state, row.raw, found.evidence)
+            ends[task] = end
+        return ends
 
     def identity(self, environ: dict[str, str]) -> str | None:
         if not env.read(variables.JOB_ID, environ):

@@ -24,3 +24,8 @@ def collection_script(collection: str, rerun: int = 0) -> str:
 def task_output(sub: str, job_id: str, task_index: int) -> str:
     """The output file Slurm wrote for one array task of a submission's job."""
     return f"submissions/{sub}/slurm-{job_id}_{task_index}.out"
+
+
+def collection_task_output(collection: str, job_id: str, task_index: int) -> str:
+    """The output file Slurm wrote for one array task of a collection's job."""
+    return f"collections/{collection}/slurm-{job_id}_{task_index}.out"
