@@ -19,6 +19,7 @@ The library under the `tau-*` commands, in layers; a module imports only from it
   errors      the one exit-code table, and the typed errors that carry its codes
   env         every environment variable tau reads or sets, in one table
   schema      validation against the JSON Schemas in share/schemas
+  validator   a JSON Schema node compiled into a function of the value (for schema)
   records     the shapes of the main records as TypedDicts (plan, attempt, winner ...), following the schemas
   jsonio      canonical JSON, the one encoding of every record, and the digests over it
   failpoints  named failpoints at every step of every commit protocol, armed from the environment

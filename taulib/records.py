@@ -364,6 +364,7 @@ class CollectionPlan(TypedDict):
     format: Format
     group_readable: NotRequired[bool]
     kind: Literal["tau.collection-plan"]
+    memory: NotRequired[int]
     missing: NotRequired[list[MissingShard]]
     options: NotRequired[CollectOptions]
     plan_sha256: str

@@ -80,8 +80,7 @@ def test_a_memory_below_the_least_or_not_a_size_is_refused_before_anything_is_wr
         assert error_of(proc)["message"] == message
     proc = tau("tau-collect", str(run_dir), "--worker", "collection-0001", "--memory", "1G")
     assert proc.returncode == 2, proc.stderr
-    assert error_of(proc)["message"] == ("tau-collect: --worker takes no --upload or --memory (its collection's plan "
-                                         "holds them)")
+    assert error_of(proc)["message"] == "tau-collect: --worker takes no --memory (its collection's plan holds it)"
     assert snapshot(run_dir) == before
     assert sorted(os.listdir(run_dir.parent)) == ["run"]
 

@@ -36,11 +36,11 @@ def test_tau_collects_format_option_offers_exactly_the_tables_formats():
 
 
 def test_a_format_outside_the_table_is_refused_before_anything_is_read():
-    from taulib.collect.collection import shape
+    from taulib.collect import shape
     from taulib.errors import UsageError
 
     with pytest.raises(UsageError) as err:
-        shape(None, "orc")
+        shape.asked(None, "orc")
     assert err.value.code == 2 and err.value.message == "--format 'orc' is not one of parquet, csv, jsonl"
 
 

@@ -19,7 +19,8 @@ from helpers import PYTHON, ROOT, complete_run, copy_run, error_of, init_run, mo
 from taulib.collect import bundle, destination
 from taulib.errors import Conflict
 from taulib.fs import atomic
-from taulib.fs.tree import PRIVATE, Tree
+from taulib.fs.openat import PRIVATE
+from taulib.fs.tree import Tree
 
 PRIVATE_MODES = (0o700, 0o600)
 GROUP_MODES = (0o750, 0o640)
@@ -254,14 +255,14 @@ def test_an_unfinished_group_readable_collection_is_resumed_with_its_modes_and_r
 
 
 def test_a_collection_planned_by_an_older_tau_is_private(done, tmp_path):
-    from taulib.collect import collection
+    from taulib.collect import shape
 
     older = {"collection_id": "collection-0001", "destination": "/d", "format": "parquet", "rows_per_partition": 30}
     assert destination.modes(older) == PRIVATE and destination.group_readable(older) is False
-    asked = collection.Shape("parquet", 30, {}, group_readable=False)
-    collection._same_shape(older, asked, "holds")  # the same shape: nothing raised
+    asked = shape.Shape("parquet", 30, {}, group_readable=False)
+    shape.same_shape(older, asked, "holds")  # the same shape: nothing raised
     with pytest.raises(Conflict) as caught:
-        collection._same_shape(older, asked._replace(group_readable=True), "holds")
+        shape.same_shape(older, asked._replace(group_readable=True), "holds")
     assert caught.value.code == 73
     assert "holds collection-0001 private (folders 0700, files 0600), not group-readable" in caught.value.message
 

@@ -298,7 +298,7 @@ def test_the_states_a_missing_shard_may_be_in_are_every_shard_state_but_succeede
 
 
 def test_a_collection_is_its_set_of_shards_and_only_a_followed_or_unfinished_one_may_have_fewer():
-    from taulib.collect import collection, winners
+    from taulib.collect import shape, winners
     from taulib.errors import Conflict
 
     def found(*ids: str) -> winners.Found:
@@ -310,10 +310,10 @@ def test_a_collection_is_its_set_of_shards_and_only_a_followed_or_unfinished_one
     partial = {"collection_id": "collection-0001", "destination": "/ws/data",
                "shards": [{"shard_id": "shard-00000", "winner_sha256": "0" * 64}],
                "missing": found("shard-00000").missing}
-    collection._same_shards(partial, found("shard-00000"), "holds")
-    collection._same_shards(partial, found("shard-00000", "shard-00001"), "holds", lenient=True)
+    shape.same_shards(partial, found("shard-00000"), "holds")
+    shape.same_shards(partial, found("shard-00000", "shard-00001"), "holds", lenient=True)
     with pytest.raises(Conflict) as refused:
-        collection._same_shards(partial, found("shard-00000", "shard-00001", "shard-00002"), "is being collected by")
+        shape.same_shards(partial, found("shard-00000", "shard-00001", "shard-00002"), "is being collected by")
     assert refused.value.message == (
         "destination '/ws/data' is being collected by collection-0001 of 1 of 3 shards (shard-00001, shard-00002 "
         "missing), not of every shard (3) as asked; tau never overwrites a dataset: follow it with --allow-missing "
@@ -321,4 +321,4 @@ def test_a_collection_is_its_set_of_shards_and_only_a_followed_or_unfinished_one
     complete = dict(partial, shards=[{"shard_id": f"shard-0000{n}", "winner_sha256": "0" * 64} for n in range(3)],
                     missing=[])
     with pytest.raises(Conflict):  # a complete collection never stands for a partial one, lenient or not
-        collection._same_shards(complete, found("shard-00000"), "holds", lenient=True)
+        shape.same_shards(complete, found("shard-00000"), "holds", lenient=True)

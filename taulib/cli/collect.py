@@ -68,8 +68,10 @@ def cli(run_dir: str, destination: str | None, fmt: str | None, rows_per_partiti
         if destination or wait or fmt or rows_per_partition or allow_missing or task_count or readable:
             raise UsageError("--worker takes none of --destination, --format, --rows-per-partition, --allow-missing, "
                              "--tasks, --group-readable and --wait (its collection's plan holds them)")
-        if upload or memory:
-            raise UsageError("--worker takes no --upload or --memory (its collection's plan holds them)")
+        if upload:
+            raise UsageError("--worker takes no --upload (its collection's plan holds it)")
+        if memory:
+            raise UsageError("--worker takes no --memory (its collection's plan holds it)")
         common.emit(collection.work(run_dir, worker))
         return
     if not destination:

@@ -4,9 +4,11 @@ destination, published atomically and never overwritten (tau-collect(1)). The fa
 imported here, so that tau-collect's options (`formats`) cost nothing to list.
 
   collection   the coordinator: journal, inline work or the CPU job, publication
+  shape        what a collection asked for looks like, and whether the one there is it (refusals, 73)
   winners      step 1: every winner chain validated from its records
   destination  step 2: authorising the destination; its parent folder, the stage, the published result
   stage        step 4: the winners streamed partition by partition into the stage (plan: rules.partition)
+  budget       the memory budget (--memory) spread over the lanes, their input buffers and their writers
   tasks        a collection split into tasks: their ranges, their records, the files of them all
   array        the tasks at work: a Slurm array task or a local worker process each, the last one publishing
   inputs       reading the winner files, each checked (size, sha256, Parquet rows) before a row of it is used

@@ -34,11 +34,11 @@ and its entry stays unfinished, for the next call to resume.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from taulib import env, executors, failpoints, jsonio, signals
-from taulib.collect import array, budget, bundle, formats, image, job, stage, tasks, winners
-from taulib.collect.destination import (authorise, check_modes, group_readable, open_parent, open_stage, read_result,
+from taulib.collect import array, bundle, formats, image, job, shape, stage, tasks, winners
+from taulib.collect.destination import (authorise, check_modes, open_parent, open_stage, read_result,
                                         remove_stage, stage_name)
 from taulib.collect.report import summary
 from taulib.errors import Busy, Conflict, Internal, Refused, UsageError
@@ -55,49 +55,6 @@ if TYPE_CHECKING:
     from taulib.rundir.run import Run
 
 UNFINISHED = ("prepared", "submitted", "running")
-MAX_ROWS = (1 << 63) - 1  # what a JSON record's integer holds
-
-
-class Shape(NamedTuple):
-    """What a collection's output looks like; `options` the ones given (None where the run's plan decides); `tasks`
-    the most tasks it is split over (which changes no byte of it); `upload` the Blob prefix it is uploaded to
-    (tau-collect --upload, normalised; None: not uploaded); `group_readable` whether its dataset is published
-    with folders 0750 and files 0640 rather than 0700 and 0600; `memory` the budget of each process that writes
-    it, in bytes (`collect.budget`; neither changes a byte of it)."""
-    format: str
-    rows_per_partition: int
-    options: dict[str, str | int | bool | None]
-    tasks: int = 1
-    upload: str | None = None
-    group_readable: bool = False
-    memory: int = budget.DEFAULT
-
-
-def shape(run: Run, fmt: str | None = None, rows_per_partition: int | None = None, task_count: int | None = None,
-          upload: str | None = None, readable: bool | None = None, memory: int | None = None) -> Shape:
-    """The shape of a collection asked for with --format `fmt`, --rows-per-partition, --tasks, --group-readable
-    (`readable`; None: the plan's) and --memory (None: the default budget); UsageError (2) for a value tau cannot
-    write, before anything is read or written."""
-    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < budget.LEAST):
-        raise UsageError(f"--memory {memory!r} is below the least a collection needs, {budget.LEAST >> 20} MiB")
-    if task_count is not None and (isinstance(task_count, bool) or not 1 <= task_count <= tasks.MOST):
-        raise UsageError(f"--tasks {task_count!r} is not a whole number from 1 to {tasks.MOST}")
-    if fmt is not None and fmt not in formats.NAMES:
-        raise UsageError(f"--format {fmt!r} is not one of {', '.join(formats.NAMES)}")
-    if rows_per_partition is not None and (isinstance(rows_per_partition, bool)
-                                           or not 1 <= rows_per_partition <= MAX_ROWS):
-        raise UsageError(f"--rows-per-partition {rows_per_partition!r} is not a whole number from 1 to {MAX_ROWS}",
-                         rows_per_partition=str(rows_per_partition))
-    output = run.plan["output"]
-    planned = bool(run.plan["collection"].get("group_readable", False))
-    return Shape(fmt or output["format"], rows_per_partition or output["rows_per_partition"],
-                 {"format": fmt, "rows_per_partition": rows_per_partition, "group_readable": readable},
-                 task_count or output.get("tasks", 1), bundle.asked(upload),
-                 planned if readable is None else readable, memory or budget.DEFAULT)
-
-
-def shape_of(plan: Record) -> tuple[str, int]:
-    return plan["format"], plan["rows_per_partition"]
 
 
 def collect(run: Run, destination: str, wait: bool = False, fmt: str | None = None,
@@ -113,7 +70,7 @@ def collect(run: Run, destination: str, wait: bool = False, fmt: str | None = No
     Blob prefix to upload the dataset to, sealed (`collect.bundle`); `readable` True publishes the dataset
     group-readable (None: as the plan's collection.group_readable says); `memory` the budget, in bytes, of each
     process that writes a new collection (None: `collect.budget.DEFAULT`; a resumed one keeps its plan's)."""
-    asked = shape(run, fmt, rows_per_partition, task_count, upload, readable, memory)
+    asked = shape.asked(run, fmt, rows_per_partition, task_count, upload, readable, memory)
     jobs = executors.of(run).collection_jobs()
     if jobs is None and image.wanted(run):  # its work is done here: by the tau in the client image
         where = authorise(run, destination)
@@ -135,7 +92,7 @@ def collect(run: Run, destination: str, wait: bool = False, fmt: str | None = No
     return bundle.deliver(run, result)  # a published collection's upload, outside the locks
 
 
-def _once(run: Run, destination: str, asked: Shape, progress: bool | None, allow_missing: bool = False,
+def _once(run: Run, destination: str, asked: shape.Shape, progress: bool | None, allow_missing: bool = False,
           follow: str | None = None) -> Record:
     """One pass; `follow`, the collection this call has been waiting for (reported whatever has won since)."""
     found = winners.gather(run, allow_missing)
@@ -152,7 +109,7 @@ def _once(run: Run, destination: str, asked: Shape, progress: bool | None, allow
                            allow_missing, follow)
 
 
-def _coordinate(run: Run, book: Journal, found: winners.Found, where: Destination, parent: Tree, asked: Shape,
+def _coordinate(run: Run, book: Journal, found: winners.Found, where: Destination, parent: Tree, asked: shape.Shape,
                 progress: bool | None, allow_missing: bool = False, follow: str | None = None) -> Record:
     jobs = executors.of(run).collection_jobs()  # None: the collection runs inline, here
     resumed: tuple[Record, Record] | None = None
@@ -161,13 +118,13 @@ def _coordinate(run: Run, book: Journal, found: winners.Found, where: Destinatio
         plan, status = entry.plan, entry.status
         if plan["destination"] != where.path:
             raise Busy(f"collection {plan['collection_id']} to {plan['destination']!r} is not finished; run "
-                       f"tau-collect for that destination first ({_options(plan)})",
+                       f"tau-collect for that destination first ({shape.options(plan)})",
                        collection_id=plan["collection_id"])
-        _same_shape(plan, asked, "is being collected by")
+        shape.same_shape(plan, asked, "is being collected by")
         if jobs is None:
             resumed = plan, status
         else:
-            _same_shards(plan, found, "is being collected by", lenient=allow_missing)
+            shape.same_shards(plan, found, "is being collected by", lenient=allow_missing)
             settled = job.settle(run, jobs, book, plan, status, parent, where.name,
                                  lambda p, s, r: _finish(book, p, s, r), _publisher(book, where))
             if settled is not None:
@@ -182,8 +139,8 @@ def _coordinate(run: Run, book: Journal, found: winners.Found, where: Destinatio
         published = _published(book, parent, where)
         if published is not None:
             plan, status, result = published
-            _same_shape(plan, asked, "holds")
-            _same_shards(plan, found, "holds", lenient=plan["collection_id"] == follow)
+            shape.same_shape(plan, asked, "holds")
+            shape.same_shards(plan, found, "holds", lenient=plan["collection_id"] == follow)
             return summary(plan, status, result, created=False)
         raise Conflict(f"destination {where.path!r} already exists; tau never overwrites a dataset",
                        destination=where.path)
@@ -210,12 +167,13 @@ def _resume(book: Journal, unfinished: tuple[Record, Record], found: winners.Fou
     result = read_result(parent, name)
     if result is not None and result["plan_sha256"] == jsonio.digest(plan):
         done = _finish(book, plan, status, result)  # published before the crash: adopt it
-        return done if _shard_ids(plan) == [w.shard_id for w in found.winners] else None
-    if _shard_ids(plan) == [w.shard_id for w in found.winners]:
+        return done if shape.shard_ids(plan) == [w.shard_id for w in found.winners] else None
+    if shape.shard_ids(plan) == [w.shard_id for w in found.winners]:
         return plan, status
     remove_stage(parent, stage_name(plan))
-    book.retire(status, f"interrupted, and not resumed: it was planned from {_coverage(plan)}, and the winners "
-                        f"there are now are of {_found_coverage(found)}; a new collection replaces it")
+    book.retire(status, f"interrupted, and not resumed: it was planned from {shape.planned_coverage(plan)}, and "
+                        f"the winners there are now are of {shape.found_coverage(found)}; a new collection replaces "
+                        "it")
     return None
 
 
@@ -232,79 +190,7 @@ def _published(book: Journal, parent: Tree, where: Destination) -> tuple[Record,
     return plan, status, result
 
 
-def _same_shape(plan: Record, asked: Shape, verb: str) -> None:
-    """Conflict (73) unless the collection `plan` has the shape asked for: a destination is one dataset."""
-    if shape_of(plan) == (asked.format, asked.rows_per_partition):
-        _same_modes(plan, asked, verb)  # who may read it
-        bundle.same_upload(plan, asked.upload, verb)  # and where it is uploaded
-        return
-    raise Conflict(f"destination {plan['destination']!r} {verb} {plan['collection_id']} as {plan['format']} in "
-                   f"partitions of {plan['rows_per_partition']} rows, not {asked.format} in partitions of "
-                   f"{asked.rows_per_partition} as asked; tau never overwrites a dataset: collect this shape to "
-                   f"another destination, or give {_options(plan)} for that one", destination=plan["destination"],
-                   collection_id=plan["collection_id"], format=plan["format"],
-                   rows_per_partition=plan["rows_per_partition"])
-
-
-def _same_modes(plan: Record, asked: Shape, verb: str) -> None:
-    """Conflict (73) unless the collection `plan` is as group-readable as asked: its modes are part of its shape,
-    and a published dataset's are never changed."""
-    there = group_readable(plan)
-    if there == asked.group_readable:
-        return
-    then = "give --group-readable" if there else "leave out --group-readable"
-    raise Conflict(f"destination {plan['destination']!r} {verb} {plan['collection_id']} {_access(there)}, not "
-                   f"{_access(asked.group_readable)} as asked; tau never overwrites a dataset, nor changes its "
-                   f"modes: collect to another destination, or {then} for that one", destination=plan["destination"],
-                   collection_id=plan["collection_id"], group_readable=there)
-
-
-def _access(readable: bool) -> str:
-    return ("group-readable (folders 0750, files 0640)" if readable
-            else "private (folders 0700, files 0600)")
-
-
-def _same_shards(plan: Record, found: winners.Found, verb: str, lenient: bool = False) -> None:
-    """Conflict (73) unless the collection `plan` collects the shards that have a winner now (`lenient`: or fewer
-    of them): a collection is also the set of shards it collects, so a partial one never stands for a complete
-    one, nor a complete one for a partial one."""
-    planned, now = _shard_ids(plan), [w.shard_id for w in found.winners]
-    if planned == now or (lenient and set(planned) <= set(now)):
-        return
-    after = ("follow it with --allow-missing until it has finished, then collect to another destination"
-             if verb == "is being collected by" else "collect to another destination")
-    raise Conflict(f"destination {plan['destination']!r} {verb} {plan['collection_id']} of {_coverage(plan)}, not "
-                   f"of {_found_coverage(found)} as asked; tau never overwrites a dataset: {after}",
-                   destination=plan["destination"], collection_id=plan["collection_id"],
-                   missing=[m["shard_id"] for m in plan.get("missing", [])][:100])
-
-
-def _shard_ids(plan: Record) -> list[str]:
-    return [s["shard_id"] for s in plan["shards"]]
-
-
-def _coverage(plan: Record) -> str:
-    return coverage(len(plan["shards"]), [m["shard_id"] for m in plan.get("missing", [])])
-
-
-def _found_coverage(found: winners.Found) -> str:
-    return coverage(len(found.winners), [m["shard_id"] for m in found.missing])
-
-
-def coverage(collected: int, missing: list[str]) -> str:
-    """The shards a collection collects, in words: "every shard (4)", "2 of 4 shards (shard-00001, shard-00003
-    missing)"."""
-    if not missing:
-        return f"every shard ({collected})"
-    return f"{collected} of {collected + len(missing)} shards ({winners.shown(missing)} missing)"
-
-
-def _options(plan: Record) -> str:
-    return (f"--format {plan['format']} --rows-per-partition {plan['rows_per_partition']}"
-            + (" --group-readable" if group_readable(plan) else ""))
-
-
-def _plan(run: Run, collection_id: str, destination: str, found: winners.Found, asked: Shape) -> Record:
+def _plan(run: Run, collection_id: str, destination: str, found: winners.Found, asked: shape.Shape) -> Record:
     plan = {"kind": "tau.collection-plan", "schema_version": 1, "run_id": run.run_id,
             "collection_id": collection_id, "plan_sha256": run.plan_sha256, "created_at": jsonio.now_rfc3339(),
             "destination": destination, "format": asked.format, "rows_per_partition": asked.rows_per_partition,

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from taulib import jsonio, schema
 from taulib.errors import Conflict, Refused, TauError, UsageError
-from taulib.fs.tree import PRIVATE, Modes, Tree
+from taulib.fs.openat import PRIVATE, Modes
+from taulib.fs.tree import Tree
 
 if TYPE_CHECKING:
     from taulib.jsonio import Record

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import NamedTuple
 
 from taulib import failpoints
 from taulib.errors import BadInput, NotFound, Refused
@@ -19,6 +20,16 @@ from taulib.fs import atomic
 
 DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+CHUNK = 1 << 20  # bytes read at a time past a file's first read
+
+
+class Modes(NamedTuple):
+    """The permission bits of the folders and of the files a tree makes (`Tree.modes`)."""
+    folders: int
+    files: int
+
+
+PRIVATE = Modes(0o700, 0o600)
 
 
 def refused(exc: OSError, parent_fd: int, name: str, where: str, context: str, expected: str) -> Exception:
@@ -216,3 +227,49 @@ def rmtree_at(parent_fd: int, name: str) -> None:
         os.rmdir(name, dir_fd=parent_fd)
     except FileNotFoundError:
         pass
+
+
+def read_opened(fd: int, where: str, private: bool, limit: int | None) -> bytes:
+    """The bytes of the file open on `fd` (shown as `where`): a regular file (Refused otherwise), in a `private`
+    tree ours and not writable by others, of at most `limit` bytes (BadInput otherwise)."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise Refused(f"{where} is not a regular file", path=where)
+    if private and (st.st_uid != os.geteuid() or st.st_mode & 0o022):
+        raise Refused(f"{where} is writable by another user or not ours; refusing to trust it", path=where)
+    if limit is not None and st.st_size > limit:
+        raise BadInput(f"{where} is larger than {limit} bytes", path=where)
+    # one read of size+1 bytes sees the whole file and its end (reads cost ~0.1 ms each on some kernels)
+    want = st.st_size + 1
+    chunks = []
+    while True:
+        chunk = os.read(fd, want)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        if len(chunk) < want:
+            break
+        want = CHUNK
+    data = b"".join(chunks)
+    if limit is not None and len(data) > limit:
+        raise BadInput(f"{where} is larger than {limit} bytes", path=where)
+    return data
+
+
+def entries(root: int) -> list[tuple[str, os.stat_result]]:
+    """(path, lstat) of every entry below the folder open on `root`, sorted; folders are descended into, each
+    opened from its parent with O_NOFOLLOW (a symlink is listed, never followed)."""
+    out: list[tuple[str, os.stat_result]] = []
+    pending = [(os.dup(root), "")]
+    while pending:
+        fd, sub = pending.pop()
+        try:
+            for name in os.listdir(fd):
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                path = f"{sub}/{name}" if sub else name
+                out.append((path, st))
+                if stat.S_ISDIR(st.st_mode):
+                    pending.append((os.open(name, DIR, dir_fd=fd), path))
+        finally:
+            os.close(fd)
+    return sorted(out, key=lambda item: item[0])

@@ -4,9 +4,9 @@ Reads: folders and files below the tree's root. Writes: folders (mkdir 0700 -> f
 failpoint store.mkdir.created) and files by the protocols of `taulib.fs.atomic`. Everything tau touches on disk
 (run directories, bundle trees, collection stages and destinations, fetch stages) goes through a `Tree`.
 A tree's `modes` are those of the folders it makes and of the new files `create` and `write_new` make: private
-(0700, 0600) unless it was opened with others (a subtree of a group-readable collection's stage: 0750, 0640); each
-is set by fchmod on the new folder's or file's descriptor, so the umask never narrows it and no path is followed.
-Records (`link_new`, `rename_over`, `open_own`) are always private.
+(0700, 0600) unless opened with others (a group-readable collection's stage: 0750, 0640), set by fchmod on the new
+descriptor (the umask never narrows them, no path is followed); records (`link_new`, `rename_over`, `open_own`) are
+always private.
 Promises:
 - The root is opened once; every folder below it is opened from its parent with O_DIRECTORY|O_NOFOLLOW and every
   file with O_NOFOLLOW (`taulib.fs.openat`, where the one refusal of a symlink is), so nothing below the root is
@@ -27,24 +27,13 @@ import os
 import stat
 import threading
 from collections import OrderedDict
-from typing import Callable, Concatenate, NamedTuple, ParamSpec, Self, TypeVar
+from typing import Callable, Concatenate, ParamSpec, Self, TypeVar
 
-from taulib.errors import BadInput, IOFailure, NotFound, Refused
+from taulib.errors import IOFailure, NotFound, Refused
 from taulib.fs import atomic, openat
+from taulib.fs.openat import PRIVATE, Modes
 
 MAX_CACHED_DIRS = 128  # folder descriptors kept open between calls (a run can have 100,000s of folders)
-CHUNK = 1 << 20
-
-
-
-class Modes(NamedTuple):
-    """The permission bits of the folders and of the files a tree makes."""
-    folders: int
-    files: int
-
-
-PRIVATE = Modes(0o700, 0o600)
-
 _T = TypeVar("_T", bound="Tree")
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -218,20 +207,8 @@ class Tree:
     @_operation
     def entries(self, rel: str = "") -> list[tuple[str, os.stat_result]]:
         """(path relative to `rel`, lstat) of every entry below folder `rel` (folders, files, symlinks, anything),
-        sorted; folders are descended into, through no symlink."""
-        out: list[tuple[str, os.stat_result]] = []
-        base = "/".join(self._segments(rel))
-        pending = [""]
-        while pending:
-            sub = pending.pop()
-            fd = self.folder(f"{base}/{sub}".strip("/"))
-            for name in os.listdir(fd):
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                path = f"{sub}/{name}" if sub else name
-                out.append((path, st))
-                if stat.S_ISDIR(st.st_mode):
-                    pending.append(path)
-        return sorted(out, key=lambda item: item[0])
+        sorted; folders are descended into, through no symlink (`openat.entries`)."""
+        return openat.entries(self.folder(rel))
 
     @_operation
     def remove_tree(self, rel: str) -> None:
@@ -327,39 +304,17 @@ class Tree:
             dfd, name = self._leaf(rel)
         except NotFound:
             return None
-        where = self.show(rel)
         try:
             fd = os.open(name, openat.READ, dir_fd=dfd)
         except FileNotFoundError:
             return None
         except OSError as exc:
+            where = self.show(rel)
             refused = self._refused(exc, dfd, name, where, "file")
-            if refused is exc:
-                raise IOFailure(f"cannot open {where}: {exc.strerror}", path=where) from None
-            raise refused from None
+            raise (IOFailure(f"cannot open {where}: {exc.strerror}", path=where) if refused is exc else refused) \
+                from None
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise Refused(f"{where} is not a regular file", path=where)
-            if self.private and (st.st_uid != os.geteuid() or st.st_mode & 0o022):
-                raise Refused(f"{where} is writable by another user or not ours; refusing to trust it", path=where)
-            if limit is not None and st.st_size > limit:
-                raise BadInput(f"{where} is larger than {limit} bytes", path=where)
-            # one read of size+1 bytes sees the whole file and its end (reads cost ~0.1 ms each on some kernels)
-            want = st.st_size + 1
-            chunks = []
-            while True:
-                chunk = os.read(fd, want)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                if len(chunk) < want:
-                    break
-                want = CHUNK
-            data = b"".join(chunks)
-            if limit is not None and len(data) > limit:
-                raise BadInput(f"{where} is larger than {limit} bytes", path=where)
-            return data
+            return openat.read_opened(fd, self.show(rel), self.private, limit)
         finally:
             os.close(fd)
 
