@@ -14,8 +14,8 @@ from taulib.collect import jsonl
 from taulib.errors import Conflict
 
 TEXT = st.text(st.characters(codec="utf-8", categories=None), max_size=12)  # every code point but surrogates
-TRICKY = st.sampled_from(['","', '\\', '\\"', '"', '\\\\","', "\x00", "\x1f", "\x7f", "\u2028", "é", "😀", "", "null",
-                          "\n\r\t\b\f", '{"a":1}', "},{"])
+TRICKY = st.sampled_from(['","', '",', ",", '\\', '\\"', '"', '\\\\","', "\x00", "\x1f", "\x7f", "\u2028", "é", "😀",
+                          "", "null", "\n\r\t\b\f", '{"a":1}', "},{"])
 FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.1, -0.0, 1.0, 1e20, 5e-324]))
 
 COLUMNS = {
@@ -60,6 +60,14 @@ def test_lines_are_the_per_row_definition_byte_for_byte(batch):
     assert got == jsonl.reference(batch)
     assert [orjson.loads(line) for line in got.splitlines()] == [
         orjson.loads(orjson.dumps(row, default=str)) for row in batch.to_pylist()]
+
+
+def test_a_text_that_ends_in_a_quote_and_a_comma_is_one_value_not_two():
+    # an earlier tau split one orjson dump of a column at '","', which such a text holds inside its own string
+    batch = pa.record_batch([pa.array(['say "hi",', "x", '","', '",",', None, 'a\\",'])], names=["s"])
+    assert bytes(jsonl.lines(batch)) == jsonl.reference(batch) == (
+        b'{"s":"say \\"hi\\","}\n{"s":"x"}\n{"s":"\\",\\""}\n{"s":"\\",\\","}\n{"s":null}\n'
+        b'{"s":"a\\\\\\","}\n')
 
 
 @pytest.mark.parametrize("offset", [0, 3])

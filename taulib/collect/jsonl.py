@@ -3,10 +3,11 @@
 Pure: it reads and writes nothing. Promises: `lines(batch)` is byte for byte what the per-row definition gives
 (`reference(batch)`: each row as a dict of its schema's names to its values, `orjson.dumps(row, default=str)` and a
 newline), which is what tau-run(5) documents; only faster. How: every column becomes one array of JSON texts
-(integers cast to decimal text, booleans and nulls as words, floats as orjson writes them, strings quoted and
-escaped by vectorised replacement, any other type value by value through orjson), then each row's line is their
-element-wise join with the keys, and the batch's lines are the joined array's one data buffer. A batch that the
-vectorised path cannot keep identical (repeated column names, which a dict collapses) takes the per-row one.
+(integers cast to decimal text, booleans and nulls as words, floats as orjson writes them, strings their own bytes
+in quotes when no byte of the column's needs an escape, else value by value through orjson, as any other type),
+then each row's line is their element-wise join with the keys, and the batch's lines are the joined array's one
+data buffer. A batch that the vectorised path cannot keep identical (repeated column names, which a dict
+collapses) takes the per-row one.
 Text that is not UTF-8 cannot be a JSON string: it is refused with a Conflict naming the column. Imports pyarrow:
 only the collection worker loads this module.
 """
@@ -86,19 +87,34 @@ def _texts(name: str, column: Any) -> Any:
 
 
 def _strings(name: str, valid: Any) -> Any:
-    """JSON strings, exactly as orjson writes them, of string values without nulls. One dumps of the whole list
-    decides: when it is exactly as long as the values and their quotes and commas, no value needed an escape and
-    each is its own bytes in quotes; otherwise the dumps is split at `","`, which only a boundary can hold (inside
-    an orjson string every `"` follows a backslash, so the second `"` of `","` opens a string)."""
+    """JSON strings, exactly as orjson writes them, of string values without nulls. When the values' bytes, all
+    of them at once, need no escape (`_plain`), each value is its own bytes in quotes; otherwise each value is
+    dumped by orjson on its own. (No split of one dumps of the whole list is safe: a value that ends in `",` puts
+    `","` inside a string, an escaped quote, a comma and the closing quote, which an earlier tau split at.)"""
+    raw = pc.cast(valid, pa.large_binary())
+    if _plain(raw):
+        return pc.binary_join_element_wise(_QUOTE, raw, _QUOTE, _EMPTY)
     try:
         values = valid.to_pylist()
     except UnicodeDecodeError:
         raise Conflict(f"column {name!r} holds text that is not UTF-8, which a JSON line cannot carry; collect this "
                        "run as parquet or csv", column=name) from None
-    dumped = orjson.dumps(values)
-    raw = pc.cast(valid, pa.large_binary())
-    if len(dumped) == pc.sum(pc.binary_length(raw)).as_py() + 3 * len(values) + 1:
-        inner = raw
-    else:
-        inner = pa.array(dumped[2:-2].split(b'","'), pa.large_binary())
-    return pc.binary_join_element_wise(_QUOTE, inner, _QUOTE, _EMPTY)
+    dumps = orjson.dumps
+    return pa.array([dumps(value) for value in values], pa.large_binary())
+
+
+def _plain(raw: Any) -> bool:
+    """Whether the bytes of these large_binary values (no nulls), taken as one text, are UTF-8 that orjson writes
+    unescaped: one decode and one dumps of them all, at memory speed, instead of a Python string per value (the
+    values' bytes are back to back in their data buffer; a text that needs no escape has no value that does)."""
+    if len(raw) == 0:
+        return True
+    offsets = raw.buffers()[1]
+    first, last = (int.from_bytes(offsets[8 * i:8 * i + 8], "little", signed=True)
+                   for i in (raw.offset, raw.offset + len(raw)))
+    data = memoryview(raw.buffers()[2])[first:last] if last > first else memoryview(b"")
+    try:
+        text = str(data, "utf-8")
+    except UnicodeDecodeError:
+        return False
+    return len(orjson.dumps(text)) == len(data) + 2
