@@ -82,7 +82,7 @@ NAMED = {"32": (32, 0, None), "1024": (1024, 0, None), "4096": (4096, 0, 1024), 
 
 DUCKDB = """
 import sys, duckdb
-files, out, fmt, limit = sys.argv[1].split("\\n"), sys.argv[2], sys.argv[3], sys.argv[4]
+files, out, fmt, limit = open(sys.argv[1]).read().split("\\n"), sys.argv[2], sys.argv[3], sys.argv[4]
 con = duckdb.connect()
 if limit != "none":
     con.execute(f"SET memory_limit='{limit}'")
@@ -93,7 +93,7 @@ con.execute(f"COPY (SELECT * FROM read_parquet({files!r})) TO '{out}' ({options}
 POLARS = """
 import os, sys
 import polars as pl
-files, out, fmt, mode = sys.argv[1].split("\\n"), sys.argv[2], sys.argv[3], sys.argv[4]
+files, out, fmt, mode = open(sys.argv[1]).read().split("\\n"), sys.argv[2], sys.argv[3], sys.argv[4]
 frame = pl.scan_parquet(files, glob=False)
 # maintain_order=True is Polars' default, said here because the comparison depends on it: tau-collect writes the rows
 # in the order of the winner files, and a sink free to reorder them would be doing less. snappy as the others write.
@@ -121,7 +121,7 @@ import sys
 import orjson
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-files, out, fmt = sys.argv[1].split("\\n"), sys.argv[2], sys.argv[3]
+files, out, fmt = open(sys.argv[1]).read().split("\\n"), sys.argv[2], sys.argv[3]
 writer = None
 with open(out, "wb") as fh:
     for path in files:
@@ -226,7 +226,10 @@ def missing() -> list[str]:
 
 
 def cases(run_dir: Path, files: list[str], fmt: str, out: Path) -> dict[str, list[str]]:
-    joined = "\n".join(files)
+    """Each case's command line; the baselines read the winner files' paths from a file beside the run (4,096 of
+    them do not fit in one argument)."""
+    joined = str(run_dir.parent / f"{run_dir.name}.files")
+    Path(joined).write_text("\n".join(files))
     form = [] if fmt == "parquet" else ["--format", fmt]  # the run's own format is the plan's
     found = {"tau": [str(BIN / "tau-collect"), str(run_dir), "--destination", str(out / "tau"), *form, *TAU_ARGS],
              "pyarrow": [PY, "-c", PYARROW, joined, str(out / f"pyarrow.{fmt}"), fmt],

@@ -145,8 +145,7 @@ VARS: dict[str, Var[Any]] = {v.name: v for v in (
     # set by tau-collect for itself (the allocators read them only as a process starts)
     Var("ARROW_DEFAULT_MEMORY_POOL", "jemalloc", text, "Arrow's allocator: jemalloc, which returns freed pages",
         "memory"),
-    Var("JE_ARROW_MALLOC_CONF", "narenas:1,dirty_decay_ms:0,muzzy_decay_ms:0", text, "Arrow's jemalloc: one arena "
-        "for all threads, freed pages given back at once", "memory"),
+    Var("JE_ARROW_MALLOC_CONF", "narenas:1", text, "Arrow's jemalloc: one arena for all threads", "memory"),
     Var("MALLOC_MMAP_THRESHOLD_", "8388608", text, "glibc: blocks of 8 MiB and more (input buffers) mapped "
         "apart and unmapped when freed", "memory"),
     Var("MALLOC_TRIM_THRESHOLD_", "67108864", text, "glibc: free heap kept up to 64 MiB (no fault-in churn)",

@@ -17,8 +17,7 @@ from helpers import complete_run, copy_run, module_workspace, start_paused, tau
 from taulib import env
 from taulib.cli import collect as collect_cli
 
-TUNED = {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
-         "JE_ARROW_MALLOC_CONF": "narenas:1,dirty_decay_ms:0,muzzy_decay_ms:0",
+TUNED = {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc", "JE_ARROW_MALLOC_CONF": "narenas:1",
          "MALLOC_MMAP_THRESHOLD_": "8388608", "MALLOC_TRIM_THRESHOLD_": "67108864"}
 
 
