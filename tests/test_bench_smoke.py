@@ -51,3 +51,19 @@ def test_the_inputs_benchmark_runs_on_a_small_input(tmp_path):
     result = bench("inputs", tmp_path, BENCH_INPUT_MB="40", BENCH_SHARD_MB="10", BENCH_TEXT_MB="8", BENCH_ROUNDS="1")
     assert result["input_bytes"] > 30_000_000 and result["cut_bytes"] > 0 and result["cut_peak_rss"] > 0
     assert set(result["text"]) == {"jsonl", "csv"} and all(t["ratio"] > 0 for t in result["text"].values())
+
+
+def test_the_collection_benchmark_runs_each_shape_it_is_asked_for(tmp_path):
+    proc = subprocess.run([PYTHON, str(ROOT / "bench" / "collect.py")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, BENCH_DIR=str(tmp_path), BENCH_COLLECT_MB="4",
+                                                BENCH_SHAPES="32,4096,1", BENCH_ROUNDS="1", BENCH_CASES="pyarrow,cp"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [(line["shape"], line["winners"]) for line in lines] == [("32", 32), ("1", 1)]  # 4096: at 1 GB only
+    assert "shape 4096 is measured at 1024 MB only; 4 MB passed over" in proc.stdout
+    for line in lines:
+        assert set(line["results"]) == {"parquet", "csv", "jsonl"}
+        assert set(line["results"]["parquet"]) == {"tau", "pyarrow", "cp"} and set(line["results"]["csv"]) == \
+            {"tau", "pyarrow"}
+        assert all(case["mb_per_s"] > 0 and len(case["paired"]) == 1 for results in line["results"].values()
+                   for case in results.values())
