@@ -254,8 +254,11 @@ def test_large_output_cut_by_head_exits_141_quietly(workspace):
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_a_signal_is_named_in_the_error_object_and_its_exit_code(workspace, signum, code):
     run_dir = init_run(workspace, records=20, shards=2)
+    # started with the signal's default action, whatever this suite inherited: under nohup(1) SIGHUP is ignored,
+    # and a command that finds a stop signal ignored leaves it so (tau-status then rightly keeps watching)
     proc = subprocess.Popen([str(BIN / "tau-status"), str(run_dir), "-o", "table", "--watch", "--interval", "0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for_tests())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for_tests(),
+                            preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))
     try:
         assert proc.stdout.readline()  # it runs
     finally:
@@ -269,6 +272,15 @@ def test_a_signal_is_named_in_the_error_object_and_its_exit_code(workspace, sign
 
 
 # -- the status file beside the run -------------------------------------------------------------------------------
+
+def test_a_stop_signal_ignored_when_a_command_starts_stays_ignored_as_nohup_asks():
+    code = ("import signal; from taulib.cli import common; common._catch_stop_signals(); "
+            "print(signal.getsignal(signal.SIGHUP) is signal.SIG_IGN, signal.getsignal(signal.SIGTERM) is "
+            "common._stopped)")
+    proc = subprocess.run([PYTHON, "-c", code], env=env_for_tests(), capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    assert (proc.returncode, proc.stdout) == (0, "True True\n"), proc.stderr  # SIGHUP stays ignored; SIGTERM unwinds
+
 
 def test_overlapping_reconciles_keep_the_status_file_whole_private_and_current(run_copy):
     target = run_copy.parent / "run.status.json"
