@@ -74,7 +74,9 @@ def test_a_memory_below_the_least_or_not_a_size_is_refused_before_anything_is_wr
     run_dir = copy_run(wide, tmp_path / "ws")
     before = snapshot(run_dir)
     for given, message in (("100M", "tau-collect: --memory 104857600 is below the least a collection needs, 128 MiB"),
-                           ("lots", "tau-collect: --memory 'lots' is not a size such as 512M or 2G")):
+                           ("lots", "tau-collect: --memory 'lots' is not a size such as 512M or 2G"),
+                           ("99999999T", "tau-collect: --memory 109951161678088372224 is more than 1 PiB; give the "
+                                         "memory a collection may use, such as 512M or 2G")):
         proc = tau("tau-collect", str(run_dir), "--destination", str(run_dir.parent / "data"), "--memory", given)
         assert proc.returncode == 2, proc.stderr
         assert error_of(proc)["message"] == message

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 DEFAULT = 256 << 20
 LEAST = 128 << 20  # --memory below this is refused: pyarrow's libraries alone take most of it
+MOST = 1 << 50  # --memory above this (1 PiB) is refused: no machine has it, and a record's integer must hold it
 SLACK = 16 << 20  # thread stacks, Python objects, the allocator's own
 BUFFERS = 2  # input buffers a lane keeps: one read into while the writer still copies or decodes from the other
 FLOOR = 4 << 20  # an input buffer smaller than this is not worth keeping: files are then read twice

@@ -41,6 +41,9 @@ def asked(run: Run, fmt: str | None = None, rows_per_partition: int | None = Non
     write, before anything is read or written."""
     if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < budget.LEAST):
         raise UsageError(f"--memory {memory!r} is below the least a collection needs, {budget.LEAST >> 20} MiB")
+    if memory is not None and memory > budget.MOST:
+        raise UsageError(f"--memory {memory!r} is more than {budget.MOST >> 50} PiB; give the memory a collection "
+                         "may use, such as 512M or 2G")
     if task_count is not None and (isinstance(task_count, bool) or not 1 <= task_count <= tasks.MOST):
         raise UsageError(f"--tasks {task_count!r} is not a whole number from 1 to {tasks.MOST}")
     if fmt is not None and fmt not in formats.NAMES:
