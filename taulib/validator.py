@@ -126,29 +126,9 @@ def _build(schema: dict[str, Any], root: dict[str, Any], load: Load) -> Check:
                 return objects(value) if objects else None
             return None
         checks.append(check_kind)
-    if "anyOf" in schema:
-        any_of = schema["anyOf"]
-        alternatives = [compiled(sub, root, load) for sub in any_of]
-
-        def check_any(value: object) -> Error | None:
-            errors = [alternative(value) for alternative in alternatives]
-            if all(e is not None for e in errors):
-                return _most_telling(_discriminated(value, any_of, errors, root, load), "")
-            return None
-        checks.append(check_any)
-    if "oneOf" in schema:
-        one_of = schema["oneOf"]
-        choices = [compiled(sub, root, load) for sub in one_of]
-
-        def check_one(value: object) -> Error | None:
-            errors = [choice(value) for choice in choices]
-            passing = sum(e is None for e in errors)
-            if passing == 0:
-                return _most_telling(_discriminated(value, one_of, errors, root, load), "")
-            if passing > 1:
-                return "", "matches more than one alternative"
-            return None
-        checks.append(check_one)
+    for keyword in ("anyOf", "oneOf"):
+        if keyword in schema:
+            checks.append(_alternatives(schema[keyword], keyword == "oneOf", root, load))
     if len(checks) == 1:
         return checks[0]
 
@@ -159,6 +139,22 @@ def _build(schema: dict[str, Any], root: dict[str, Any], load: Load) -> Check:
                 return error
         return None
     return check_all
+
+
+def _alternatives(subs: list[dict[str, Any]], one: bool, root: dict[str, Any], load: Load) -> Check:
+    """anyOf (`one` False: at least one alternative holds) or oneOf (exactly one does); when none does, the error of
+    the alternative the value means to be (`_discriminated`, `_most_telling`)."""
+    choices = [compiled(sub, root, load) for sub in subs]
+
+    def check(value: object) -> Error | None:
+        errors = [choice(value) for choice in choices]
+        passing = sum(e is None for e in errors)
+        if passing == 0:
+            return _most_telling(_discriminated(value, subs, errors, root, load), "")
+        if one and passing > 1:
+            return "", "matches more than one alternative"
+        return None
+    return check
 
 
 def _strings(schema: dict[str, Any]) -> Callable[[str], Error | None] | None:

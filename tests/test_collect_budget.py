@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, PYTHON, copy_run, env_for_tests, error_of, module_workspace, settle, snapshot, tau
+from helpers import BIN, PYTHON, complete_run, copy_run, env_for_tests, error_of, module_workspace, snapshot, tau
 
 from taulib.collect import budget
 
@@ -41,14 +41,9 @@ def wide(tmp_path_factory) -> Path:
     workspace = module_workspace(tmp_path_factory, "collect-budget")
     client = workspace / "client.py"
     client.write_text(CLIENT)
-    run_dir = workspace / "run"
-    doc = {"records": ROWS, "shards": 1, "command": [PYTHON, str(client)],
-           "scheduler": {"profile": "local", "local": {"max_parallel": 1}},
-           "output": {"format": "parquet", "rows_per_partition": 250_000}}
-    assert tau("tau-init", str(run_dir), input=json.dumps(doc)).returncode == 0
-    assert tau("tau-submit", str(run_dir)).returncode == 0
-    assert settle(run_dir)["state"] == "succeeded"
-    return run_dir
+    return complete_run(workspace, records=ROWS, shards=1, command=[PYTHON, str(client)],
+                        scheduler={"profile": "local", "local": {"max_parallel": 1}},
+                        output={"format": "parquet", "rows_per_partition": 250_000})
 
 
 def test_sizes_are_read_in_binary_units_and_anything_else_is_not_a_size():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import GOLDEN, PYTHON, copy_run, module_workspace, settle, tau
+from helpers import GOLDEN, PYTHON, complete_run, copy_run, module_workspace, tau
 
 CLIENT = str(Path(__file__).resolve().parent.parent / "contrib" / "demo" / "client.py")
 # 4 shards of 50,000 rows in files of 40,000 and 10,000 rows, partitions of 70,000: winners' row groups copied
@@ -24,11 +24,7 @@ PLAN = {"records": 200_000, "shards": 4, "command": [PYTHON, CLIENT, "--rows-per
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Path:
-    run_dir = module_workspace(tmp_path_factory, "collect-golden") / "run"
-    assert tau("tau-init", str(run_dir), input=json.dumps(PLAN)).returncode == 0
-    assert tau("tau-submit", str(run_dir)).returncode == 0
-    assert settle(run_dir)["state"] == "succeeded"
-    return run_dir
+    return complete_run(module_workspace(tmp_path_factory, "collect-golden"), **PLAN)
 
 
 def files_of(run_dir: Path, dest: Path, *options: str) -> list[dict]:

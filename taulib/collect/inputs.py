@@ -249,16 +249,17 @@ class Inputs:
                 # columns) only where a row group may be copied, so that many small winners do not pay it
                 found = parquet.footer(fd, size, rel) if self.copy and max(sizes, default=0) >= parquet.COPY_ROWS \
                     else None
-                copying = found is not None and [g[0] for g in found.groups] == sizes and parquet.fits(found, schema)
+                if found is not None and not ([g[0] for g in found.groups] == sizes and parquet.fits(found, schema)):
+                    found = None  # kept only where its row groups can be copied
                 origin = parquet.Source(data) if data is not None else \
-                    parquet.Source(None, os.dup(fd) if copying else None, self._scratch("copied"))
+                    parquet.Source(None, os.dup(fd) if found is not None else None, self._scratch("copied"))
                 needs, start = self.needs.get(index, ()), 0
                 for number, rows in enumerate(sizes):
                     stop = start + rows
                     wanted = [(a, b) for a, b in needs if a < stop and start < b]
                     if not wanted:
                         yield Skip(rows)
-                    elif copying and found is not None and rows >= parquet.COPY_ROWS \
+                    elif found is not None and rows >= parquet.COPY_ROWS \
                             and any(a <= start and stop <= b for a, b in wanted):
                         _, group, ranges = found.groups[number]
                         yield parquet.Span(rows, group, ranges, schema, found, origin.hold())

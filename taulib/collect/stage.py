@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING
 
 from taulib import failpoints, jsonio, signals
-from taulib.collect.destination import RESULT
+from taulib.collect.destination import RESULT, group_readable
 from taulib.collect import budget, formats, parquet
 from taulib.collect.inputs import POLL, QUEUE, READ_CHUNK, READ_ROWS, Inputs, Stopped
 from taulib.collect.outputs import WRITE_BUFFER, Output
@@ -135,7 +135,7 @@ def finish(plan: Record, stage: Tree, out: list[Record]) -> Record:
               "collection_id": plan["collection_id"], "plan_sha256": jsonio.digest(plan),
               "completed_at": jsonio.now_rfc3339(), "format": plan["format"], "records": total, "files": out,
               "complete": not plan.get("missing"), "missing": plan.get("missing", []),
-              "group_readable": bool(plan.get("group_readable", False))}
+              "group_readable": group_readable(plan)}
     stage.write_new(RESULT, jsonio.canonical(result))
     os.fsync(stage.fd)
     return result

@@ -263,7 +263,12 @@ def test_a_signal_is_named_in_the_error_object_and_its_exit_code(workspace, sign
         assert proc.stdout.readline()  # it runs
     finally:
         proc.send_signal(signum)
-        out, err = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # it did not stop: the test fails, and leaves nothing running
+            proc.kill()
+            proc.communicate()
+            raise
     assert proc.returncode == code, err
     error = json.loads(err.strip().splitlines()[-1])
     name = signal.Signals(signum).name

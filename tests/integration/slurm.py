@@ -50,6 +50,20 @@ def init_slurm_run(workspace: Path, name: str = "run", **plan_args) -> Path:
     return init_run(workspace, name, plan_doc=slurm_plan(**plan_args))
 
 
+def finished_run(workspace: Path, timeout: float = 180, **plan_args) -> Path:
+    """A Slurm run of `slurm_plan(**plan_args)`, submitted and settled with every shard won."""
+    run_dir = init_slurm_run(workspace, **plan_args)
+    submit(run_dir)
+    status = wait_for(settled, run_dir, timeout=timeout, pause=0.5)
+    assert status["state"] == "succeeded", status
+    return run_dir
+
+
+def data_bytes(folder: Path) -> dict[str, bytes]:
+    """A collected dataset's files' bytes by name, but its _tau_collection.json (which names its collection)."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.name != "_tau_collection.json"}
+
+
 def submit(run_dir: Path, env: dict | None = None) -> dict:
     """tau-submit RUN_DIR, which must succeed; its summary."""
     proc = tau("tau-submit", str(run_dir), env=env)

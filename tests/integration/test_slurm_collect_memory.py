@@ -18,25 +18,12 @@ from pathlib import Path
 import pytest
 
 from helpers import BIN, env_for_tests, error_of, tau
-from slurm import init_slurm_run, record, sacct_rows, settled, submit, wait_for
+from slurm import data_bytes, finished_run, record, sacct_rows
 
 pytestmark = pytest.mark.slurm
 
 HELD = {"TAU_FAILPOINTS": "collect.task_written=delay:40"}  # every task, after its files, before its record
 LIMIT_64M = "> 67108864), being killed"
-
-
-def finished_run(workspace: Path, slurm: dict, **plan) -> Path:
-    run_dir = init_slurm_run(workspace, records=40, shards=2, scheduler={"slurm": {"partition": "debug", **slurm}},
-                             **plan)
-    submit(run_dir)
-    status = wait_for(settled, run_dir, timeout=180, pause=1.0)
-    assert status["state"] == "succeeded", status
-    return run_dir
-
-
-def data_bytes(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.name != "_tau_collection.json"}
 
 
 def collect_watching(run_dir: Path, dest: Path, *options: str) -> tuple[subprocess.CompletedProcess, list[str]]:
@@ -72,8 +59,9 @@ def killed_for_memory(run_dir: Path, collection: str, job: str, tasks: range) ->
 
 def test_a_collection_task_out_of_memory_is_rerun_with_more_memory_and_published_its_grown_request_journaled(
         cluster, workspace, extra_jobs):
-    run_dir = finished_run(workspace, {"time": "10:00", "mem": "1G", "collect_mem": "64M"},
-                           retry={"escalate": {"mem": 4, "max_mem": "1G"}})
+    run_dir = finished_run(workspace, records=40, shards=2, scheduler={"slurm": {
+        "partition": "debug", "time": "10:00", "mem": "1G", "collect_mem": "64M"}},
+        retry={"escalate": {"mem": 4, "max_mem": "1G"}})
     dest = workspace / "data"
     proc, wrong = collect_watching(run_dir, dest, "--tasks", "2")
     assert proc.returncode == 0, proc.stderr
@@ -108,7 +96,8 @@ def test_a_collection_task_out_of_memory_is_rerun_with_more_memory_and_published
 
 def test_without_growth_a_collection_task_out_of_memory_fails_the_collection_with_out_of_memory_at_once(
         cluster, workspace, extra_jobs):
-    run_dir = finished_run(workspace, {"time": "10:00", "collect_mem": "64M"})
+    run_dir = finished_run(workspace, records=40, shards=2,
+                           scheduler={"slurm": {"partition": "debug", "time": "10:00", "collect_mem": "64M"}})
     dest = workspace / "data"
     proc, wrong = collect_watching(run_dir, dest)
     assert not wrong, wrong

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import tau
-from slurm import init_slurm_run, submit, settled, wait_for
+from slurm import finished_run
 
 pytestmark = pytest.mark.slurm
 
@@ -30,10 +30,7 @@ def modes_below(folder: Path) -> dict[str, int]:
 
 def test_the_collection_jobs_tasks_publish_a_group_readable_dataset_with_its_final_modes(cluster, workspace,
                                                                                          extra_jobs):
-    run_dir = init_slurm_run(workspace, records=80, shards=4)
-    submit(run_dir)
-    status = wait_for(settled, run_dir, timeout=120, pause=0.5)
-    assert status["state"] == "succeeded", status
+    run_dir = finished_run(workspace, records=80, shards=4)
     dest = workspace / "shared"
     proc = tau("tau-collect", str(run_dir), "--destination", str(dest), "--group-readable", "--tasks", "3",
                "--rows-per-partition", "10")

@@ -12,26 +12,14 @@ from pathlib import Path
 import pytest
 
 from helpers import complete_run, tau
-from slurm import init_slurm_run, record, run_cmd, settled, submit, wait_for, wait_until
+from slurm import data_bytes, finished_run, record, run_cmd, wait_until
 
 pytestmark = pytest.mark.slurm
 
 
-def finished_run(workspace: Path) -> Path:
-    run_dir = init_slurm_run(workspace, records=80, shards=4)
-    submit(run_dir)
-    status = wait_for(settled, run_dir, timeout=120, pause=0.5)
-    assert status["state"] == "succeeded", status
-    return run_dir
-
-
-def data_bytes(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.name != "_tau_collection.json"}
-
-
 def test_four_tasks_give_the_bytes_of_one_task_and_of_the_local_executor_in_every_format(cluster, workspace,
                                                                                         tmp_path, extra_jobs):
-    run_dir = finished_run(workspace)
+    run_dir = finished_run(workspace, records=80, shards=4)
     local_ws = tmp_path / "local"
     local_ws.mkdir(mode=0o700)
     local = complete_run(local_ws, records=80, shards=4, output={"format": "parquet", "rows_per_partition": 25})
@@ -79,7 +67,7 @@ def task_worker(job: str, task: int) -> int | None:
 @pytest.mark.parametrize("how", ["sigkill", "scancel"])
 def test_a_task_killed_midway_is_rerun_for_its_own_partitions_only_and_the_bytes_still_match(
         cluster, workspace, extra_jobs, how):
-    run_dir = finished_run(workspace)
+    run_dir = finished_run(workspace, records=80, shards=4)
     one = workspace / "one"
     proc = tau("tau-collect", str(run_dir), "--destination", str(one), "--rows-per-partition", "10", "--wait")
     assert proc.returncode == 0, proc.stderr

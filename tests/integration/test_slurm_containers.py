@@ -13,15 +13,11 @@ from containers import PODMAN, RUNTIME_ARGS, container_name, container_pids, con
 from services_fixtures import running
 
 from helpers import CLIENT, complete_run, tau
-from slurm import init_slurm_run, job_id, record, run_cmd, settled, submit, wait_for, wait_until
+from slurm import data_bytes, init_slurm_run, job_id, record, run_cmd, settled, submit, wait_for, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.containers]
 
 DEMO = str(Path(CLIENT).parent)
-
-
-def data_bytes(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.name != "_tau_collection.json"}
 
 
 def test_a_client_in_a_pinned_image_wins_every_shard_under_slurm_and_collects_as_on_the_host_or_in_the_image(
